@@ -1,0 +1,1 @@
+"""The agent loop on the anthropic SDK; a client of sessiondb."""

@@ -1,0 +1,1 @@
+"""The `hermes` command line: thin click commands over the libraries."""

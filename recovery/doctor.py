@@ -1,0 +1,77 @@
+"""`hermes doctor`: a list of checks, each a finding with severity and fix.
+
+An empty list of problems means healthy. Checks only read; none changes
+the store.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from sessiondb import SessionDB, StorageError, paths
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's outcome. ``severity`` is ok, warning or error."""
+
+    check: str
+    severity: str
+    message: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mode_findings(home: Path, db_path: Path) -> list[Finding]:
+    out = []
+    home_mode = stat.S_IMODE(os.stat(home).st_mode)
+    if home_mode & 0o077:
+        out.append(Finding("home_permissions", "warning",
+                           f"{home} is mode {home_mode:o}; other users may read it",
+                           f"chmod 700 {home}"))
+    for suffix in ("",) + paths.SIDECARS:
+        f = Path(f"{db_path}{suffix}")
+        if f.exists() and stat.S_IMODE(os.stat(f).st_mode) & 0o077:
+            out.append(Finding("file_permissions", "warning",
+                               f"{f} is readable by other users", f"chmod 600 {f}"))
+    if not out:
+        out.append(Finding("permissions", "ok", "home is 0700 and store files are 0600"))
+    return out
+
+
+def _store_findings(db: SessionDB) -> list[Finding]:
+    out = [Finding("sqlite_version", "ok", f"SQLite {db.sqlite_version} is outside the "
+                   "WAL-reset bug band")]
+    result = db.quick_check()
+    if result == ["ok"]:
+        out.append(Finding("quick_check", "ok", "quick_check reports no damage"))
+    else:
+        out.append(Finding("quick_check", "error", f"quick_check: {'; '.join(result[:5])}",
+                           f"hermes sessions recover --source {db.path} --inspect-only"))
+    wal = db.journal_mode() == "wal"
+    out.append(Finding("journal_mode", "ok" if wal else "warning",
+                       "WAL mode" if wal else "not in WAL mode"))
+    pend = db.pending_migrations()
+    out.append(Finding("schema", "ok" if not pend else "warning",
+                       "schema is current" if not pend else f"pending: {', '.join(pend)}"))
+    return out
+
+
+def run_doctor(home: str | os.PathLike[str] | None = None,
+               profile: str | None = None,
+               opener: Callable[..., SessionDB] = SessionDB.open) -> list[Finding]:
+    """Run every check against a home (creating a fresh store if none exists)."""
+    try:
+        with opener(home, profile) as db:
+            findings = _store_findings(db)
+            findings += _mode_findings(paths.profile_dir(home, profile), db.path)
+    except StorageError as e:
+        return [Finding("open", "error", f"cannot open the store: {e}",
+                        f"hermes sessions recover --source {paths.store_path(home, profile)} "
+                        "--inspect-only")]
+    return findings

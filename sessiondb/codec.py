@@ -1,0 +1,212 @@
+"""Message codec: validate a chat message dict and map it to a row and back.
+
+A message round-trips exactly: `content` lives in its own column (text, or
+JSON for block lists), a few fields are copied into typed columns for
+queries, and every other key is kept verbatim in `meta`. Keys that start
+with ``_db_`` are the store's own bookkeeping (markers) and are never stored.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .errors import InvalidMessage
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+PRIVATE_PREFIX = "_db_"
+MARKER_KEY = "_db_persisted"
+UID_KEY = "_db_uid"
+# Keys with typed columns; they are stored there *and* left in meta except
+# tool_calls, which can be large and lives only in its column.
+_COLUMN_COPIES = ("tool_call_id", "finish_reason")
+
+
+class Persisted(NamedTuple):
+    """The marker a stored dict carries: its row id and content fingerprint."""
+
+    id: int
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class EncodedMessage:
+    """A validated message ready to insert."""
+
+    uid: str
+    role: str
+    content_kind: str
+    content: str | None
+    tool_calls: str | None
+    tool_call_id: str | None
+    tool_name: str | None
+    finish_reason: str | None
+    timestamp: float
+    token_count: int | None
+    meta: str
+    fingerprint: str
+    tool_call_total: int
+
+
+def new_uid() -> str:
+    return uuid.uuid4().hex
+
+
+def strip_markers(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies of ``messages`` without the store's ``_db_*`` keys, for the wire."""
+    return [public_fields(m) for m in messages]
+
+
+def public_fields(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if not (isinstance(k, str) and k.startswith(PRIVATE_PREFIX))}
+
+
+def _check_text(value: str, field: str, index: int | None) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidMessage(
+            f"message field {field!r} contains a lone surrogate at offset {e.start}; "
+            "it cannot be stored as UTF-8", field=field, index=index) from None
+
+
+def _dumps(value: Any, field: str, index: int | None) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise InvalidMessage(f"message field {field!r} is not JSON-serializable: {e}",
+                             field=field, index=index) from None
+    _check_text(text, field, index)
+    if json.loads(text) != value:
+        raise InvalidMessage(f"message field {field!r} would not round-trip through JSON "
+                             "(tuples, non-string keys?)", field=field, index=index)
+    return text
+
+
+def _content(message: dict[str, Any], index: int | None) -> tuple[str, str | None]:
+    if "content" not in message:
+        return "absent", None
+    value = message["content"]
+    if value is None:
+        return "null", None
+    if isinstance(value, str):
+        _check_text(value, "content", index)
+        return "text", value
+    if isinstance(value, list):
+        return "json", _dumps(value, "content", index)
+    raise InvalidMessage(f"message field 'content' must be a string, a list of blocks or "
+                         f"None, not {type(value).__name__}", field="content", index=index)
+
+
+def _optional_str(message: dict[str, Any], key: str, index: int | None) -> str | None:
+    value = message.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidMessage(f"message field {key!r} must be a string", field=key, index=index)
+    return value
+
+
+def _timestamp(message: dict[str, Any], index: int | None) -> float:
+    value = message.get("timestamp")
+    if value is None:
+        return time.time()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidMessage("message field 'timestamp' must be a finite number (epoch seconds)",
+                             field="timestamp", index=index)
+    return float(value)
+
+
+def _token_count(message: dict[str, Any], index: int | None) -> int | None:
+    value = message.get("token_count")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidMessage("message field 'token_count' must be an integer",
+                             field="token_count", index=index)
+    return value
+
+
+def _tool_calls(message: dict[str, Any], index: int | None) -> tuple[str | None, int]:
+    value = message.get("tool_calls")
+    if value is None:
+        return None, 0
+    if not isinstance(value, list):
+        raise InvalidMessage("message field 'tool_calls' must be a list", field="tool_calls",
+                             index=index)
+    return _dumps(value, "tool_calls", index), len(value)
+
+
+def encode(message: Any, *, index: int | None = None, uid: str | None = None) -> EncodedMessage:
+    """Validate ``message`` and encode it; raises InvalidMessage naming the field."""
+    if not isinstance(message, dict):
+        raise InvalidMessage(f"a message must be a dict, not {type(message).__name__}",
+                             index=index)
+    for key in message:
+        if not isinstance(key, str):
+            raise InvalidMessage(f"message keys must be strings, not {key!r}", index=index)
+        _check_text(key, key, index)
+    role = message.get("role")
+    if role is None:
+        raise InvalidMessage("message has no 'role'", field="role", index=index)
+    if role not in ROLES:
+        raise InvalidMessage(f"unknown role {role!r}; expected one of {sorted(ROLES)}",
+                             field="role", index=index)
+    timestamp, token_count = _timestamp(message, index), _token_count(message, index)
+    tool_call_id = _optional_str(message, "tool_call_id", index)
+    tool_name = _optional_str(message, "name", index)
+    finish_reason = _optional_str(message, "finish_reason", index)
+    kind, content = _content(message, index)
+    tool_calls, total = _tool_calls(message, index)
+    public = public_fields(message)
+    rest = {k: v for k, v in public.items() if k not in ("role", "content")}
+    if tool_calls is not None:
+        del rest["tool_calls"]
+    meta = _dumps_fields(rest, index)
+    fingerprint = fingerprint_of(role, kind, content, tool_calls, meta)
+    return EncodedMessage(
+        uid=uid or message.get(UID_KEY) or new_uid(), role=role, content_kind=kind,
+        content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, tool_name=tool_name,
+        finish_reason=finish_reason, timestamp=timestamp, token_count=token_count,
+        meta=meta, fingerprint=fingerprint, tool_call_total=total)
+
+
+def _dumps_fields(fields: dict[str, Any], index: int | None) -> str:
+    """JSON of the remaining keys; on failure, name the key that failed."""
+    try:
+        return _dumps(fields, "meta", index)
+    except InvalidMessage:
+        for key, value in fields.items():
+            _dumps(value, key, index)
+        raise
+
+
+def fingerprint_of(role: str, kind: str, content: str | None, tool_calls: str | None,
+                   meta: str) -> str:
+    """A short hash of everything that makes a message what it is."""
+    h = hashlib.blake2b(digest_size=12)
+    for part in (role, kind, content or "", tool_calls or "", meta):
+        data = part.encode("utf-8")
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def decode(role: str, content_kind: str, content: str | None, tool_calls: str | None,
+           meta: str) -> dict[str, Any]:
+    """The message dict a row stores (without markers)."""
+    message: dict[str, Any] = {"role": role}
+    if content_kind == "text":
+        message["content"] = content
+    elif content_kind == "json":
+        message["content"] = json.loads(content or "null")
+    elif content_kind == "null":
+        message["content"] = None
+    message.update(json.loads(meta))
+    if tool_calls is not None:
+        message["tool_calls"] = json.loads(tool_calls)
+    return message

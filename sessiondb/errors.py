@@ -1,0 +1,193 @@
+"""Typed storage errors, built from apsw's exception class and extended code.
+
+Every error the store raises is a `StorageError` carrying a `cause` (one of
+`Cause`), a stable `code`, the `path` of the store and, when SQLite produced
+it, the extended `sqlite_code`. The mapping from apsw exceptions looks only
+at the exception class and result codes, never at message text.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import apsw
+
+
+class Cause(str, enum.Enum):
+    """Why a storage operation failed; the key of the explanation table."""
+
+    CORRUPT = "corrupt"
+    FTS_INDEX = "fts_index"
+    LOCKED = "locked"
+    DISK_FULL = "disk_full"
+    READONLY = "readonly"
+    IO_ERROR = "io_error"
+    REPLACED = "replaced"
+    LEASE_LOST = "lease_lost"
+    NOT_FOUND = "not_found"
+    INVALID_INPUT = "invalid_input"
+    UNKNOWN = "unknown"
+
+
+class StorageError(Exception):
+    """Base of every error raised by sessiondb."""
+
+    cause: Cause = Cause.UNKNOWN
+
+    def __init__(self, message: str, *, path: str | None = None,
+                 sqlite_code: int | None = None, hint: str | None = None,
+                 cause: Cause | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.sqlite_code = sqlite_code
+        self.hint = hint
+        if cause is not None:
+            self.cause = cause
+
+    @property
+    def code(self) -> str:
+        """Stable machine code, e.g. ``storage_corrupt``."""
+        return f"storage_{self.cause.value}"
+
+
+class StoreCorrupt(StorageError):
+    """The database file is structurally damaged."""
+
+    cause = Cause.CORRUPT
+
+
+class SearchIndexCorrupt(StorageError):
+    """Only the derived full-text index is damaged; canonical rows are fine."""
+
+    cause = Cause.FTS_INDEX
+
+
+class StoreLocked(StorageError):
+    """Another connection held the write lock past this call's patience."""
+
+    cause = Cause.LOCKED
+
+
+class DiskFull(StorageError):
+    """The filesystem (or a size limit) refused to grow the database."""
+
+    cause = Cause.DISK_FULL
+
+
+class StoreReadOnly(StorageError):
+    """The file, directory or filesystem does not allow writing."""
+
+    cause = Cause.READONLY
+
+
+class StoreIOError(StorageError):
+    """The operating system reported an I/O failure."""
+
+    cause = Cause.IO_ERROR
+
+
+class StoreReplaced(StorageError):
+    """The file under an open handle was replaced or its WAL removed."""
+
+    cause = Cause.REPLACED
+
+
+class LeaseLost(StorageError):
+    """The writer's turn lease is missing, expired or held by someone else."""
+
+    cause = Cause.LEASE_LOST
+
+
+class SessionNotFound(StorageError):
+    """The named session does not exist."""
+
+    cause = Cause.NOT_FOUND
+
+
+class StoreNotFound(StorageError):
+    """The database path does not exist or cannot be opened as a file."""
+
+    cause = Cause.NOT_FOUND
+
+
+class InvalidMessage(StorageError):
+    """A message (or one of its fields) cannot be stored as given."""
+
+    cause = Cause.INVALID_INPUT
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 index: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.field = field
+        self.index = index
+
+
+class InvalidInput(StorageError):
+    """An argument (session id, path, option) is not acceptable."""
+
+    cause = Cause.INVALID_INPUT
+
+
+class UnsafeSQLiteVersion(StorageError):
+    """The SQLite library is in the WAL-reset corruption band."""
+
+    cause = Cause.UNKNOWN
+
+    @property
+    def code(self) -> str:
+        return "storage_unsafe_sqlite"
+
+
+class SchemaTooNew(StorageError):
+    """The file was written by a newer hermes-state than this one."""
+
+    cause = Cause.UNKNOWN
+
+    @property
+    def code(self) -> str:
+        return "storage_schema_too_new"
+
+
+# apsw exception class -> our class. Order matters only for subclasses.
+_BY_CLASS: tuple[tuple[type[BaseException], type[StorageError]], ...] = (
+    (apsw.BusyError, StoreLocked),
+    (apsw.LockedError, StoreLocked),
+    (apsw.FullError, DiskFull),
+    (apsw.ReadOnlyError, StoreReadOnly),
+    (apsw.NotADBError, StoreCorrupt),
+    (apsw.CorruptError, StoreCorrupt),
+    (apsw.IOError, StoreIOError),
+    (apsw.CantOpenError, StoreNotFound),
+    (apsw.PermissionsError, StoreReadOnly),
+)
+
+# Extended codes that mean something other than their primary class says.
+_BY_EXTENDED: dict[int, type[StorageError]] = {
+    apsw.SQLITE_CORRUPT_VTAB: SearchIndexCorrupt,
+    apsw.SQLITE_IOERR_NOMEM: StorageError,
+    apsw.SQLITE_READONLY_DBMOVED: StoreReplaced,
+}
+
+
+def extended_code(exc: BaseException) -> int | None:
+    """The extended result code apsw attached to ``exc``, if any."""
+    code = getattr(exc, "extendedresult", None)
+    return code if isinstance(code, int) else None
+
+
+def from_apsw(exc: BaseException, *, path: str | None = None,
+              context: str = "") -> StorageError:
+    """Build the typed error for an apsw exception (class and codes only)."""
+    if isinstance(exc, StorageError):
+        return exc
+    code = extended_code(exc)
+    cls: type[StorageError] = StorageError
+    if code is not None and code in _BY_EXTENDED:
+        cls = _BY_EXTENDED[code]
+    else:
+        for apsw_cls, ours in _BY_CLASS:
+            if isinstance(exc, apsw_cls):
+                cls = ours
+                break
+    text = f"{context}: {exc}" if context else str(exc)
+    return cls(text, path=path, sqlite_code=code)

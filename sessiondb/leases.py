@@ -1,0 +1,80 @@
+"""Turn leases: one holder may write a session's turn at a time.
+
+A lease is a row (session, holder, expiry). Writes that name a holder check
+it inside their own write transaction, so a lost lease means nothing of that
+write lands.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import apsw
+
+from .errors import InvalidInput, LeaseLost
+from . import sessions
+
+
+@dataclass(frozen=True)
+class Lease:
+    session_id: str
+    holder: str
+    expires_at: float
+
+
+def _current(conn: apsw.Connection, session_id: str) -> tuple[str, float] | None:
+    row = conn.execute("SELECT holder, expires_at FROM leases WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def _validate(holder: str, ttl_s: float) -> None:
+    if not isinstance(holder, str) or not holder:
+        raise InvalidInput("a lease holder must be a non-empty string")
+    if not (isinstance(ttl_s, (int, float)) and ttl_s > 0):
+        raise InvalidInput("a lease ttl must be a positive number of seconds")
+
+
+def acquire(conn: apsw.Connection, session_id: str, holder: str, ttl_s: float,
+            now: float) -> Lease:
+    """Take the lease if it is free, expired, or already ours."""
+    _validate(holder, ttl_s)
+    sessions.require(conn, session_id)
+    cur = _current(conn, session_id)
+    if cur and cur[0] != holder and cur[1] > now:
+        raise LeaseLost(f"session {session_id!r} is leased by {cur[0]!r} "
+                        f"for {cur[1] - now:.1f}s more")
+    conn.execute("INSERT INTO leases(session_id, holder, expires_at, acquired_at)"
+                 " VALUES (?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET"
+                 " holder = excluded.holder, expires_at = excluded.expires_at,"
+                 " acquired_at = excluded.acquired_at", (session_id, holder, now + ttl_s, now))
+    return Lease(session_id, holder, now + ttl_s)
+
+
+def refresh(conn: apsw.Connection, session_id: str, holder: str, ttl_s: float,
+            now: float) -> Lease:
+    """Extend our lease; an expired one still recorded as ours may be renewed."""
+    _validate(holder, ttl_s)
+    cur = _current(conn, session_id)
+    if cur is None or cur[0] != holder:
+        owner = "nobody" if cur is None else repr(cur[0])
+        raise LeaseLost(f"cannot refresh: session {session_id!r} is held by {owner}")
+    conn.execute("UPDATE leases SET expires_at = ? WHERE session_id = ?",
+                 (now + ttl_s, session_id))
+    return Lease(session_id, holder, now + ttl_s)
+
+
+def release(conn: apsw.Connection, session_id: str, holder: str) -> bool:
+    """Drop our lease; False when it was not ours (nothing changes then)."""
+    conn.execute("DELETE FROM leases WHERE session_id = ? AND holder = ?", (session_id, holder))
+    return conn.changes() > 0
+
+
+def check(conn: apsw.Connection, session_id: str, holder: str, now: float) -> None:
+    """Raise LeaseLost unless ``holder`` holds an unexpired lease."""
+    cur = _current(conn, session_id)
+    if cur is None:
+        raise LeaseLost(f"{holder!r} holds no lease on session {session_id!r}")
+    if cur[0] != holder:
+        raise LeaseLost(f"session {session_id!r} is leased by {cur[0]!r}, not {holder!r}")
+    if cur[1] <= now:
+        raise LeaseLost(f"the lease of {holder!r} on session {session_id!r} expired")

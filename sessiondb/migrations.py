@@ -1,0 +1,136 @@
+"""Schema migrations: an ordered list of small named functions.
+
+Each migration runs in its own write transaction together with the row that
+records it, so a crash leaves either both or neither. `pending()` and
+`applied()` only read.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import apsw
+
+Migration = Callable[[apsw.Connection], None]
+
+
+def m001_initial(conn: apsw.Connection) -> None:
+    """Sessions, messages and the key/value state table."""
+    conn.execute("""
+    CREATE TABLE state_meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    CREATE TABLE sessions (
+        id                 TEXT PRIMARY KEY,
+        parent_session_id  TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+        source             TEXT NOT NULL,
+        model              TEXT,
+        title              TEXT,
+        started_at         REAL NOT NULL,
+        updated_at         REAL NOT NULL,
+        ended_at           REAL,
+        end_reason         TEXT,
+        message_count      INTEGER NOT NULL DEFAULT 0,
+        tool_call_count    INTEGER NOT NULL DEFAULT 0,
+        input_tokens       INTEGER NOT NULL DEFAULT 0,
+        output_tokens      INTEGER NOT NULL DEFAULT 0,
+        cache_read_tokens  INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_by_recency ON sessions(started_at DESC);
+    CREATE INDEX sessions_by_source ON sessions(source, started_at DESC);
+    CREATE INDEX sessions_by_parent ON sessions(parent_session_id);
+    CREATE TABLE messages (
+        id            INTEGER PRIMARY KEY,
+        session_id    TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        uid           TEXT NOT NULL,
+        position      INTEGER NOT NULL,
+        role          TEXT NOT NULL,
+        content_kind  TEXT NOT NULL CHECK (content_kind IN ('text', 'json', 'null', 'absent')),
+        content       TEXT,
+        tool_calls    TEXT,
+        tool_call_id  TEXT,
+        tool_name     TEXT,
+        finish_reason TEXT,
+        timestamp     REAL NOT NULL,
+        token_count   INTEGER,
+        meta          TEXT NOT NULL DEFAULT '{}',
+        fingerprint   TEXT NOT NULL,
+        state         TEXT NOT NULL DEFAULT 'active'
+                      CHECK (state IN ('active', 'archived', 'rewound')),
+        compaction_id TEXT,
+        kind          TEXT NOT NULL DEFAULT 'message',
+        UNIQUE (session_id, uid)
+    );
+    CREATE INDEX messages_in_order ON messages(session_id, position, id);
+    CREATE INDEX messages_by_time ON messages(timestamp);
+    """)
+
+
+def m002_leases(conn: apsw.Connection) -> None:
+    """Turn leases: who may write a session's turn, until when."""
+    conn.execute("""
+    CREATE TABLE leases (
+        session_id  TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        holder      TEXT NOT NULL,
+        expires_at  REAL NOT NULL,
+        acquired_at REAL NOT NULL
+    );
+    """)
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases)
+
+
+def _ensure_ledger(conn: apsw.Connection) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations ("
+                 "name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+
+
+def applied(conn: apsw.Connection) -> list[str]:
+    """Names of migrations recorded in the file, in order applied."""
+    has = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' "
+                       "AND name='migrations'").fetchone()
+    if not has:
+        return []
+    return [r[0] for r in conn.execute("SELECT name FROM migrations ORDER BY rowid")]
+
+
+def pending(conn: apsw.Connection) -> list[str]:
+    """Names of known migrations not yet applied to the file."""
+    done = set(applied(conn))
+    return [m.__name__ for m in MIGRATIONS if m.__name__ not in done]
+
+
+def unknown(conn: apsw.Connection) -> list[str]:
+    """Applied migrations this code does not know (a newer writer)."""
+    known = {m.__name__ for m in MIGRATIONS}
+    return [name for name in applied(conn) if name not in known]
+
+
+def apply_pending(conn: apsw.Connection, begin: Callable[[], None]) -> list[str]:
+    """Apply each pending migration with its ledger row in one transaction.
+
+    ``begin`` starts a write transaction (the store's BEGIN IMMEDIATE with
+    lock patience). Pending work is re-read inside the transaction so two
+    processes opening a new file never apply a migration twice.
+    """
+    done: list[str] = []
+    for migration in MIGRATIONS:
+        begin()
+        try:
+            _ensure_ledger(conn)
+            if migration.__name__ in applied(conn):
+                conn.execute("COMMIT")
+                continue
+            migration(conn)
+            conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)",
+                         (migration.__name__, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            if not conn.get_autocommit():
+                conn.execute("ROLLBACK")
+            raise
+        done.append(migration.__name__)
+    return done

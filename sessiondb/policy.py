@@ -1,0 +1,132 @@
+"""Connection policy: the SQLite version gate and one function per pragma.
+
+Each setting is a small function with a docstring that says why; they are
+collected in WRITER_POLICY / READER_POLICY and applied in one place.
+"""
+from __future__ import annotations
+
+import logging
+
+import apsw
+
+from .errors import StorageError, UnsafeSQLiteVersion
+
+log = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 100
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+WAL_HEADER_BYTES = (2, 2)  # file header offsets 18/19 say "WAL" when both are 2
+
+
+def sqlite_library_version() -> str:
+    """The version of the SQLite library apsw runs (tests monkeypatch this)."""
+    return apsw.sqlite_lib_version()
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    parts = [int(p) for p in text.split(".")[:3]]
+    while len(parts) < 3:
+        parts.append(0)
+    return parts[0], parts[1], parts[2]
+
+
+def in_wal_reset_band(version: str) -> bool:
+    """True for SQLite builds affected by the WAL-reset corruption bug.
+
+    Affected: 3.7.0 through 3.51.2, except the backports 3.44.6+ on the
+    3.44 line and 3.50.7+ on the 3.50 line.
+    """
+    v = parse_version(version)
+    if v < (3, 7, 0) or v >= (3, 51, 3):
+        return False
+    if v[:2] == (3, 44) and v[2] >= 6:
+        return False
+    if v[:2] == (3, 50) and v[2] >= 7:
+        return False
+    return True
+
+
+def check_sqlite_version() -> str:
+    """Refuse to run a live store on a SQLite build in the WAL-reset band."""
+    version = sqlite_library_version()
+    if in_wal_reset_band(version):
+        raise UnsafeSQLiteVersion(
+            f"SQLite {version} has the WAL-reset corruption bug; "
+            "upgrade apsw to a build with SQLite >= 3.51.3",
+            hint="pip install -U apsw")
+    return version
+
+
+def file_says_wal(conn: apsw.Connection) -> bool:
+    """Whether the database header records WAL mode (read through SQLite)."""
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    return str(mode).lower() == "wal"
+
+
+def set_journal_wal(conn: apsw.Connection) -> None:
+    """WAL lets readers run beside the one writer and makes commits cheap."""
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StorageError(
+            f"could not enable WAL mode (SQLite kept {mode!r}); use "
+            "journal_mode='delete' explicitly for filesystems without shared memory")
+
+
+def set_journal_delete(conn: apsw.Connection) -> None:
+    """Rollback journal, only where WAL cannot work (network filesystems).
+
+    A file that is already in WAL mode is never silently downgraded: that
+    would strand a live -wal written by another process.
+    """
+    if file_says_wal(conn):
+        raise StorageError("this store is in WAL mode; refusing to downgrade it to DELETE")
+    conn.execute("PRAGMA journal_mode=DELETE")
+
+
+def set_synchronous_normal(conn: apsw.Connection) -> None:
+    """In WAL, NORMAL is durable against application crashes and never
+    corrupts on power loss; it only may lose the last commits then."""
+    conn.execute("PRAGMA synchronous=NORMAL")
+
+
+def set_synchronous_full(conn: apsw.Connection) -> None:
+    """Rollback-journal mode needs FULL to survive power loss intact."""
+    conn.execute("PRAGMA synchronous=FULL")
+
+
+def set_foreign_keys(conn: apsw.Connection) -> None:
+    """Messages cascade with their session; SQLite leaves FKs off by default."""
+    conn.execute("PRAGMA foreign_keys=ON")
+
+
+def set_busy_timeout(conn: apsw.Connection) -> None:
+    """A short SQLite-level wait per attempt; the store's own jittered retry
+    loop enforces the per-call patience deadline on top of it."""
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+
+
+def set_journal_size_limit(conn: apsw.Connection) -> None:
+    """Keep a checkpointed -wal from lingering at its high-water size."""
+    conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
+
+
+def set_trusted_schema_off(conn: apsw.Connection) -> None:
+    """Functions in a damaged or foreign schema must not run with privileges."""
+    conn.execute("PRAGMA trusted_schema=OFF")
+
+
+WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_journal_wal,
+                     set_synchronous_normal, set_foreign_keys, set_journal_size_limit)
+WRITER_POLICY_DELETE = (set_busy_timeout, set_trusted_schema_off, set_journal_delete,
+                        set_synchronous_full, set_foreign_keys)
+READER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_foreign_keys)
+
+
+def apply_policy(conn: apsw.Connection, policy: tuple) -> None:
+    for setting in policy:
+        setting(conn)
+
+
+def checkpoint_passive(conn: apsw.Connection) -> tuple[int, int]:
+    """Copy WAL frames back without waiting on readers or blocking writers."""
+    return conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)

@@ -1,0 +1,383 @@
+"""SessionDB: the store object. Owns its connections and its transactions.
+
+One writer connection per store object; every write runs in `atomic()`
+(BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
+per-call patience deadline. Reads go through a read-only connection so they
+never wait on a writer in WAL mode.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import apsw
+
+from . import leases, messages, migrations, paths, policy, sessions
+from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
+from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
+                     StoreNotFound, from_apsw)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATIENCE_S = 10.0
+
+
+class SessionDB:
+    """A session store in one SQLite file.
+
+    ``SessionDB(path)`` opens (creating if needed, 0600) the file at
+    ``path``; ``SessionDB.open(home, profile)`` resolves the home first.
+    ``journal_mode`` is ``"wal"`` (default) or ``"delete"`` for filesystems
+    where WAL cannot work; a WAL file is never downgraded.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, journal_mode: str = "wal",
+                 patience: float = DEFAULT_PATIENCE_S, clock: Callable[[], float] = time.time,
+                 home: Path | None = None, profile: str | None = None,
+                 vfs: str | None = None) -> None:
+        self.sqlite_version = policy.check_sqlite_version()
+        if journal_mode not in ("wal", "delete"):
+            raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
+        self.path = Path(path)
+        self.home, self.profile = home, profile
+        self.patience = patience
+        self.clock = clock
+        self._vfs = vfs
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._reader_conn: apsw.Connection | None = None
+        self._closed = False
+        self._writer = self._open_writer(journal_mode)
+        try:
+            self._migrate()
+        except BaseException:
+            self._writer.close()
+            raise
+
+    @classmethod
+    def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
+             **kwargs: Any) -> "SessionDB":
+        """Open ``<home>/state.db`` (or a profile's), creating the home 0700."""
+        root = paths.resolve_home(home)
+        directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
+        return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
+
+    # -- connections -------------------------------------------------------
+
+    def _check_path(self) -> None:
+        if self.path.is_dir():
+            raise InvalidInput(f"{self.path} is a directory, not a database file",
+                               path=str(self.path))
+        paths.ensure_private_dir(self.path.parent)
+        paths.create_private_file(self.path)
+
+    def _connect(self, flags: int) -> apsw.Connection:
+        try:
+            if self._vfs:
+                return apsw.Connection(str(self.path), flags=flags, vfs=self._vfs)
+            return apsw.Connection(str(self.path), flags=flags)
+        except apsw.Error as e:
+            raise from_apsw(e, path=str(self.path), context=f"cannot open {self.path}") from e
+
+    def _open_writer(self, journal_mode: str) -> apsw.Connection:
+        self._check_path()
+        conn = self._connect(apsw.SQLITE_OPEN_READWRITE)
+        chosen = policy.WRITER_POLICY_WAL if journal_mode == "wal" else policy.WRITER_POLICY_DELETE
+        try:
+            policy.apply_policy(conn, chosen)
+        except apsw.Error as e:
+            conn.close()
+            raise from_apsw(e, path=str(self.path), context=f"cannot use {self.path}") from e
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _reader(self) -> apsw.Connection:
+        if self._reader_conn is None:
+            conn = self._connect(apsw.SQLITE_OPEN_READONLY)
+            policy.apply_policy(conn, policy.READER_POLICY)
+            self._reader_conn = conn
+        return self._reader_conn
+
+    def _migrate(self) -> None:
+        conn = self._writer
+        try:
+            newer = migrations.unknown(conn)
+            if newer:
+                raise SchemaTooNew(f"{self.path} has migrations this version does not know: "
+                                   f"{', '.join(newer)}; upgrade hermes-state",
+                                   path=str(self.path))
+            if migrations.pending(conn):
+                migrations.apply_pending(conn, lambda: self._begin_immediate(self.patience))
+            self._record_meta("sqlite_version", self.sqlite_version)
+        except apsw.Error as e:
+            raise from_apsw(e, path=str(self.path), context="cannot prepare schema") from e
+
+    def _record_meta(self, key: str, value: str) -> None:
+        row = self._writer.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        if row is None or row[0] != value:
+            with self.atomic() as conn:
+                conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                             " DO UPDATE SET value = excluded.value", (key, value))
+
+    def meta(self, key: str) -> str | None:
+        """A value from ``state_meta``."""
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def close(self) -> None:
+        """Close both connections; safe to call more than once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for conn in (self._reader_conn, self._writer):
+                if conn is not None:
+                    conn.close()
+            self._reader_conn = None
+
+    def __enter__(self) -> "SessionDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("this store handle is closed", path=str(self.path))
+
+    # -- transactions ------------------------------------------------------
+
+    def _begin_immediate(self, patience: float) -> None:
+        """BEGIN IMMEDIATE, retrying lock errors with jittered backoff."""
+        deadline = time.monotonic() + patience
+        delay = 0.002
+        while True:
+            try:
+                self._writer.execute("BEGIN IMMEDIATE")
+                return
+            except (apsw.BusyError, apsw.LockedError) as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise StoreLocked(
+                        f"another process held the write lock on {self.path} for "
+                        f"{patience:.1f}s", path=str(self.path),
+                        sqlite_code=getattr(e, "extendedresult", None)) from e
+                time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
+                delay = min(delay * 2, 0.1)
+
+    @contextmanager
+    def atomic(self, *, patience: float | None = None) -> Iterator[apsw.Connection]:
+        """The one transaction primitive: BEGIN IMMEDIATE, or a SAVEPOINT when nested.
+
+        Yields the writer connection. Any exception rolls back everything
+        done inside the block; apsw errors are re-raised as StorageError.
+        """
+        self._check_open()
+        with self._lock:
+            conn = self._writer
+            if self._depth:
+                yield from self._savepoint(conn)
+                return
+            self._begin_immediate(self.patience if patience is None else patience)
+            self._depth = 1
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as e:
+                self._rollback(conn)
+                if isinstance(e, apsw.Error):
+                    raise from_apsw(e, path=str(self.path)) from e
+                raise
+            finally:
+                self._depth = 0
+
+    def _savepoint(self, conn: apsw.Connection) -> Iterator[apsw.Connection]:
+        name = f"sp_{self._depth}"
+        conn.execute(f"SAVEPOINT {name}")
+        self._depth += 1
+        try:
+            yield conn
+        except BaseException:
+            conn.execute(f"ROLLBACK TO {name}")
+            conn.execute(f"RELEASE {name}")
+            raise
+        else:
+            conn.execute(f"RELEASE {name}")
+        finally:
+            self._depth -= 1
+
+    @staticmethod
+    def _rollback(conn: apsw.Connection) -> None:
+        if not conn.get_autocommit():
+            try:
+                conn.execute("ROLLBACK")
+            except apsw.Error:
+                log.warning("rollback failed; SQLite rolls back on close", exc_info=True)
+
+    @contextmanager
+    def _read(self) -> Iterator[apsw.Connection]:
+        """A connection for reading: the writer inside a transaction (to see
+        its own uncommitted rows), otherwise the read-only connection."""
+        self._check_open()
+        with self._lock:
+            conn = self._writer if self._depth else self._reader()
+            try:
+                yield conn
+            except apsw.Error as e:
+                raise from_apsw(e, path=str(self.path)) from e
+
+    def checkpoint(self) -> tuple[int, int]:
+        """A PASSIVE checkpoint: (WAL frames, frames copied back)."""
+        self._check_open()
+        with self._lock:
+            try:
+                return policy.checkpoint_passive(self._writer)
+            except apsw.Error as e:
+                raise from_apsw(e, path=str(self.path)) from e
+
+    def quick_check(self) -> list[str]:
+        """SQLite's ``quick_check`` lines; ``["ok"]`` when healthy."""
+        with self._read() as conn:
+            return [r[0] for r in conn.execute("PRAGMA quick_check")]
+
+    def journal_mode(self) -> str:
+        with self._read() as conn:
+            return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+    def pending_migrations(self) -> list[str]:
+        with self._read() as conn:
+            return migrations.pending(conn)
+
+    def now(self) -> float:
+        return self.clock()
+
+    # -- sessions ----------------------------------------------------------
+
+    def create_session(self, session_id: str | None = None, *, source: str,
+                       model: str | None = None, title: str | None = None,
+                       parent_session_id: str | None = None) -> str:
+        """Create a session (or fill in a known one, never replacing values by
+        NULL) and return its id."""
+        if not isinstance(source, str) or not source:
+            raise InvalidInput("source must be a non-empty string")
+        with self.atomic() as conn:
+            return sessions.create(conn, session_id, source=source, model=model, title=title,
+                                   parent_session_id=parent_session_id, now=self.now())
+
+    def get_session(self, session_id: str) -> sessions.Session:
+        with self._read() as conn:
+            return sessions.get(conn, session_id)
+
+    def list_sessions(self, *, source: str | None = None, limit: int = 50,
+                      before: float | None = None) -> list[sessions.Session]:
+        """Sessions newest first; ``before`` (a start time) pages backwards."""
+        with self._read() as conn:
+            return sessions.list_(conn, source=source, limit=limit, before=before)
+
+    def end_session(self, session_id: str, reason: str | None = None) -> None:
+        with self.atomic() as conn:
+            sessions.update(conn, session_id, self.now(), ended_at=self.now(), end_reason=reason)
+
+    def set_title(self, session_id: str, title: str | None) -> None:
+        with self.atomic() as conn:
+            sessions.update(conn, session_id, self.now(), title=title)
+
+    def delete_session(self, session_id: str) -> int:
+        """Delete a session and its messages; returns how many messages went."""
+        with self.atomic() as conn:
+            return sessions.delete(conn, session_id)
+
+    def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
+                     cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
+        """Add model token usage to a session's counters."""
+        with self.atomic() as conn:
+            sessions.require(conn, session_id)
+            sessions.add_counts(conn, session_id, self.now(), input_tokens=input_tokens,
+                                output_tokens=output_tokens,
+                                cache_read_tokens=cache_read_tokens,
+                                cache_write_tokens=cache_write_tokens)
+
+    # -- leases ------------------------------------------------------------
+
+    def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
+        with self.atomic() as conn:
+            return leases.acquire(conn, session_id, holder, ttl_s, self.now())
+
+    def refresh_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
+        with self.atomic() as conn:
+            return leases.refresh(conn, session_id, holder, ttl_s, self.now())
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        with self.atomic() as conn:
+            return leases.release(conn, session_id, holder)
+
+    # -- messages ----------------------------------------------------------
+
+    def append_message(self, session_id: str, message: dict[str, Any], *,
+                       holder: str | None = None) -> int:
+        """Append one message; returns its row id and marks the dict."""
+        return self.append_messages(session_id, [message], holder=holder)[0]
+
+    def append_messages(self, session_id: str, batch: list[dict[str, Any]], *,
+                        holder: str | None = None) -> list[int]:
+        """Append messages in one transaction: all of them or none.
+
+        Each dict gets a stable uid (``_db_uid``) before the write, so
+        appending the same dict again is a no-op, and the marker
+        ``_db_persisted`` after the commit.
+        """
+        if not isinstance(batch, list):
+            raise InvalidMessage("messages must be a list of dicts")
+        encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
+        with self.atomic() as conn:
+            ids = self.insert_encoded(conn, session_id, encoded, holder=holder)
+        for message, enc, rid in zip(batch, encoded, ids):
+            message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
+        return ids
+
+    @staticmethod
+    def _encode_for_append(message: Any, index: int) -> EncodedMessage:
+        enc = encode(message, index=index)
+        message.setdefault(UID_KEY, enc.uid)
+        return enc
+
+    def insert_encoded(self, conn: apsw.Connection, session_id: str,
+                       encoded: list[EncodedMessage], *, holder: str | None = None,
+                       kind: str = "message") -> list[int]:
+        """Insert inside the caller's transaction; counters move with the rows."""
+        paths.validate_session_id(session_id)
+        sessions.require(conn, session_id)
+        if holder is not None:
+            leases.check(conn, session_id, holder, self.now())
+        position = messages.next_position(conn, session_id)
+        ids, added, calls = [], 0, 0
+        for enc in encoded:
+            rid, inserted = messages.insert(conn, session_id, enc, position, kind)
+            ids.append(rid)
+            if inserted:
+                position += 1
+                added += 1
+                calls += enc.tool_call_total
+        if added:
+            sessions.add_counts(conn, session_id, self.now(), messages=added, tool_calls=calls)
+        return ids
+
+    def get_messages(self, session_id: str, *, include_archived: bool = False,
+                     tail: int | None = None) -> list[dict[str, Any]]:
+        """A session's messages in order, marked as persisted."""
+        with self._read() as conn:
+            sessions.require(conn, session_id)
+            return messages.load(conn, session_id, include_archived=include_archived,
+                                 tail=tail)
+
+
+__all__ = ["SessionDB", "new_uid"]
