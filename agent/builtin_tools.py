@@ -1,0 +1,49 @@
+"""Built-in tools: search past sessions, read a range of a past session."""
+from __future__ import annotations
+
+from typing import Any
+
+from sessiondb import SessionDB, strip_markers
+
+from .tools import Tool, ToolRegistry
+
+SEARCH_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "Words or a \"quoted phrase\"."},
+        "session_id": {"type": "string"}, "role": {"type": "string"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+    },
+    "required": ["query"],
+}
+MESSAGES_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "session_id": {"type": "string"},
+        "start": {"type": "integer", "minimum": 0},
+        "count": {"type": "integer", "minimum": 1, "maximum": 50},
+    },
+    "required": ["session_id"],
+}
+
+
+def session_search_tool(db: SessionDB) -> Tool:
+    def session_search(query: str, session_id: str | None = None, role: str | None = None,
+                       limit: int = 10) -> list[dict[str, Any]]:
+        hits = db.search(query, session_id=session_id, role=role, limit=min(limit, 50))
+        return [{"session_id": h.session_id, "message_id": h.message_id, "role": h.role,
+                 "title": h.title, "snippet": h.snippet} for h in hits]
+    return Tool("session_search", "Search the messages of past sessions.", SEARCH_SCHEMA,
+                session_search)
+
+
+def session_messages_tool(db: SessionDB) -> Tool:
+    def session_messages(session_id: str, start: int = 0, count: int = 20) -> list[dict[str, Any]]:
+        msgs = strip_markers(db.get_messages(session_id))
+        return msgs[start:start + min(count, 50)]
+    return Tool("session_messages", "Read a range of messages of a past session.",
+                MESSAGES_SCHEMA, session_messages)
+
+
+def default_registry(db: SessionDB) -> ToolRegistry:
+    return ToolRegistry([session_search_tool(db), session_messages_tool(db)])

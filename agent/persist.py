@@ -1,0 +1,104 @@
+"""The agent's side of persistence: lease, flush, usage, spool, compaction.
+
+Everything the loop writes goes through here so a storage failure is
+handled in one place: the unwritten messages are spooled, the cause and
+the copy-table explanation travel up as `PersistenceFailed`, and the turn
+stops writing (fails closed) until the next turn.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from sessiondb import SessionDB, StorageError
+from sessiondb.explain import StorageFailure, describe_error
+from sessiondb.spool import spool_failed_write
+from sessiondb.transcript import TranscriptWriter
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 120.0
+
+
+class PersistenceFailed(Exception):
+    """Storage failed mid-turn (control flow inside the agent loop)."""
+
+    def __init__(self, error: StorageError, failure: StorageFailure) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.failure = failure
+        self.cause = error.cause.value
+
+
+class TurnPersistence:
+    """Writes one session's transcript for an agent, under a turn lease."""
+
+    def __init__(self, db: SessionDB, session_id: str, holder: str) -> None:
+        self.db, self.session_id, self.holder = db, session_id, holder
+        self.writer = TranscriptWriter(db, session_id, holder=holder)
+        self.failed: PersistenceFailed | None = None
+        self._lease_until = 0.0
+
+    def load(self) -> list[dict[str, Any]]:
+        """The session's live transcript (marked), for resuming."""
+        return self.db.get_messages(self.session_id)
+
+    def _fail(self, err: StorageError, unwritten: list[dict[str, Any]]) -> PersistenceFailed:
+        spool_failed_write(self.db, self.session_id, unwritten, err)
+        failure = describe_error(err, home=self.db.home, profile=self.db.profile)
+        self.failed = PersistenceFailed(err, failure)
+        return self.failed
+
+    def begin_turn(self) -> None:
+        self.failed = None
+        try:
+            self._lease_until = self.db.acquire_lease(self.session_id, self.holder,
+                                                      LEASE_TTL_S).expires_at
+        except StorageError as e:
+            raise self._fail(e, []) from e
+
+    def _keep_lease(self) -> None:
+        """Renew when half the lease is gone: one extra write per minute, not per flush."""
+        if time.time() > self._lease_until - LEASE_TTL_S / 2:
+            self._lease_until = self.db.refresh_lease(self.session_id, self.holder,
+                                                      LEASE_TTL_S).expires_at
+
+    def flush(self, messages: list[dict[str, Any]]) -> None:
+        """Store what is new; on failure spool it and stop writing this turn."""
+        if self.failed is not None:
+            raise self.failed
+        try:
+            self._keep_lease()
+            self.writer.flush(messages)
+        except StorageError as e:
+            unwritten = list(self.writer.unwritten) or [m for m in messages
+                                                        if "_db_persisted" not in m]
+            raise self._fail(e, unwritten) from e
+
+    def record_usage(self, usage: Any) -> None:
+        if self.failed is not None:
+            return
+        try:
+            self.db.record_usage(
+                self.session_id, input_tokens=getattr(usage, "input_tokens", 0) or 0,
+                output_tokens=getattr(usage, "output_tokens", 0) or 0,
+                cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+                cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0)
+        except StorageError as e:
+            raise self._fail(e, []) from e
+
+    def compact(self, messages: list[dict[str, Any]], span: tuple[int, int],
+                summary: dict[str, Any]) -> None:
+        """Archive ``messages[span]`` behind ``summary`` (store and memory)."""
+        ids = [m["_db_persisted"].id for m in messages[span[0]:span[1]]]
+        self.writer.compact(messages, ids, summary)
+
+    def end_turn(self, _usage: Any) -> None:
+        """Release the lease; a store that already failed is left alone."""
+        if self.failed is not None:
+            return
+        try:
+            self.db.release_lease(self.session_id, self.holder)
+        except StorageError:
+            log.warning("could not release the lease on %s", self.session_id, exc_info=True)
