@@ -1,1 +1,8 @@
 """The agent loop on the anthropic SDK; a client of sessiondb."""
+from .compact import CompactionPolicy
+from .localmodel import LABEL, LocalModelServer, Reply, rule_based
+from .loop import Agent, TurnResult, Usage
+from .tools import Tool, ToolOutcome, ToolRegistry
+
+__all__ = ["Agent", "TurnResult", "Usage", "CompactionPolicy", "Tool", "ToolOutcome",
+           "ToolRegistry", "LocalModelServer", "Reply", "rule_based", "LABEL"]
