@@ -170,26 +170,38 @@ def list_compactions(db: "SessionDB", session_id: str) -> list[dict[str, Any]]:
 
 # -- the in-memory side -------------------------------------------------------
 
+def _keys(message: Any) -> set[Any]:
+    """What ties a dict to its row: its uid and, when marked, its row id
+    (uids are hex strings, row ids ints, so the two never collide)."""
+    if not isinstance(message, dict):
+        return set()
+    marker = message.get(MARKER_KEY)
+    keys = {message.get(UID_KEY)} - {None}
+    if isinstance(marker, Persisted):
+        keys.add(marker.id)
+    return keys
+
+
 def rebuild(messages: list[Any], result: CompactionResult, summary_message: dict[str, Any],
             trusted: int = 0) -> tuple[int, int]:
-    """Replace the absorbed dicts (matched by uid) with ``summary_message`` in
+    """Replace the absorbed dicts (matched by uid or row id) with ``summary_message`` in
     place and drop superseded summaries. Returns (summary index, how many
     leading dicts of the new list come from the first ``trusted`` old ones)."""
     if not isinstance(summary_message.get(MARKER_KEY), Persisted) or \
             summary_message[MARKER_KEY].id != result.summary_id:
         raise InvalidInput("the summary message is not the one this compaction stored")
-    absorbed = set(result.absorbed_uids)
-    dropped = absorbed | set(result.superseded_uids)
-    if not any(isinstance(m, dict) and m.get(UID_KEY) in absorbed for m in messages):
+    absorbed = {*result.absorbed_uids, *result.absorbed_ids}
+    dropped = absorbed | {*result.superseded_uids, *result.superseded_ids}
+    if not any(_keys(m) & absorbed for m in messages):
         raise InvalidInput("none of the absorbed messages is in this transcript")
     kept: list[Any] = []
     gone: list[Any] = []
     summary_index, still_trusted = -1, 0
     for old_index, m in enumerate(messages):
-        uid = m.get(UID_KEY) if isinstance(m, dict) else None
-        if uid in dropped:
+        keys = _keys(m)
+        if keys & dropped:
             gone.append(m)
-            if summary_index >= 0 or uid not in absorbed:
+            if summary_index >= 0 or not keys & absorbed:
                 continue
             summary_index, m = len(kept), summary_message
         kept.append(m)

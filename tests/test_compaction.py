@@ -215,3 +215,16 @@ def test_failed_compaction_changes_nothing(db, sid):
         db.archive_and_compact(sid, ids[:2], s)
     assert all_rows(db) == before
     assert MARKER_KEY not in s
+
+
+def test_helper_matches_by_row_id_when_a_uid_is_missing(db, sid):
+    writer = TranscriptWriter(db, sid)
+    msgs = [user("a"), user("b"), user("c")]
+    writer.flush(msgs)
+    del msgs[0][UID_KEY]  # a hand-made marker without its uid
+    s = summary("S")
+    result = db.archive_and_compact(sid, [msgs[0][MARKER_KEY].id, msgs[1][MARKER_KEY].id], s)
+    assert apply_compaction(msgs, result, s) == 0
+    assert [m["content"] for m in msgs] == ["S", "c"]
+    assert writer.flush(msgs).inserted == 0
+    assert writer.verify(msgs) == []

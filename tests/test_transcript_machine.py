@@ -189,6 +189,6 @@ class TranscriptMachine(RuleBasedStateMachine):
 
 
 TranscriptMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None,
+    max_examples=150, stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_transcript_state_machine = TranscriptMachine.TestCase
