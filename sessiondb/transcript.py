@@ -76,7 +76,8 @@ class TranscriptWriter:
       transaction, then marks them. It starts after the cursor: the leading
       run of the *same list object* flushed last time, trusted while its last
       dict is the same object with the same marker. Flushing an unchanged
-      list writes nothing; a new writer rescans everything once.
+      list writes nothing (and, touching no row, checks no lease); a new
+      writer, or a different list object, rescans everything once.
     - Change stored messages only through ``update``, ``replace``,
       ``fill_tail``, ``rewind`` and ``compact``; they drop the marker and pull
       the cursor back to the change. Editing a stored dict by hand inside the
@@ -182,8 +183,9 @@ class TranscriptWriter:
                 rid, new = rows.insert(conn, sid, w.enc, position)
                 if new:
                     ids.append(rid)
-                    position, inserted, calls = position + 1, inserted + 1,\
-                        calls + w.enc.tool_call_total
+                    position += 1
+                    inserted += 1
+                    calls += w.enc.tool_call_total
                     continue
             else:
                 rid = w.marker.id
