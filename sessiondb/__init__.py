@@ -1,4 +1,6 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
+from .compaction import (CompactionError, CompactionNotFound, CompactionResult, RestoreResult,
+                         apply_compaction)
 from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
 from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, LeaseLost,
                      SchemaTooNew, SearchIndexCorrupt, SessionNotFound, StorageError,
@@ -8,6 +10,7 @@ from .leases import Lease
 from .paths import resolve_home, store_path
 from .sessions import Session
 from .store import SessionDB
+from .transcript import FlushResult, TranscriptWriter
 
 __version__ = "0.1.0"
 
@@ -17,4 +20,6 @@ __all__ = [
     "StoreLocked", "DiskFull", "StoreReadOnly", "StoreIOError", "StoreReplaced", "LeaseLost",
     "SessionNotFound", "StoreNotFound", "InvalidMessage", "InvalidInput", "SchemaTooNew",
     "UnsafeSQLiteVersion", "__version__",
+    "TranscriptWriter", "FlushResult", "CompactionResult", "RestoreResult", "CompactionError",
+    "CompactionNotFound", "apply_compaction",
 ]

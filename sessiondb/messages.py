@@ -74,3 +74,77 @@ def load(conn: apsw.Connection, session_id: str, *, include_archived: bool = Fal
                                  (session_id, tail)))
         rows = reversed(desc)
     return [_marked(r, include_archived) for r in rows]
+
+
+# -- row edits (transcript operations and compaction) -----------------------
+
+_REWRITE = (
+    "UPDATE messages SET role = ?, content_kind = ?, content = ?, tool_calls = ?,"
+    " tool_call_id = ?, tool_name = ?, finish_reason = ?, token_count = ?, meta = ?,"
+    " fingerprint = ?, timestamp = COALESCE(?, timestamp)"
+    " WHERE id = ? AND session_id = ? AND state = 'active'")
+
+
+def rewrite(conn: apsw.Connection, session_id: str, row_id: int, enc: EncodedMessage,
+            timestamp: float | None) -> bool:
+    """Replace a live row's content in place (one UPDATE); False if it is not live.
+
+    ``timestamp`` None keeps the row's original time.
+    """
+    conn.execute(_REWRITE, (
+        enc.role, enc.content_kind, enc.content, enc.tool_calls, enc.tool_call_id,
+        enc.tool_name, enc.finish_reason, enc.token_count, enc.meta, enc.fingerprint,
+        timestamp, row_id, session_id))
+    return conn.changes() == 1
+
+
+def status(conn: apsw.Connection, row_id: int) -> tuple[str, str] | None:
+    """(fingerprint, state) of a row, or None."""
+    row = conn.execute("SELECT fingerprint, state FROM messages WHERE id = ?",
+                       (row_id,)).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def rewind_uids(conn: apsw.Connection, session_id: str, uids: Iterable[str]) -> int:
+    """Mark the live rows with these uids rewound (one UPDATE each); returns how many."""
+    count = 0
+    for uid in uids:
+        conn.execute("UPDATE messages SET state = 'rewound'"
+                     " WHERE session_id = ? AND uid = ? AND state = 'active'",
+                     (session_id, uid))
+        count += conn.changes()
+    return count
+
+
+def rows_by_id(conn: apsw.Connection, ids: list[int]) -> dict[int, tuple]:
+    """id -> (session_id, uid, position, state, kind) for the rows that exist."""
+    found: dict[int, tuple] = {}
+    for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
+        chunk = ids[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute("SELECT id, session_id, uid, position, state, kind"
+                                f" FROM messages WHERE id IN ({marks})", chunk):
+            found[row[0]] = row[1:]
+    return found
+
+
+def live_summaries(conn: apsw.Connection, session_id: str) -> list[tuple[int, str]]:
+    """(id, uid) of the session's live rolling-summary rows (a partial-index seek)."""
+    return list(conn.execute("SELECT id, uid FROM messages WHERE session_id = ?"
+                             " AND kind = 'rolling_summary' AND state = 'active'",
+                             (session_id,)))
+
+
+def set_state(conn: apsw.Connection, ids: Iterable[int], state: str,
+              compaction_id: str | None) -> None:
+    """Set the state (and the compaction that caused it) of rows, one UPDATE each."""
+    for rid in ids:
+        conn.execute("UPDATE messages SET state = ?, compaction_id = ? WHERE id = ?",
+                     (state, compaction_id, rid))
+
+
+def archived_by(conn: apsw.Connection, compaction_id: str) -> list[int]:
+    """Ids of the rows a compaction archived and that are still archived by it."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE compaction_id = ? AND state = 'archived'",
+        (compaction_id,))]

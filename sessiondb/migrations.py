@@ -80,7 +80,26 @@ def m002_leases(conn: apsw.Connection) -> None:
     """)
 
 
-MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases)
+def m003_compactions(conn: apsw.Connection) -> None:
+    """Micro-compactions (so each can be restored) and the indexes they seek by."""
+    conn.execute("""
+    CREATE TABLE compactions (
+        id             TEXT PRIMARY KEY,
+        session_id     TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        summary_id     INTEGER NOT NULL,
+        absorbed_count INTEGER NOT NULL,
+        created_at     REAL NOT NULL,
+        restored_at    REAL
+    );
+    CREATE INDEX compactions_by_session ON compactions(session_id, created_at);
+    CREATE INDEX messages_by_compaction ON messages(compaction_id)
+        WHERE compaction_id IS NOT NULL;
+    CREATE INDEX messages_live_summaries ON messages(session_id)
+        WHERE kind = 'rolling_summary' AND state = 'active';
+    """)
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

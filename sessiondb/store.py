@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import apsw
 
-from . import leases, messages, migrations, paths, policy, sessions
+from . import compaction, leases, messages, migrations, paths, policy, sessions
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -378,6 +378,25 @@ class SessionDB:
             sessions.require(conn, session_id)
             return messages.load(conn, session_id, include_archived=include_archived,
                                  tail=tail)
+
+    # -- compaction --------------------------------------------------------
+
+    def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
+                            summary_message: dict[str, Any], *, holder: str | None = None,
+                            supersede_previous: bool = True) -> compaction.CompactionResult:
+        """See `sessiondb.compaction.archive_and_compact`."""
+        return compaction.archive_and_compact(self, session_id, absorbed_ids, summary_message,
+                                              holder=holder,
+                                              supersede_previous=supersede_previous)
+
+    def restore_compaction(self, compaction_id: str, *,
+                           holder: str | None = None) -> compaction.RestoreResult:
+        """See `sessiondb.compaction.restore_compaction`."""
+        return compaction.restore_compaction(self, compaction_id, holder=holder)
+
+    def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's compactions, oldest first."""
+        return compaction.list_compactions(self, session_id)
 
 
 __all__ = ["SessionDB", "new_uid"]

@@ -1,0 +1,250 @@
+"""The flush-scan cursor and the transcript edit operations."""
+from __future__ import annotations
+
+import pytest
+
+from sessiondb import (MARKER_KEY, UID_KEY, InvalidInput, InvalidMessage, LeaseLost,
+                       Persisted, SessionDB, SessionNotFound, StorageError, TranscriptWriter,
+                       strip_markers)
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+def all_rows(db: SessionDB) -> list[tuple]:
+    """Every message row with its state, for 'nothing changed' checks."""
+    with db._read() as conn:
+        return conn.execute("SELECT id, uid, position, content, fingerprint, state"
+                            " FROM messages ORDER BY id").fetchall()
+
+
+def states(db: SessionDB, sid: str) -> list[tuple[str, str]]:
+    return [(m["content"], m["_db_state"]) for m in db.get_messages(sid, include_archived=True)]
+
+
+def fail_writes(db: SessionDB) -> None:
+    """A real SQLite failure for any insert or update of a message row."""
+    with db.atomic() as conn:
+        conn.execute("CREATE TEMP TRIGGER fail_ins BEFORE INSERT ON main.messages"
+                     " BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+                     "CREATE TEMP TRIGGER fail_upd BEFORE UPDATE ON main.messages"
+                     " BEGIN SELECT RAISE(ABORT, 'injected failure'); END;")
+
+
+def heal(db: SessionDB) -> None:
+    with db.atomic() as conn:
+        conn.execute("DROP TRIGGER temp.fail_ins; DROP TRIGGER temp.fail_upd")
+
+
+@pytest.fixture
+def writer(db, sid) -> TranscriptWriter:
+    return TranscriptWriter(db, sid)
+
+
+def test_flush_marks_and_second_flush_writes_nothing(db, sid, writer):
+    msgs = [user("a"), {"role": "assistant", "content": "b", "finish_reason": "stop"}]
+    first = writer.flush(msgs)
+    assert (first.inserted, first.updated, first.scanned, first.skipped) == (2, 0, 2, 0)
+    assert all(isinstance(m[MARKER_KEY], Persisted) for m in msgs)
+    before = all_rows(db)
+    again = writer.flush(msgs)
+    assert (again.inserted, again.updated, again.scanned, again.skipped) == (0, 0, 0, 2)
+    assert all_rows(db) == before
+    assert strip_markers(db.get_messages(sid)) == strip_markers(msgs)
+    assert writer.verify(msgs) == []
+    assert db.get_session(sid).message_count == 2
+
+
+def test_cursor_scans_only_the_new_message_of_10000(db, sid, writer):
+    msgs = [user(f"m{i}") for i in range(10_000)]
+    assert writer.flush(msgs).inserted == 10_000
+    msgs.append(user("new"))
+    result = writer.flush(msgs)
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (1, 0, 1, 10_000)
+    assert db.get_messages(sid, tail=1)[0]["content"] == "new"
+
+
+def test_new_writer_rescans_once_and_never_duplicates(db, sid, writer):
+    msgs = [user(str(i)) for i in range(20)]
+    writer.flush(msgs)
+    # A crash after the commit but before the markers were set: uids remain.
+    for m in msgs[10:]:
+        del m[MARKER_KEY]
+    fresh = TranscriptWriter(db, sid)
+    result = fresh.flush(msgs)
+    assert (result.inserted, result.updated, result.scanned) == (0, 0, 20)
+    assert len(all_rows(db)) == 20
+    assert fresh.flush(msgs).scanned == 0
+    assert fresh.verify(msgs) == []
+
+
+def test_a_different_list_object_is_rescanned(db, sid, writer):
+    msgs = [user("a"), user("b")]
+    writer.flush(msgs)
+    copy = msgs + [user("c")]
+    result = writer.flush(copy)
+    assert (result.inserted, result.scanned, result.skipped) == (1, 3, 0)
+
+
+def test_update_rewrites_the_row_and_scans_from_the_edit(db, sid, writer):
+    msgs = [user(str(i)) for i in range(10)]
+    writer.flush(msgs)
+    row_id = msgs[7][MARKER_KEY].id
+    edited = writer.update(msgs, 7, content="seven", note="edited")
+    assert edited is msgs[7] and MARKER_KEY not in edited
+    result = writer.flush(msgs)
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (0, 1, 3, 7)
+    assert msgs[7][MARKER_KEY].id == row_id
+    assert writer.verify(msgs) == []
+    assert len(all_rows(db)) == 10
+
+
+def test_bad_update_changes_nothing(db, sid, writer):
+    msgs = [user("a")]
+    writer.flush(msgs)
+    marker = msgs[0][MARKER_KEY]
+    with pytest.raises(InvalidMessage) as info:
+        writer.update(msgs, 0, content=object())
+    assert info.value.field == "content"
+    with pytest.raises(InvalidInput):
+        writer.update(msgs, 0, _db_persisted=None)
+    with pytest.raises(InvalidInput):
+        writer.update(msgs, 5, content="x")
+    assert msgs[0] == {"role": "user", "content": "a", UID_KEY: msgs[0][UID_KEY],
+                       MARKER_KEY: marker}
+    assert writer.flush(msgs).scanned == 0
+
+
+def test_replace_takes_over_the_row(db, sid, writer):
+    msgs = [user("a"), user("b"), user("c")]
+    writer.flush(msgs)
+    old = msgs[1]
+    row_id = old[MARKER_KEY].id
+    new = writer.replace(msgs, -2, {"role": "assistant", "content": "B", MARKER_KEY: "junk"})
+    assert msgs[1] is new and MARKER_KEY not in new and UID_KEY not in old
+    result = writer.flush(msgs)
+    assert (result.inserted, result.updated) == (0, 1)
+    assert new[MARKER_KEY].id == row_id
+    assert [m["content"] for m in db.get_messages(sid)] == ["a", "B", "c"]
+
+
+def test_fill_tail(db, sid, writer):
+    msgs = [user("q"), {"role": "assistant", "content": None}]
+    writer.flush(msgs)
+    writer.fill_tail(msgs, "answer", finish_reason="stop")
+    result = writer.flush(msgs)
+    assert (result.updated, result.scanned) == (1, 1)
+    (row,) = db.get_messages(sid, tail=1)
+    assert strip_markers([row]) == [{"role": "assistant", "content": "answer",
+                                     "finish_reason": "stop"}]
+    with pytest.raises(InvalidInput):
+        writer.fill_tail(msgs, "again")  # the tail is no longer empty
+    with pytest.raises(InvalidInput):
+        writer.fill_tail([], "x")
+
+
+def test_rewind_keeps_rows_on_disk_as_rewound(db, sid, writer):
+    msgs = [user(str(i)) for i in range(5)]
+    writer.flush(msgs)
+    writer.update(msgs, 4, content="four, edited but not flushed")
+    msgs.append(user("never flushed"))
+    removed = writer.rewind(msgs, 3)
+    assert [m["content"] for m in removed] == ["3", "four, edited but not flushed",
+                                               "never flushed"]
+    assert all(MARKER_KEY not in m and UID_KEY not in m for m in removed)
+    assert [m["content"] for m in msgs] == ["0", "1", "2"]
+    assert states(db, sid) == [("0", "active"), ("1", "active"), ("2", "active"),
+                               ("3", "rewound"), ("4", "rewound")]
+    assert writer.flush(msgs).scanned == 0  # the cursor was pulled back, not dropped
+    assert writer.verify(msgs) == []
+    msgs.append(removed[0])  # re-adding a removed dict makes a new message
+    assert writer.flush(msgs).inserted == 1
+    assert len(all_rows(db)) == 6
+    with pytest.raises(InvalidInput):
+        writer.rewind(msgs, 99)
+
+
+def test_failed_flush_raises_store_error_and_rescans_next_time(db, sid, writer):
+    msgs = [user("a"), user("b")]
+    writer.flush(msgs)
+    writer.update(msgs, 0, content="A")
+    msgs.append(user("c"))
+    before = all_rows(db)
+    fail_writes(db)
+    with pytest.raises(StorageError, match="injected failure") as info:
+        writer.flush(msgs)
+    assert type(info.value) is StorageError  # the store's typed error, unchanged
+    assert all_rows(db) == before
+    assert [m["content"] for m in writer.unwritten] == ["A", "c"]
+    assert MARKER_KEY not in msgs[0] and MARKER_KEY not in msgs[2]
+    assert UID_KEY in msgs[2]  # given before the write: the retry is idempotent
+    heal(db)
+    result = writer.flush(msgs)
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (1, 1, 3, 0)
+    assert writer.unwritten == ()
+    assert writer.verify(msgs) == []
+
+
+def test_new_message_before_a_stored_one_is_refused(db, sid, writer):
+    msgs = [user("a"), user("b")]
+    writer.flush(msgs)
+    writer.update(msgs, 1, content="B")
+    msgs.insert(1, user("sneaked in"))
+    before = all_rows(db)
+    with pytest.raises(InvalidInput, match="only be added at the end"):
+        writer.flush(msgs)
+    assert all_rows(db) == before
+
+
+def test_same_dict_twice_is_refused(db, sid, writer):
+    m = user("a")
+    with pytest.raises(InvalidInput, match="same dict"):
+        writer.flush([m, m])
+    assert all_rows(db) == []
+
+
+def test_flush_with_holder_checks_the_lease(db, sid, writer):
+    msgs = [user("a")]
+    with pytest.raises(LeaseLost):
+        writer.flush(msgs, holder="me")
+    assert all_rows(db) == [] and writer.unwritten == tuple(msgs)
+    db.acquire_lease(sid, "other", 60)
+    with pytest.raises(LeaseLost):
+        writer.flush(msgs, holder="me")
+    assert all_rows(db) == []
+    db.release_lease(sid, "other")
+    db.acquire_lease(sid, "me", 60)
+    held = TranscriptWriter(db, sid, holder="me")
+    assert held.flush(msgs).inserted == 1
+    held.update(msgs, 0, content="b")
+    db.release_lease(sid, "me")
+    with pytest.raises(LeaseLost):
+        held.rewind(msgs, 1)
+    assert [m["content"] for m in msgs] == ["b"]
+
+
+def test_expired_lease_of_the_same_holder_can_be_renewed(tmp_path):
+    now = [1000.0]
+    with SessionDB(tmp_path / "c.db", clock=lambda: now[0]) as db:
+        sid = db.create_session("s", source="test")
+        writer = TranscriptWriter(db, sid, holder="me")
+        db.acquire_lease(sid, "me", 10)
+        now[0] += 11
+        with pytest.raises(LeaseLost, match="expired"):
+            writer.flush([user("late")])
+        db.refresh_lease(sid, "me", 10)
+        assert writer.flush([user("late")]).inserted == 1
+
+
+def test_flush_unknown_session_and_bad_input(db):
+    writer = TranscriptWriter(db, "missing")
+    with pytest.raises(SessionNotFound):
+        writer.flush([user("a")])
+    with pytest.raises(InvalidMessage):
+        writer.flush("not a list")  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage) as info:
+        writer.flush([user("a"), {"role": "wizard"}])
+    assert info.value.index == 1
+    with pytest.raises(InvalidInput):
+        TranscriptWriter(db, "../etc")
