@@ -145,7 +145,10 @@ def corruption_is_fts_only(conn: apsw.Connection) -> bool:
 
 def _table_ok(conn: apsw.Connection, name: str) -> bool:
     quoted = name.replace('"', '""')
-    return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
+    try:
+        return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
+    except apsw.Error:  # a smashed root page makes the check itself fail
+        return False
 
 
 class Guard:
