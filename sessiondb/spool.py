@@ -144,6 +144,8 @@ def spool_failed_write(db: "SessionDB", session_id: str, batch: list[dict[str, A
     try:
         if encoded is None:
             encoded = [encode(m, index=i, uid=m.get(UID_KEY)) for i, m in enumerate(batch)]
+            for m, enc in zip(batch, encoded):
+                m.setdefault(UID_KEY, enc.uid)  # a later retry of this dict is a no-op
         records = message_records(session_id, batch, encoded, err.cause)
         path = write_records(spool_dir_for(db.path), session_id, records,
                              _session_meta(db, session_id, err))
