@@ -66,32 +66,34 @@ def _commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str
 # cause -> (summary, action keys). Summaries may name the store's path.
 _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
     Cause.CORRUPT: (
-        "The session database {db} is damaged; hermes stopped writing to it so the damage "
-        "cannot spread, and kept new messages in the spool.",
+        "The session database {db} is damaged; hermes will not write to it, so the damage "
+        "cannot spread, and messages it could not save are kept in the spool.",
         ("inspect", "recover", "import")),
     Cause.FTS_INDEX: (
         "Only the search index of {db} is damaged; your messages are intact, but search may "
         "miss results until the index is rebuilt.",
         ("reindex", "doctor")),
     Cause.LOCKED: (
-        "Another program kept the session database {db} busy for too long, so this write "
-        "was not saved; see which program holds it, then try again.",
+        "Another program kept the session database {db} busy for too long, so this "
+        "operation did not happen; see which program holds it, then try again.",
         ("inspect", "doctor")),
     Cause.DISK_FULL: (
-        "The disk holding {db} is full (or a size limit was reached); new messages were kept "
-        "in the spool. Free space on that disk, then import them.",
+        "The disk holding {db} is full (or a size limit was reached); messages that could "
+        "not be saved are kept in the spool. Free space on that disk, then import them.",
         ("doctor", "import")),
     Cause.READONLY: (
-        "The session database {db} cannot be written (read-only file, folder or disk); new "
-        "messages were kept in the spool. Make it writable, then import them.",
+        "The session database {db} cannot be written (read-only file, folder or disk); "
+        "messages that could not be saved are kept in the spool. Make it writable, then "
+        "import them.",
         ("doctor", "import")),
     Cause.IO_ERROR: (
         "The operating system reported a read/write error for {db}; the disk or the file may "
-        "be failing, so hermes kept new messages in the spool.",
+        "be failing, and messages that could not be saved are kept in the spool.",
         ("inspect", "doctor", "import")),
     Cause.REPLACED: (
         "The session database {db} was replaced or its write-ahead log was removed while "
-        "hermes was using it; hermes stopped writing to it and kept new messages in the spool.",
+        "hermes was using it; hermes stopped writing to it, and messages it could not save "
+        "are kept in the spool.",
         ("inspect", "recover", "import")),
     Cause.LEASE_LOST: (
         "Another agent took over this session's turn, so this one stopped writing to it.",

@@ -120,3 +120,13 @@ def test_doctor_fix_comes_from_the_table(hermes_home: Path) -> None:
 def test_user_errors_have_no_repair_commands(cause: Cause) -> None:
     failure = describe(cause, db_path="/h/state.db", home="/h")
     assert not any("recover" in a or "import-spool" in a for a in failure.actions)
+
+
+def test_runbook_table_matches_the_copy_table() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "state-db-recovery.md").read_text()
+    for cause in Cause:
+        failure = describe(cause, db_path="DB", home="H")
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `{cause.value}` |"))
+        assert f"`{failure.code}`" in row and failure.summary in row
+        for action in describe(cause, db_path="H/state.db", home="H").actions:
+            assert action.replace("--source H/state.db", "--source DB") in row
