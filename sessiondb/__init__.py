@@ -1,12 +1,15 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
+from .classify import classify
 from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
 from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, LeaseLost,
                      SchemaTooNew, SearchIndexCorrupt, SessionNotFound, StorageError,
                      StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
+from .explain import StorageFailure, describe, describe_error
 from .leases import Lease
 from .paths import resolve_home, store_path
 from .sessions import Session
+from .spool import import_spool
 from .store import SessionDB
 
 __version__ = "0.1.0"
@@ -16,5 +19,6 @@ __all__ = [
     "resolve_home", "store_path", "Cause", "StorageError", "StoreCorrupt", "SearchIndexCorrupt",
     "StoreLocked", "DiskFull", "StoreReadOnly", "StoreIOError", "StoreReplaced", "LeaseLost",
     "SessionNotFound", "StoreNotFound", "InvalidMessage", "InvalidInput", "SchemaTooNew",
-    "UnsafeSQLiteVersion", "__version__",
+    "UnsafeSQLiteVersion", "classify", "describe", "describe_error", "StorageFailure",
+    "import_spool", "__version__",
 ]

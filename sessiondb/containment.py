@@ -163,6 +163,7 @@ class Guard:
         self.generation: int | None = None
         self._disk_zero_ok = False
         self._wal_key: FileKey | None = None
+        self._wal_mode = False
         self.quarantine: Quarantine | None = None
 
     # -- opening -----------------------------------------------------------
@@ -191,16 +192,28 @@ class Guard:
             with atomic() as c:
                 app_id = stamp_generation(c, app_id or None)
         if self._fd is not None and disk_application_id(self._fd) != app_id:
-            # A new stamp may still sit in the -wal; move it to the file.
-            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            try:  # a new stamp may still sit in the -wal; move it to the file
+                conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            except apsw.Error:
+                log.debug("could not checkpoint %s at open", self.path, exc_info=True)
         disk = disk_application_id(self._fd) if self._fd is not None else app_id
         self._disk_zero_ok = disk == 0
         self.generation = app_id
-        wal = Path(f"{self.path}-wal")
-        if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal" \
-                and wal.exists():
-            st = os.stat(wal)
-            self._wal_key = (st.st_dev, st.st_ino)
+        self._wal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+        self._remember_wal()
+
+    def _remember_wal(self) -> None:
+        """Pin the -wal this handle writes to (it exists once WAL is in use)."""
+        try:
+            st = os.stat(f"{self.path}-wal")
+        except FileNotFoundError:
+            return
+        self._wal_key = (st.st_dev, st.st_ino)
+
+    def prepare(self, conn: apsw.Connection) -> None:
+        """A connection opened after quarantine must not checkpoint either."""
+        if self.quarantine is not None:
+            conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
 
     def release(self) -> None:
         """Drop the header descriptor (after the SQLite connections closed)."""
@@ -220,6 +233,8 @@ class Guard:
         if q is not None and q.generation in (None, self.generation):
             self._quarantine_self(q)
             raise self._refusal()
+        if self._wal_mode and self._wal_key is None:
+            self._remember_wal()
         reason = self._replaced_reason()
         if reason is not None:
             rescued = self._rescue() if "-wal" in reason else None

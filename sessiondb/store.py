@@ -107,6 +107,7 @@ class SessionDB:
         if self._reader_conn is None:
             conn = self._connect(apsw.SQLITE_OPEN_READONLY)
             policy.apply_policy(conn, policy.READER_POLICY)
+            self._guard.prepare(conn)
             self._reader_conn = conn
         return self._reader_conn
 

@@ -27,9 +27,9 @@ def _raise(conn: apsw.Connection, sql: str) -> apsw.Error:
 def _corrupt_file(tmp_path: Path) -> apsw.Error:
     path = tmp_path / "c.db"
     conn = apsw.Connection(str(path))
-    conn.execute("CREATE TABLE t(x)")
-    for _ in range(50):
-        conn.execute("INSERT INTO t VALUES (zeroblob(500))")
+    with conn:
+        conn.execute("CREATE TABLE t(x)")
+        conn.executemany("INSERT INTO t VALUES (zeroblob(500))", [()] * 50)
     (root,) = conn.execute("SELECT rootpage FROM sqlite_schema WHERE name='t'").fetchone()
     conn.close()
     with open(path, "r+b") as f:
@@ -74,6 +74,7 @@ def _page_limit(tmp_path: Path) -> apsw.Error:
 
 
 def _read_only(tmp_path: Path) -> apsw.Error:
+    """The file opened read-only, as SQLite does when it may not write it."""
     shim = FaultVFS(f"classify{os.getpid()}_{next(_names)}")
     try:
         path = str(tmp_path / "ro.db")
