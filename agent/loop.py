@@ -27,7 +27,7 @@ from .tools import ToolRegistry
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-5"
 
 
 class TurnInterrupted(Exception):

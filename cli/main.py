@@ -10,7 +10,8 @@ import click
 
 import sessiondb
 from sessiondb import SessionDB, StorageError
-from sessiondb.errors import InvalidInput
+from sessiondb.errors import Cause, InvalidInput
+from sessiondb.explain import describe_error
 
 
 @dataclass
@@ -33,7 +34,25 @@ class HermesGroup(click.Group):
         except InvalidInput as e:
             raise click.UsageError(str(e), ctx) from e
         except StorageError as e:
-            raise click.ClickException(str(e)) from e
+            raise click.ClickException(explain_for_cli(e, ctx.obj)) from e
+
+
+# Bad input keeps its one line; a storage failure also says what it means
+# and the first command to run (from the one copy table).
+_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
+
+
+def explain_for_cli(err: StorageError, app: Any) -> str:
+    """``err`` as the CLI prints it: its own line, then summary and next step."""
+    if err.cause in _ONE_LINE_CAUSES:
+        return str(err)
+    home = app.home if isinstance(app, AppContext) else None
+    profile = app.profile if isinstance(app, AppContext) else None
+    failure = describe_error(err, home=home, profile=profile)
+    lines = [str(err), failure.summary]
+    if failure.actions:
+        lines.append(f"Next: {failure.actions[0]}")
+    return "\n".join(lines)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -73,4 +92,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; import them last.
-from . import doctor_cmd, sessions_cmd  # noqa: E402,F401
+from . import doctor_cmd, sessions_cmd, spool_cmd  # noqa: E402,F401

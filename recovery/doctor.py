@@ -11,7 +11,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb import SessionDB, StorageError, paths
+from sessiondb import Cause, SessionDB, StorageError, paths
+from sessiondb.classify import classify
+from sessiondb.explain import StorageFailure, describe
+
+
+def _fix(failure: StorageFailure) -> str | None:
+    """A finding's fix text, always from the one copy table."""
+    return "; then ".join(failure.actions) or None
 
 
 @dataclass(frozen=True)
@@ -51,8 +58,10 @@ def _store_findings(db: SessionDB) -> list[Finding]:
     if result == ["ok"]:
         out.append(Finding("quick_check", "ok", "quick_check reports no damage"))
     else:
-        out.append(Finding("quick_check", "error", f"quick_check: {'; '.join(result[:5])}",
-                           f"hermes sessions recover --source {db.path} --inspect-only"))
+        failure = describe(Cause.CORRUPT, db_path=db.path, home=db.home, profile=db.profile)
+        out.append(Finding("quick_check", "error",
+                           f"{failure.summary} quick_check: {'; '.join(result[:5])}",
+                           _fix(failure)))
     wal = db.journal_mode() == "wal"
     out.append(Finding("journal_mode", "ok" if wal else "warning",
                        "WAL mode" if wal else "not in WAL mode"))
@@ -71,7 +80,8 @@ def run_doctor(home: str | os.PathLike[str] | None = None,
             findings = _store_findings(db)
             findings += _mode_findings(paths.profile_dir(home, profile), db.path)
     except StorageError as e:
-        return [Finding("open", "error", f"cannot open the store: {e}",
-                        f"hermes sessions recover --source {paths.store_path(home, profile)} "
-                        "--inspect-only")]
+        failure = describe(classify(e), db_path=e.path or paths.store_path(home, profile),
+                           home=paths.resolve_home(home), profile=profile)
+        return [Finding("open", "error", f"cannot open the store: {e}. {failure.summary}",
+                        _fix(failure))]
     return findings

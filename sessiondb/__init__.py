@@ -1,14 +1,17 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
 from .compaction import (CompactionError, CompactionNotFound, CompactionResult, RestoreResult,
                          apply_compaction)
+from .classify import classify
 from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
 from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, LeaseLost,
                      SchemaTooNew, SearchIndexCorrupt, SessionNotFound, StorageError,
                      StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
+from .explain import StorageFailure, describe, describe_error
 from .leases import Lease
 from .paths import resolve_home, store_path
 from .sessions import Session
+from .spool import import_spool
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
 
@@ -22,4 +25,5 @@ __all__ = [
     "UnsafeSQLiteVersion", "__version__",
     "TranscriptWriter", "FlushResult", "CompactionResult", "RestoreResult", "CompactionError",
     "CompactionNotFound", "apply_compaction",
+    "classify", "describe", "describe_error", "StorageFailure", "import_spool",
 ]

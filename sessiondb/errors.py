@@ -33,6 +33,10 @@ class StorageError(Exception):
     """Base of every error raised by sessiondb."""
 
     cause: Cause = Cause.UNKNOWN
+    #: Where the messages of a failed write were kept (see sessiondb.spool).
+    spooled_to: str | None = None
+    #: A copy of what a quarantined handle could still read (deleted -wal).
+    rescued_to: str | None = None
 
     def __init__(self, message: str, *, path: str | None = None,
                  sqlite_code: int | None = None, hint: str | None = None,

@@ -99,7 +99,15 @@ def m003_compactions(conn: apsw.Connection) -> None:
     """)
 
 
-MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions)
+def m005_generation(conn: apsw.Connection) -> None:
+    """Stamp the file with a random generation (header application_id and
+    state_meta) so a handle can tell when another file was put in its place."""
+    from .containment import stamp_generation  # containment owns the stamp's format
+    stamp_generation(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
+                                     m005_generation)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

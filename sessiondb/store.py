@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 
 import apsw
 
-from . import compaction, leases, messages, migrations, paths, policy, sessions
+from . import (compaction, containment, leases, messages, migrations, paths, policy, sessions,
+               spool)
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -53,11 +54,15 @@ class SessionDB:
         self._depth = 0
         self._reader_conn: apsw.Connection | None = None
         self._closed = False
+        self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
+            self._guard.attach(self._writer)
             self._migrate()
+            self._guard.establish(self._writer, self.atomic)
         except BaseException:
             self._writer.close()
+            self._guard.release()
             raise
 
     @classmethod
@@ -103,6 +108,7 @@ class SessionDB:
         if self._reader_conn is None:
             conn = self._connect(apsw.SQLITE_OPEN_READONLY)
             policy.apply_policy(conn, policy.READER_POLICY)
+            self._guard.prepare(conn)
             self._reader_conn = conn
         return self._reader_conn
 
@@ -143,6 +149,12 @@ class SessionDB:
                 if conn is not None:
                     conn.close()
             self._reader_conn = None
+            self._guard.release()  # only after SQLite let go of its locks
+
+    @property
+    def quarantined(self) -> bool:
+        """True once this handle refuses writes (corruption or a replaced file)."""
+        return self._guard.quarantine is not None
 
     def __enter__(self) -> "SessionDB":
         return self
@@ -187,15 +199,20 @@ class SessionDB:
             if self._depth:
                 yield from self._savepoint(conn)
                 return
-            self._begin_immediate(self.patience if patience is None else patience)
+            self._guard.before_write()  # quarantine latch, replaced file, lost -wal
+            try:
+                self._begin_immediate(self.patience if patience is None else patience)
+            except apsw.Error as e:
+                raise self._guard.on_error(e, conn) from e
             self._depth = 1
             try:
+                self._guard.check_in_transaction(conn)
                 yield conn
                 conn.execute("COMMIT")
             except BaseException as e:
                 self._rollback(conn)
                 if isinstance(e, apsw.Error):
-                    raise from_apsw(e, path=str(self.path)) from e
+                    raise self._guard.on_error(e, conn) from e
                 raise
             finally:
                 self._depth = 0
@@ -239,6 +256,7 @@ class SessionDB:
         """A PASSIVE checkpoint: (WAL frames, frames copied back)."""
         self._check_open()
         with self._lock:
+            self._guard.before_write()  # a checkpoint writes the database file
             try:
                 return policy.checkpoint_passive(self._writer)
             except apsw.Error as e:
@@ -338,8 +356,12 @@ class SessionDB:
         if not isinstance(batch, list):
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
-        with self.atomic() as conn:
-            ids = self.insert_encoded(conn, session_id, encoded, holder=holder)
+        try:
+            with self.atomic() as conn:
+                ids = self.insert_encoded(conn, session_id, encoded, holder=holder)
+        except StorageError as e:
+            spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
+            raise
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids

@@ -1,0 +1,322 @@
+"""The JSONL spool: messages that could not be written, and their re-import.
+
+When a write of messages fails because the store is damaged, replaced,
+full, read-only or failing, the messages go to
+``<store dir>/spool/<session_id>.jsonl`` (for a home's store that is
+``<home>/spool/``): 0600, appended and fsynced, one JSON object per line,
+a session line first. `import_spool` brings them back into a healthy store
+idempotently (by uid) and moves each fully imported file to
+``spool/imported/``. Writers and the importer take an exclusive `flock` on
+the spool file, so an import never moves a file under a concurrent append.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import apsw
+
+from . import paths, sessions
+from .codec import UID_KEY, EncodedMessage, encode, public_fields
+from .errors import Cause, InvalidMessage, StorageError
+
+if TYPE_CHECKING:
+    from .store import SessionDB
+
+log = logging.getLogger(__name__)
+
+SPOOL_DIR = "spool"
+IMPORTED_DIR = "imported"
+FORMAT_VERSION = 1
+# Causes after which the store cannot take the messages now; `locked` is
+# transient (the caller retries) and `fts_index` leaves the store writable.
+SPOOL_CAUSES = frozenset({Cause.CORRUPT, Cause.REPLACED, Cause.DISK_FULL, Cause.READONLY,
+                          Cause.IO_ERROR})
+
+
+def spool_dir_for(db_path: str | os.PathLike[str]) -> Path:
+    """The spool directory beside a store (``<home>/spool`` for a home's store)."""
+    return Path(db_path).parent / SPOOL_DIR
+
+
+def spool_file(directory: Path, session_id: str) -> Path:
+    return directory / f"{paths.validate_session_id(session_id)}.jsonl"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_locked_for_append(path: Path) -> tuple[int, bool]:
+    """An fd on ``path`` holding LOCK_EX; retried if an import moved it meanwhile."""
+    while True:
+        created = False
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL |
+                         os.O_CLOEXEC, paths.FILE_MODE)
+            created = True
+            os.fchmod(fd, paths.FILE_MODE)
+        except FileExistsError:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, created
+        os.close(fd)  # imported and moved between open and lock: start a new file
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def write_records(directory: Path, session_id: str, records: list[dict[str, Any]],
+                  session_meta: dict[str, Any]) -> Path:
+    """Append ``records`` (one JSON line each) to the session's spool file.
+
+    The session line goes first when the file is new or empty. Returns only
+    after the data (and a new file's directory entry) is fsynced.
+    """
+    paths.ensure_private_dir(directory)
+    path = spool_file(directory, session_id)
+    fd, created = _open_locked_for_append(path)
+    try:
+        lines = []
+        if os.fstat(fd).st_size == 0:
+            lines.append({"kind": "session", "version": FORMAT_VERSION,
+                          "session_id": session_id, **session_meta})
+        lines.extend(records)
+        data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in lines)
+        _write_all(fd, data.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the flock
+    if created:
+        _fsync_dir(directory)
+    return path
+
+
+def message_records(session_id: str, batch: list[dict[str, Any]],
+                    encoded: list[EncodedMessage], cause: Cause) -> list[dict[str, Any]]:
+    """Spool lines for messages: public fields, uid and the resolved timestamp."""
+    now = time.time()
+    return [{"kind": "message", "session_id": session_id, "uid": enc.uid,
+             "timestamp": enc.timestamp, "message": public_fields(m), "cause": cause.value,
+             "spooled_at": now} for m, enc in zip(batch, encoded)]
+
+
+def _session_meta(db: "SessionDB", session_id: str, err: StorageError) -> dict[str, Any]:
+    meta: dict[str, Any] = {"db_path": str(db.path), "cause": err.cause.value,
+                            "spooled_at": time.time()}
+    if err.cause is Cause.REPLACED:
+        return meta  # the file under the path is not this session's store
+    try:
+        s = db.get_session(session_id)
+    except (StorageError, apsw.Error):
+        return meta
+    meta.update(source=s.source, model=s.model, title=s.title, started_at=s.started_at)
+    return meta
+
+
+def spool_failed_write(db: "SessionDB", session_id: str, batch: list[dict[str, Any]],
+                       err: StorageError, *, encoded: list[EncodedMessage] | None = None
+                       ) -> Path | None:
+    """Spool the messages of a write that failed with ``err``, when its cause
+    calls for it; sets ``err.spooled_to``. A failing spool is logged, never
+    raised over the original error."""
+    if err.cause not in SPOOL_CAUSES or not batch:
+        return None
+    try:
+        if encoded is None:
+            encoded = [encode(m, index=i, uid=m.get(UID_KEY)) for i, m in enumerate(batch)]
+            for m, enc in zip(batch, encoded):
+                m.setdefault(UID_KEY, enc.uid)  # a later retry of this dict is a no-op
+        records = message_records(session_id, batch, encoded, err.cause)
+        path = write_records(spool_dir_for(db.path), session_id, records,
+                             _session_meta(db, session_id, err))
+    except (OSError, StorageError):
+        log.exception("could not spool %d message(s) of session %s", len(batch), session_id)
+        return None
+    err.spooled_to = str(path)
+    return path
+
+
+# -- import ---------------------------------------------------------------
+
+
+@dataclass
+class SpoolFileResult:
+    """What happened to one spool file. Never contains message text."""
+
+    file: str
+    session_id: str | None = None
+    messages: int = 0
+    imported: int = 0
+    already_present: int = 0
+    truncated_last_line: int | None = None
+    bad_lines: list[int] = field(default_factory=list)
+    moved_to: str | None = None
+
+
+@dataclass
+class SpoolImportReport:
+    """The outcome of `import_spool` for every file in the spool directory."""
+
+    spool_dir: str
+    dry_run: bool
+    files: list[SpoolFileResult] = field(default_factory=list)
+
+    @property
+    def imported(self) -> int:
+        return sum(f.imported for f in self.files)
+
+    @property
+    def already_present(self) -> int:
+        return sum(f.already_present for f in self.files)
+
+    @property
+    def problems(self) -> list[SpoolFileResult]:
+        """Files kept in place because some line could not be read."""
+        return [f for f in self.files if f.bad_lines]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"spool_dir": self.spool_dir, "dry_run": self.dry_run,
+                "imported": self.imported, "already_present": self.already_present,
+                "files": [dataclasses.asdict(f) for f in self.files]}
+
+
+def _parse(data: bytes, result: SpoolFileResult) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of a spool file; a torn last line is noted, not fatal."""
+    pieces = data.split(b"\n")
+    records = []
+    for number, raw in enumerate(pieces, start=1):
+        if not raw.strip():
+            continue
+        is_last = number == len(pieces)  # no newline after it: the write was torn
+        try:
+            record = json.loads(raw.decode("utf-8"))
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            if is_last:
+                result.truncated_last_line = number
+            else:
+                result.bad_lines.append(number)
+            continue
+        records.append((number, record))
+    return records
+
+
+def _encoded(records: Iterable[tuple[int, dict[str, Any]]], result: SpoolFileResult,
+             ) -> list[EncodedMessage]:
+    out = []
+    for number, record in records:
+        if record.get("kind") != "message":
+            continue
+        try:
+            enc = encode(record["message"], uid=str(record["uid"]))
+            out.append(dataclasses.replace(enc, timestamp=float(record["timestamp"])))
+        except (KeyError, TypeError, ValueError, InvalidMessage):
+            result.bad_lines.append(number)
+    return out
+
+
+def _present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for uid in uids:
+        if conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND uid = ?",
+                        (session_id, uid)).fetchone():
+            found.add(uid)
+    return found
+
+
+def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
+                   encoded: list[EncodedMessage], dry_run: bool) -> int:
+    """Insert what is missing (one transaction); returns how many were present."""
+    uids = [e.uid for e in encoded]
+    if dry_run:
+        with db._read() as conn:
+            if not sessions.exists(conn, session_id):
+                return 0
+            return len(_present_uids(conn, session_id, uids))
+    with db.atomic() as conn:
+        if not sessions.exists(conn, session_id):
+            sessions.create(conn, session_id, source=str(meta.get("source") or "spool"),
+                            model=meta.get("model"), title=meta.get("title"),
+                            parent_session_id=None, now=db.now())
+        present = _present_uids(conn, session_id, uids)
+        db.insert_encoded(conn, session_id, [e for e in encoded if e.uid not in present])
+    return len(present)
+
+
+def _move_to_imported(path: Path) -> Path:
+    target_dir = paths.ensure_private_dir(path.parent / IMPORTED_DIR)
+    target = target_dir / f"{path.stem}.{time.time_ns()}.jsonl"
+    os.rename(path, target)
+    _fsync_dir(path.parent)
+    _fsync_dir(target_dir)
+    return target
+
+
+def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
+    result = SpoolFileResult(file=str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        records = _parse(os.pread(fd, size, 0), result)
+        head = next((r for _, r in records if r.get("kind") == "session"), {})
+        messages = [r for _, r in records if r.get("kind") == "message"]
+        session_id = head.get("session_id") or (messages[0].get("session_id")
+                                                if messages else None)
+        result.session_id = session_id
+        encoded = _encoded(records, result)
+        result.messages = len(encoded)
+        if session_id is None or result.bad_lines:
+            return result
+        paths.validate_session_id(session_id)
+        result.already_present = _store_records(db, session_id, head, encoded, dry_run)
+        result.imported = len(encoded) - result.already_present
+        if not dry_run:
+            result.moved_to = str(_move_to_imported(path))
+    finally:
+        os.close(fd)
+    return result
+
+
+def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = None,
+                 dry_run: bool = False) -> SpoolImportReport:
+    """Re-import every spooled message into ``db`` (idempotent by uid).
+
+    Each file is imported in one transaction and then moved to
+    ``imported/``. A torn last line (a write cut short by a crash, never
+    acknowledged) is reported and skipped; a file with any other unreadable
+    line is not imported at all and stays in place, listed in ``problems``.
+    ``dry_run`` reads and counts, and changes nothing.
+    """
+    directory = Path(spool_dir) if spool_dir is not None else spool_dir_for(db.path)
+    report = SpoolImportReport(spool_dir=str(directory), dry_run=dry_run)
+    if not directory.is_dir():
+        return report
+    for path in sorted(directory.glob("*.jsonl")):
+        report.files.append(_import_file(db, path, dry_run))
+    return report
+
+
+__all__ = ["spool_failed_write", "write_records", "message_records", "import_spool",
+           "spool_dir_for", "SpoolImportReport", "SpoolFileResult", "SPOOL_CAUSES"]
