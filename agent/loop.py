@@ -162,7 +162,6 @@ class Agent:
                         on_text(event.text)
             final = stream.get_final_message()
         usage.add(final.usage)
-        self.store.record_usage(final.usage)
         return wire.assistant_from_api(final)
 
     def _after_turn(self, usage: Usage) -> None:
@@ -177,7 +176,6 @@ class Agent:
                                             system=system,
                                             messages=[{"role": "user", "content": text}])
         usage.add(reply.usage)
-        self.store.record_usage(reply.usage)
         return "".join(b.text for b in reply.content if b.type == "text")
 
 

@@ -13,12 +13,15 @@ from typing import Any
 
 from sessiondb import SessionDB, StorageError
 from sessiondb.explain import StorageFailure, describe_error
-from sessiondb.spool import spool_failed_write
+from sessiondb.errors import Cause
+from sessiondb.spool import SPOOL_CAUSES, spool_failed_write
 from sessiondb.transcript import TranscriptWriter
 
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 120.0
+# A failed turn is over: nobody retries its writes, so a lock timeout spools too.
+AGENT_SPOOL_CAUSES = SPOOL_CAUSES | {Cause.LOCKED}
 
 
 class PersistenceFailed(Exception):
@@ -45,7 +48,7 @@ class TurnPersistence:
         return self.db.get_messages(self.session_id)
 
     def _fail(self, err: StorageError, unwritten: list[dict[str, Any]]) -> PersistenceFailed:
-        spool_failed_write(self.db, self.session_id, unwritten, err)
+        spool_failed_write(self.db, self.session_id, unwritten, err, causes=AGENT_SPOOL_CAUSES)
         failure = describe_error(err, home=self.db.home, profile=self.db.profile)
         self.failed = PersistenceFailed(err, failure)
         return self.failed
@@ -76,29 +79,23 @@ class TurnPersistence:
                                                         if "_db_persisted" not in m]
             raise self._fail(e, unwritten) from e
 
-    def record_usage(self, usage: Any) -> None:
-        if self.failed is not None:
-            return
-        try:
-            self.db.record_usage(
-                self.session_id, input_tokens=getattr(usage, "input_tokens", 0) or 0,
-                output_tokens=getattr(usage, "output_tokens", 0) or 0,
-                cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-                cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0)
-        except StorageError as e:
-            raise self._fail(e, []) from e
-
     def compact(self, messages: list[dict[str, Any]], span: tuple[int, int],
                 summary: dict[str, Any]) -> None:
         """Archive ``messages[span]`` behind ``summary`` (store and memory)."""
         ids = [m["_db_persisted"].id for m in messages[span[0]:span[1]]]
         self.writer.compact(messages, ids, summary)
 
-    def end_turn(self, _usage: Any) -> None:
-        """Release the lease; a store that already failed is left alone."""
+    def end_turn(self, usage: Any) -> None:
+        """Record the turn's token usage (one write) and release the lease.
+        A store that already failed this turn is left alone."""
         if self.failed is not None:
             return
         try:
+            self.db.record_usage(self.session_id, input_tokens=usage.input_tokens,
+                                 output_tokens=usage.output_tokens,
+                                 cache_read_tokens=usage.cache_read_tokens,
+                                 cache_write_tokens=usage.cache_write_tokens)
             self.db.release_lease(self.session_id, self.holder)
         except StorageError:
-            log.warning("could not release the lease on %s", self.session_id, exc_info=True)
+            log.warning("could not record usage or release the lease on %s", self.session_id,
+                        exc_info=True)

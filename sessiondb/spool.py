@@ -134,12 +134,13 @@ def _session_meta(db: "SessionDB", session_id: str, err: StorageError) -> dict[s
 
 
 def spool_failed_write(db: "SessionDB", session_id: str, batch: list[dict[str, Any]],
-                       err: StorageError, *, encoded: list[EncodedMessage] | None = None
-                       ) -> Path | None:
+                       err: StorageError, *, encoded: list[EncodedMessage] | None = None,
+                       causes: frozenset[Cause] = SPOOL_CAUSES) -> Path | None:
     """Spool the messages of a write that failed with ``err``, when its cause
-    calls for it; sets ``err.spooled_to``. A failing spool is logged, never
-    raised over the original error."""
-    if err.cause not in SPOOL_CAUSES or not batch:
+    is one of ``causes``; sets ``err.spooled_to``. A failing spool is logged,
+    never raised over the original error. (The agent also spools on `locked`:
+    its turn ends there, so nobody would retry the write.)"""
+    if err.cause not in causes or not batch or getattr(err, "spooled_to", None):
         return None
     try:
         if encoded is None:

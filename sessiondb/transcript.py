@@ -18,8 +18,9 @@ from . import compaction, leases, sessions
 from . import messages as rows
 from .codec import MARKER_KEY, PRIVATE_PREFIX, UID_KEY, EncodedMessage, Persisted, encode
 from .codec import public_fields
-from .errors import InvalidInput, InvalidMessage
+from .errors import InvalidInput, InvalidMessage, StorageError
 from .paths import validate_session_id
+from .spool import spool_failed_write
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -83,8 +84,9 @@ class TranscriptWriter:
       the cursor back to the change. Editing a stored dict by hand inside the
       trusted run is not seen by the next flush.
     - A failed flush raises the store's typed ``StorageError`` unchanged,
-      writes nothing, resets the cursor (the next flush rescans) and leaves
-      the dicts it could not write in ``unwritten``.
+      writes nothing, resets the cursor (the next flush rescans), leaves the
+      dicts it could not write in ``unwritten`` and, for the causes the spool
+      takes (corrupt, replaced, disk full, read-only, I/O), spools them.
     - New messages go at the end: a new dict placed before a stored one is
       refused (``InvalidInput``), as is a dict that appears twice.
     """
@@ -137,8 +139,10 @@ class TranscriptWriter:
         try:
             scanned = self._plan(messages, start, plan)
             ids, inserted, updated = self._write(plan, holder) if plan else ([], 0, 0)
-        except BaseException:
+        except BaseException as e:
             self.unwritten = tuple(w.message for w in plan)
+            if isinstance(e, StorageError):  # keep what could not be written
+                spool_failed_write(self.db, self.session_id, list(self.unwritten), e)
             raise
         for w, rid in zip(plan, ids):
             w.message[MARKER_KEY] = Persisted(rid, w.enc.fingerprint)
