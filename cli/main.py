@@ -92,4 +92,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; import them last.
-from . import doctor_cmd, sessions_cmd, spool_cmd  # noqa: E402,F401
+from . import chat_cmd, doctor_cmd, sessions_cmd, spool_cmd  # noqa: E402,F401

@@ -1,0 +1,110 @@
+"""`hermes chat`: talk to a model, every turn persisted in the store."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Any, Iterator
+
+import click
+
+from .main import AppContext, cli
+
+
+@contextlib.contextmanager
+def model_client(offline: bool) -> Iterator[Any]:
+    """The anthropic client: the real API, or the local scripted model."""
+    import anthropic
+
+    from agent.localmodel import LABEL, LocalModelServer, rule_based
+    if offline:
+        with LocalModelServer(rule_based) as server:
+            click.echo(f"[offline: {LABEL} at {server.base_url}]", err=True)
+            yield anthropic.Anthropic(base_url=server.base_url, api_key="offline",
+                                      max_retries=0)
+        return
+    if not (os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")):
+        raise click.ClickException("ANTHROPIC_API_KEY is not set; use --offline to try the "
+                                   "local scripted model")
+    yield anthropic.Anthropic()
+
+
+def report_failure(result: Any) -> None:
+    """The failed turn's reason and, for storage, the copy-table explanation."""
+    click.echo(f"Error: turn failed: {result.failure_reason}", err=True)
+    exp = result.explanation
+    if exp is not None and hasattr(exp, "summary"):
+        click.echo(exp.summary, err=True)
+        for action in exp.actions:
+            click.echo(f"  {action}", err=True)
+
+
+def run_one(agent: Any, text: str) -> Any:
+    """One turn, streaming to stdout; Ctrl-C interrupts the turn."""
+    presses = []
+
+    def on_sigint(_sig: int, _frame: Any) -> None:
+        presses.append(1)
+        if len(presses) > 1:
+            raise KeyboardInterrupt  # a second Ctrl-C leaves
+        agent.interrupt()
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        result = agent.run_turn(text, on_text=lambda t: click.echo(t, nl=False))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    click.echo()
+    if result.interrupted:
+        click.echo("[interrupted; what arrived so far is saved]", err=True)
+    elif result.failed:
+        report_failure(result)
+    return result
+
+
+@cli.command()
+@click.option("-q", "--query", "query", help="Run one turn with this text and exit.")
+@click.option("--resume", "resume", metavar="ID", help="Continue an existing session.")
+@click.option("--model", default=None, help="Model name (default: the agent's default).")
+@click.option("--offline", is_flag=True,
+              help="Use the local scripted model on 127.0.0.1 (no API key, not a real model).")
+@click.pass_obj
+def chat(app: AppContext, query: str | None, resume: str | None, model: str | None,
+         offline: bool) -> None:
+    """Chat with a model; every message is stored as it happens.
+
+    Without -q, reads lines until EOF or a second Ctrl-C. Ctrl-C during a
+    reply interrupts that turn. Exits 1 when a -q turn fails.
+
+    \b
+    Example:
+      hermes chat --offline -q "hello"
+      hermes chat --resume 20260101_120000_ab12cd34
+    """
+    from agent import Agent
+    from agent.loop import DEFAULT_MODEL
+    with app.open_store() as db, model_client(offline) as client:
+        if resume is not None:
+            db.get_session(resume)  # SessionNotFound -> "Error: no session ..."
+        agent = Agent(db, session_id=resume, client=client, model=model or DEFAULT_MODEL,
+                      source="cli")
+        click.echo(f"[session {agent.session_id}]", err=True)
+        if query is not None:
+            if not run_one(agent, query).completed:
+                sys.exit(1)
+            return
+        _interactive(agent)
+
+
+def _interactive(agent: Any) -> None:
+    while True:
+        try:
+            text = input("> ")
+        except (EOFError, KeyboardInterrupt):
+            click.echo()
+            return
+        if text.strip():
+            try:
+                run_one(agent, text)
+            except KeyboardInterrupt:
+                return
