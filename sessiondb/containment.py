@@ -260,23 +260,40 @@ class Guard:
 
     def check_in_transaction(self, conn: apsw.Connection) -> None:
         """Inside BEGIN IMMEDIATE: the generation on disk and in SQLite's view."""
+        found = self._foreign_generation(conn)
+        if found is not None:
+            raise self.contain(self._copied_over(found))
+
+    def _foreign_generation(self, conn: apsw.Connection) -> str | None:
+        """The generation found when it is not ours (``"unreadable"`` when the
+        header is gone); None when the file is still ours or still opening."""
         if self.generation is None or self._fd is None:
-            return
+            return None
         disk = disk_application_id(self._fd)
         if disk == 0 and self._disk_zero_ok:
             disk = self.generation  # our stamp not yet checkpointed into the file
         elif disk == self.generation:
             self._disk_zero_ok = False
+        if disk != self.generation:
+            return "unreadable" if disk is None else str(disk)
         seen = self._app_id(conn)
-        if disk != self.generation or seen != self.generation:
-            raise self.contain(StoreReplaced(
-                f"{self.path}: another database was copied over the file while in use "
-                f"(generation {self.generation} expected, {disk} found)", path=str(self.path)))
+        return None if seen == self.generation else str(seen or "unreadable")
+
+    def _copied_over(self, found: str) -> StoreReplaced:
+        return StoreReplaced(
+            f"{self.path}: another database was copied over the file while in use "
+            f"(generation {self.generation} expected, {found} found)", path=str(self.path))
 
     def on_error(self, exc: apsw.Error, conn: apsw.Connection) -> StorageError:
-        """The typed error for a failed write; quarantine on structural damage."""
+        """The typed error for a failed write; quarantine on structural damage.
+
+        Corruption seen through a file that was copied over is reported as
+        `replaced` (the file is someone else's, not damaged by us)."""
         err = from_apsw(exc, path=str(self.path))
         if err.cause is Cause.CORRUPT:
+            found = self._foreign_generation(conn)
+            if found is not None:
+                return self.contain(self._copied_over(found))
             if corruption_is_fts_only(conn):
                 return SearchIndexCorrupt(f"the full-text index is damaged: {exc}",
                                           path=str(self.path), sqlite_code=err.sqlite_code)
