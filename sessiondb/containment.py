@@ -277,7 +277,9 @@ class Guard:
         if disk != self.generation:
             return "unreadable" if disk is None else str(disk)
         seen = self._app_id(conn)
-        return None if seen == self.generation else str(seen or "unreadable")
+        if seen == self.generation:
+            return None
+        return "unreadable" if seen is None else str(seen)
 
     def _copied_over(self, found: str) -> StoreReplaced:
         return StoreReplaced(
