@@ -235,28 +235,32 @@ class Guard:
             raise self._refusal()
         if self._wal_mode and self._wal_key is None:
             self._remember_wal()
-        reason = self._replaced_reason()
+        reason, rescue = self._replaced_reason()
         if reason is not None:
-            rescued = self._rescue() if "-wal" in reason else None
             err = StoreReplaced(f"{self.path}: {reason}", path=str(self.path))
-            err.rescued_to = rescued
+            # The store (or its newest commits) may now live only in files
+            # this handle still holds open but nobody can reach by name.
+            err.rescued_to = self._rescue() if rescue else None
             raise self.contain(err)
 
-    def _replaced_reason(self) -> str | None:
+    def _replaced_reason(self) -> tuple[str | None, bool]:
+        """(why the file is not ours any more, whether this handle's view of
+        it is still whole and worth rescuing), or (None, False)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return "the database file was deleted while in use"
+            return "the database file was deleted while in use", True
         if (st.st_dev, st.st_ino) != self.key:
-            return "the database file was replaced by another file while in use"
+            return "the database file was replaced by another file while in use", True
         if self._wal_key is not None:
             try:
                 wal = os.stat(f"{self.path}-wal")
             except FileNotFoundError:
-                return "its -wal file was deleted while in use"
+                return "its -wal file was deleted while in use", True
             if (wal.st_dev, wal.st_ino) != self._wal_key:
-                return "its -wal file was replaced while in use"
-        return None
+                # Someone started a new -wal (and -shm index): our reads may mix.
+                return "its -wal file was replaced while in use", False
+        return None, False
 
     def check_in_transaction(self, conn: apsw.Connection) -> None:
         """Inside BEGIN IMMEDIATE: the generation on disk and in SQLite's view."""
