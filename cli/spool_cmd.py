@@ -20,7 +20,7 @@ def _print_report(report: SpoolImportReport) -> None:
             ("would import" if report.dry_run else "moved to imported/"))
            for f in report.files),
           ("session", "spooled", "imported" if not report.dry_run else "to import",
-           "already present", "note", "file"))
+           "already present", "note", "status"))
     verb = "would import" if report.dry_run else "imported"
     click.echo(f"{verb} {report.imported} message(s); {report.already_present} were "
                "already in the store")

@@ -235,48 +235,71 @@ class Guard:
             raise self._refusal()
         if self._wal_mode and self._wal_key is None:
             self._remember_wal()
-        reason = self._replaced_reason()
+        reason, rescue = self._replaced_reason()
         if reason is not None:
-            rescued = self._rescue() if "-wal" in reason else None
             err = StoreReplaced(f"{self.path}: {reason}", path=str(self.path))
-            err.rescued_to = rescued
+            # The store (or its newest commits) may now live only in files
+            # this handle still holds open but nobody can reach by name.
+            err.rescued_to = self._rescue() if rescue else None
             raise self.contain(err)
 
-    def _replaced_reason(self) -> str | None:
+    def _replaced_reason(self) -> tuple[str | None, bool]:
+        """(why the file is not ours any more, whether this handle's view of
+        it is still whole and worth rescuing), or (None, False)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return "the database file was deleted while in use"
+            return "the database file was deleted while in use", True
         if (st.st_dev, st.st_ino) != self.key:
-            return "the database file was replaced by another file while in use"
+            return "the database file was replaced by another file while in use", True
         if self._wal_key is not None:
             try:
                 wal = os.stat(f"{self.path}-wal")
             except FileNotFoundError:
-                return "its -wal file was deleted while in use"
+                return "its -wal file was deleted while in use", True
             if (wal.st_dev, wal.st_ino) != self._wal_key:
-                return "its -wal file was replaced while in use"
-        return None
+                # Someone started a new -wal (and -shm index): our reads may mix.
+                return "its -wal file was replaced while in use", False
+        return None, False
 
     def check_in_transaction(self, conn: apsw.Connection) -> None:
         """Inside BEGIN IMMEDIATE: the generation on disk and in SQLite's view."""
+        found = self._foreign_generation(conn)
+        if found is not None:
+            raise self.contain(self._copied_over(found))
+
+    def _foreign_generation(self, conn: apsw.Connection) -> str | None:
+        """The generation found when it is not ours (``"unreadable"`` when the
+        header is gone); None when the file is still ours or still opening."""
         if self.generation is None or self._fd is None:
-            return
+            return None
         disk = disk_application_id(self._fd)
         if disk == 0 and self._disk_zero_ok:
             disk = self.generation  # our stamp not yet checkpointed into the file
         elif disk == self.generation:
             self._disk_zero_ok = False
+        if disk != self.generation:
+            return "unreadable" if disk is None else str(disk)
         seen = self._app_id(conn)
-        if disk != self.generation or seen != self.generation:
-            raise self.contain(StoreReplaced(
-                f"{self.path}: another database was copied over the file while in use "
-                f"(generation {self.generation} expected, {disk} found)", path=str(self.path)))
+        if seen == self.generation:
+            return None
+        return "unreadable" if seen is None else str(seen)
+
+    def _copied_over(self, found: str) -> StoreReplaced:
+        return StoreReplaced(
+            f"{self.path}: another database was copied over the file while in use "
+            f"(generation {self.generation} expected, {found} found)", path=str(self.path))
 
     def on_error(self, exc: apsw.Error, conn: apsw.Connection) -> StorageError:
-        """The typed error for a failed write; quarantine on structural damage."""
+        """The typed error for a failed write; quarantine on structural damage.
+
+        Corruption seen through a file that was copied over is reported as
+        `replaced` (the file is someone else's, not damaged by us)."""
         err = from_apsw(exc, path=str(self.path))
         if err.cause is Cause.CORRUPT:
+            found = self._foreign_generation(conn)
+            if found is not None:
+                return self.contain(self._copied_over(found))
             if corruption_is_fts_only(conn):
                 return SearchIndexCorrupt(f"the full-text index is damaged: {exc}",
                                           path=str(self.path), sqlite_code=err.sqlite_code)

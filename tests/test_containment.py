@@ -64,9 +64,11 @@ def test_file_moved_over_the_path_is_refused(tmp_path: Path, open_store) -> None
     other = tmp_path / "other.db"
     SessionDB(other).close()
     os.replace(other, path)  # a new inode under the same name
-    with pytest.raises(StoreReplaced, match="replaced by another file"):
+    with pytest.raises(StoreReplaced, match="replaced by another file") as info:
         db.create_session("s2", source="test")
     assert db.quarantined
+    with SessionDB(info.value.rescued_to) as rescued:  # the store that was moved away
+        assert [s.id for s in rescued.list_sessions()] == ["s1"]
     # The file that is there now is a different store: it opens and works.
     with SessionDB(path) as fresh:
         assert latched((path.stat().st_dev, path.stat().st_ino)) is None
@@ -77,9 +79,10 @@ def test_deleted_database_file_is_refused(tmp_path: Path, open_store) -> None:
     path = tmp_path / "state.db"
     db = open_store(path)
     os.remove(path)
-    with pytest.raises(StoreReplaced, match="deleted"):
+    with pytest.raises(StoreReplaced, match="deleted") as info:
         db.create_session("s1", source="test")
     assert not path.exists()  # nothing recreated it
+    assert info.value.rescued_to and Path(info.value.rescued_to).is_file()
 
 
 def test_copying_the_same_store_back_is_not_a_false_alarm(tmp_path: Path,

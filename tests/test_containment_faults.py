@@ -153,6 +153,23 @@ def test_io_error_on_sync(hermes_home: Path, vfs: FaultVFS) -> None:
     assert db.quick_check() == ["ok"]
 
 
+def test_io_error_on_sync_in_a_wal_checkpoint(hermes_home: Path, vfs: FaultVFS) -> None:
+    db = SessionDB.open(vfs=vfs.name)
+    vfs.opened.append(db)  # type: ignore[attr-defined]
+    db.create_session("s1", source="test")
+    acked = [msg(0), msg(1)]
+    db.append_messages("s1", acked)
+    vfs.faults.ioerr_on_sync = True
+    with pytest.raises(StoreIOError) as info:
+        db.checkpoint()  # WAL syncs before it copies frames back
+    assert info.value.sqlite_code == apsw.SQLITE_IOERR_FSYNC
+    assert_explained(info.value, Cause.IO_ERROR, hermes_home)
+    assert rows(db) == public(acked)
+    vfs.faults.clear()
+    db.checkpoint()
+    assert db.quick_check() == ["ok"] and rows(db) == public(acked)
+
+
 def test_read_only_file(hermes_home: Path, vfs: FaultVFS) -> None:
     acked = new_store(hermes_home / "state.db", 3)
     # Another (normal) handle keeps the -wal/-shm alive, as a running agent would.
