@@ -12,6 +12,8 @@ import sessiondb
 from sessiondb import SessionDB, StorageError
 from sessiondb.errors import InvalidInput
 
+from .groups import SectionedGroup
+
 
 @dataclass
 class AppContext:
@@ -24,16 +26,24 @@ class AppContext:
         return SessionDB.open(self.home, self.profile)
 
 
-class HermesGroup(click.Group):
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+class HermesGroup(SectionedGroup):
     """Turns typed library errors into one-line errors with the right exit code."""
+
+    sections = {"Sessions": ("sessions",),
+                "Recovery": ("doctor", "inspect", "recover", "repair"),
+                "Agent": ("chat", "run")}
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except InvalidInput as e:
-            raise click.UsageError(str(e), ctx) from e
+            raise click.UsageError(_one_line(e), ctx) from e
         except StorageError as e:
-            raise click.ClickException(str(e)) from e
+            raise click.ClickException(_one_line(e)) from e
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -73,4 +83,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; import them last.
-from . import doctor_cmd, sessions_cmd  # noqa: E402,F401
+from . import doctor_cmd, sessions_cmd, transfer_cmd  # noqa: E402,F401
