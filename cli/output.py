@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -39,7 +40,7 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
 def progress(total: int | None, label: str) -> Iterator[Callable[[int], None] | None]:
     """A progress callback drawing a bar on stderr, or None when stderr is not a
     terminal (pipes and files get no bar and no control codes)."""
-    stream = click.get_text_stream("stderr")
+    stream = sys.stderr
     if not total or not stream.isatty():
         yield None
         return
@@ -56,3 +57,7 @@ def human_bytes(n: int | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

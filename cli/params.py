@@ -1,4 +1,4 @@
-"""Option types shared by commands: dates and ages for --since/--until."""
+"""Parameter types shared by commands: session ids, and dates or ages for --since/--until."""
 from __future__ import annotations
 
 import re
@@ -7,6 +7,9 @@ from datetime import datetime
 from typing import Any
 
 import click
+
+from sessiondb.errors import InvalidInput
+from sessiondb.paths import validate_session_id
 
 _AGE = re.compile(r"^(\d+)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -37,3 +40,16 @@ class When(click.ParamType):
         except ValueError:
             self.fail(f"{value!r} is not a date: use 2026-01-31, 2026-01-31T14:00 "
                       "or an age such as 7d", param, ctx)
+
+
+class SessionId(click.ParamType):
+    """A well-formed session id (checked before the store is opened)."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        try:
+            return validate_session_id(value)
+        except InvalidInput as e:
+            self.fail(str(e), param, ctx)

@@ -10,7 +10,7 @@ from sessiondb.stats import store_stats
 from .groups import SectionedGroup
 from .main import AppContext, cli
 from .output import emit_json, fmt_time, human_bytes, shorten, table, terminal_width
-from .params import When
+from .params import SessionId, When
 
 SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
@@ -59,7 +59,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
 
 
 @sessions.command("show")
-@click.argument("session_id")
+@click.argument("session_id", type=SessionId())
 @click.option("--archived", is_flag=True, help="Also show archived and rewound messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
@@ -94,7 +94,7 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, as_json: bool) ->
 
 
 @sessions.command("rename")
-@click.argument("session_id")
+@click.argument("session_id", type=SessionId())
 @click.argument("title")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
@@ -119,7 +119,7 @@ def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> N
 
 
 @sessions.command("delete")
-@click.argument("session_id")
+@click.argument("session_id", type=SessionId())
 @click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj

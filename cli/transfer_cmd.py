@@ -1,6 +1,7 @@
 """`hermes sessions export` and `hermes sessions import`."""
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from sessiondb.importer import ImportResult, import_export_file
 from sessiondb.llm_import import import_llm_logs
 
 from .main import AppContext
-from .output import emit_json, progress, table
+from .output import emit_json, progress, stderr_is_tty, table
+from .params import SessionId
 from .sessions_cmd import sessions
 
 
@@ -26,7 +28,7 @@ def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, fo
 
 
 @sessions.command("export")
-@click.argument("session_ids", nargs=-1, metavar="[ID]...")
+@click.argument("session_ids", nargs=-1, metavar="[ID]...", type=SessionId())
 @click.option("--all", "all_", is_flag=True, help="Export every session, oldest first.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl",
               show_default=True, help="jsonl can be imported again; markdown is for reading.")
@@ -54,10 +56,10 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     _check_export_args(session_ids, all_, output, force, as_json)
     ids = list(session_ids) if session_ids else None
     with app.open_store() as db, ExitStack() as stack:
-        total = db.count_messages(ids) if _stderr_is_tty() else None
+        total = db.count_messages(ids) if stderr_is_tty() else None
         tick = stack.enter_context(progress(total, "exporting"))
         if output is None:
-            export_sessions(db, ids, fmt, click.get_text_stream("stdout"), progress=tick)
+            export_sessions(db, ids, fmt, sys.stdout, progress=tick)
             return
         summary = export_to_path(db, ids, fmt, output, force=force, progress=tick)
     if as_json:
@@ -65,10 +67,6 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     else:
         click.echo(f"Exported {summary.sessions} sessions ({summary.messages} messages) "
                    f"to {summary.output}.")
-
-
-def _stderr_is_tty() -> bool:
-    return click.get_text_stream("stderr").isatty()
 
 
 def _report(result: ImportResult) -> None:
