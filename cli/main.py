@@ -64,6 +64,11 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: bool) -> None:
     """hermes: session store for AI agents, and its recovery tools.
 
+    Session commands (list, show, search, stats, export, import, rename,
+    delete) live under `hermes sessions`. Errors print one "Error:" line;
+    exit status 1 means the command failed, 2 that it was called wrongly.
+    Full reference: docs/cli.md.
+
     \b
     Example:
       hermes --home ~/.hermes sessions list
