@@ -227,6 +227,11 @@ def _records(lines: Iterable[str]) -> Iterator[Record]:
 
 # -- applying (or planning) a record stream -----------------------------------
 
+def _session_exists(conn: apsw.Connection, session_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                        (session_id,)).fetchone() is not None
+
+
 Progress = Callable[[int], None]
 
 
@@ -269,22 +274,23 @@ class _Run:
 
     def start_session(self, rec: SessionIn) -> None:
         self.result.sessions_in_file += 1
-        with self.db._read() as conn:
-            exists = conn.execute("SELECT 1 FROM sessions WHERE id = ?",
-                                  (rec.id,)).fetchone() is not None
-        self.session, self.created = rec, not exists
-        if exists:
+        if self.result.dry_run:
+            with self.db._read() as conn:
+                created = not _session_exists(conn, rec.id)
+        else:
+            with self.db.atomic() as conn:  # check and create in one transaction
+                created = not _session_exists(conn, rec.id)
+                if created:
+                    self._insert_session(conn, rec.row)
+        self.session, self.created = rec, created
+        if created:
+            self.result.sessions_created += 1
+        else:
             self.result.sessions_existing += 1
-            return
-        self.result.sessions_created += 1
-        if not self.result.dry_run:
-            with self.db.atomic() as conn:
-                self._insert_session(conn, rec.row)
 
     def _insert_session(self, conn: apsw.Connection, row: dict[str, Any]) -> None:
         parent = row["parent_session_id"]
-        if parent is not None and conn.execute("SELECT 1 FROM sessions WHERE id = ?",
-                                               (parent,)).fetchone() is None:
+        if parent is not None and not _session_exists(conn, parent):
             self.orphan_parents[row["id"]] = parent  # linked once the parent arrives
             parent = None
         conn.execute(
@@ -303,13 +309,13 @@ class _Run:
             return
         row = rec.row
         with self.db.atomic() as conn:
-            # Appends moved updated_at and the counters; restore the exported values.
-            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?",
-                         (row["updated_at"], row["id"]))
-            for key in ("message_count", "tool_call_count"):
-                if row[key] is not None:
-                    conn.execute(f"UPDATE sessions SET {key} = ? WHERE id = ?",
-                                 (row[key], row["id"]))
+            # Appends moved updated_at and the counters; restore the exported values
+            # (counters given as null, e.g. by the llm reader, keep what the rows made).
+            conn.execute("UPDATE sessions SET updated_at = ?,"
+                         " message_count = coalesce(?, message_count),"
+                         " tool_call_count = coalesce(?, tool_call_count) WHERE id = ?",
+                         (row["updated_at"], row["message_count"], row["tool_call_count"],
+                          row["id"]))
 
     def flush(self) -> None:
         chunk, self.chunk = self.chunk, []
