@@ -1,9 +1,11 @@
 """`hermes sessions export` and `hermes sessions import`."""
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -59,7 +61,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
         total = db.count_messages(ids) if stderr_is_tty() else None
         tick = stack.enter_context(progress(total, "exporting"))
         if output is None:
-            export_sessions(db, ids, fmt, sys.stdout, progress=tick)
+            _export_to_stdout(db, ids, fmt, tick)
             return
         summary = export_to_path(db, ids, fmt, output, force=force, progress=tick)
     if as_json:
@@ -67,6 +69,19 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     else:
         click.echo(f"Exported {summary.sessions} sessions ({summary.messages} messages) "
                    f"to {summary.output}.")
+
+
+def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> None:
+    try:
+        export_sessions(db, ids, fmt, sys.stdout, progress=tick)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`). Point stdout at /dev/null so the
+        # interpreter's final flush does not fail a second time, then say so.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise click.ClickException("stdout was closed before the export finished") from None
 
 
 def _report(result: ImportResult) -> None:

@@ -228,3 +228,34 @@ def test_terminal_gets_a_progress_bar_on_stderr(filled, tmp_path):
     assert proc.returncode == 0
     assert b"exporting" in drawn and b"100%" in drawn
     assert b"exporting" not in proc.stdout
+
+
+def test_export_into_a_closed_pipe_is_one_error_line(hermes_home):
+    with SessionDB.open() as db:
+        db.create_session("wide", source="t")
+        db.append_messages("wide", [{"role": "user", "content": "z" * 1000}
+                                    for _ in range(400)])
+    env = dict(os.environ, HERMES_HOME=str(hermes_home))
+    proc = subprocess.Popen([sys.executable, "-c", "from cli.main import main; main()",
+                             "sessions", "export", "--all"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=Path(__file__).parent.parent)
+    assert proc.stdout.read(100).startswith(b'{"exported_at"')
+    proc.stdout.close()  # like `| head -c 100`
+    err = proc.stderr.read()
+    assert proc.wait() == 1
+    assert err == b"Error: stdout was closed before the export finished\n"
+
+
+def test_profile_is_honoured_by_export_and_import(hermes_home, tmp_path):
+    with SessionDB.open(profile="work") as db:
+        db.create_session("w1", source="t")
+        db.append_message("w1", {"role": "user", "content": "work only"})
+    out = tmp_path / "w.jsonl"
+    assert run("sessions", "export", "--all", "-o", str(out), "--json").exit_code == 0
+    assert json.loads(out.read_text().splitlines()[-1])["sessions"] == 0  # default profile
+    res = run("--profile", "work", "sessions", "export", "--all", "-o", str(out), "--force")
+    assert res.stdout == f"Exported 1 sessions (1 messages) to {out}.\n"
+    res = run("--profile", "copy", "sessions", "import", str(out), "--json")
+    assert json.loads(res.stdout)["messages_added"] == 1
+    assert state_of(hermes_home / "profiles" / "copy") == \
+        state_of(hermes_home / "profiles" / "work")
