@@ -151,3 +151,18 @@ def test_help_groups_commands_under_headings():
         block = sub.split(heading, 1)[1].split("\n\n", 1)[0]
         for name in names:
             assert f"\n  {name} " in block, (heading, name)
+
+
+def test_docs_cover_every_command_and_json_key(three, tmp_path):
+    from pathlib import Path
+
+    from tests.test_cli_basics import _commands
+    docs = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    for path, _cmd in _commands(cli):
+        assert " ".join(path) in docs, path
+    out = tmp_path / "e.jsonl"
+    summary = json.loads(run("sessions", "export", "--all", "-o", str(out), "--json").stdout)
+    imported = json.loads(run("sessions", "import", str(out), "--json").stdout)
+    stats = json.loads(run("sessions", "stats", "--json").stdout)
+    for key in [*summary, *imported, *stats, *stats["files"], *stats["pages"], *stats["fts"]]:
+        assert f'"{key}"' in docs or f"`{key}`" in docs, key
