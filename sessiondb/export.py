@@ -17,16 +17,21 @@ is for reading only.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 from .errors import InvalidInput
 from .outfile import check_output, private_output
 from .pages import StoredMessage
+from .paths import validate_session_id
 from .render import markdown_message, markdown_session_header
 from .sessions import Session
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
 
 FORMATS = ("jsonl", "json", "markdown")
 EXPORT_FORMAT = "hermes-export"
@@ -59,7 +64,7 @@ def iso_utc(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def selected_sessions(db: Any, session_ids: list[str] | None) -> Iterator[Session]:
+def selected_sessions(db: SessionDB, session_ids: list[str] | None) -> Iterator[Session]:
     """The named sessions in the order given, or every session oldest first."""
     if session_ids is not None:
         for sid in session_ids:
@@ -74,7 +79,7 @@ def selected_sessions(db: Any, session_ids: list[str] | None) -> Iterator[Sessio
         after = (page[-1].started_at, page[-1].id)
 
 
-def session_messages(db: Any, session_id: str, *,
+def session_messages(db: SessionDB, session_id: str, *,
                      include_archived: bool = True) -> Iterator[StoredMessage]:
     """Every message row of a session in order, one bounded page at a time."""
     after = None
@@ -105,7 +110,7 @@ class _Counter:
             self._progress(n)
 
 
-def _write_jsonl(db: Any, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+def _write_jsonl(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
     out.write(_dumps({"type": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                       "exported_at": iso_utc(time.time())}) + "\n")
     for session in selected_sessions(db, ids):
@@ -118,7 +123,7 @@ def _write_jsonl(db: Any, ids: list[str] | None, out: IO[str], count: _Counter) 
                       "messages": count.messages}) + "\n")
 
 
-def _write_json(db: Any, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+def _write_json(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
     head = _dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                    "exported_at": iso_utc(time.time())})
     out.write(head[:-1] + ',"sessions":[')
@@ -138,7 +143,7 @@ def _write_json(db: Any, ids: list[str] | None, out: IO[str], count: _Counter) -
                                           "messages": count.messages}})[1:] + "\n")
 
 
-def _write_markdown(db: Any, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+def _write_markdown(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
     for session in selected_sessions(db, ids):
         out.write(("\n" if count.sessions else "") + markdown_session_header(session))
         count.sessions += 1
@@ -155,13 +160,15 @@ def check_format(fmt: str) -> None:
         raise InvalidInput(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def check_sessions(db: Any, session_ids: list[str] | None) -> None:
-    """Every named session exists (raises SessionNotFound for the first that does not)."""
+def check_sessions(db: SessionDB, session_ids: list[str] | None) -> None:
+    """Every named session is well-formed (InvalidInput) and exists (SessionNotFound)."""
+    for sid in session_ids or ():
+        validate_session_id(sid)
     for sid in session_ids or ():
         db.get_session(sid)
 
 
-def export_sessions(db: Any, session_ids: list[str] | None, fmt: str, out: IO[str], *,
+def export_sessions(db: SessionDB, session_ids: list[str] | None, fmt: str, out: IO[str], *,
                     progress: Progress | None = None) -> ExportSummary:
     """Write the named sessions (``None``: all) to ``out`` in ``fmt``, streaming."""
     check_format(fmt)
@@ -171,7 +178,8 @@ def export_sessions(db: Any, session_ids: list[str] | None, fmt: str, out: IO[st
     return ExportSummary(fmt, count.sessions, count.messages, None)
 
 
-def export_to_path(db: Any, session_ids: list[str] | None, fmt: str, path: Any, *,
+def export_to_path(db: SessionDB, session_ids: list[str] | None, fmt: str,
+                   path: str | os.PathLike[str], *,
                    force: bool = False, progress: Progress | None = None) -> ExportSummary:
     """Export into a new private file at ``path`` (crash-safe; see `outfile`)."""
     target = Path(path)

@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import apsw
 
@@ -29,6 +29,9 @@ from .errors import Cause, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .paths import validate_session_id
 from .sessions import Session
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
 
 CHUNK = 500
 STATES = frozenset({"active", "archived", "rewound"})
@@ -239,7 +242,7 @@ Progress = Callable[[int], None]
 class _Run:
     """State of one pass over a record stream."""
 
-    db: Any
+    db: SessionDB
     result: ImportResult
     progress: Progress | None = None
     session: SessionIn | None = None
@@ -334,7 +337,7 @@ class _Run:
             self.progress(len(chunk))
 
     @staticmethod
-    def _fresh(db: Any, chunk: list[MessageIn]) -> list[MessageIn]:
+    def _fresh(db: SessionDB, chunk: list[MessageIn]) -> list[MessageIn]:
         """Messages of the chunk whose uid the session does not hold (first of duplicates)."""
         sid = chunk[0].session_id
         uids = [m.uid for m in chunk]
@@ -373,7 +376,7 @@ class _Run:
                              (parent, child, parent))
 
 
-def _run(db: Any, records: Iterable[Record], result: ImportResult,
+def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
          progress: Progress | None, require_end: bool) -> ImportResult:
     run = _Run(db, result, progress)
     for rec in records:
@@ -390,7 +393,7 @@ def _run(db: Any, records: Iterable[Record], result: ImportResult,
 ProgressFor = Callable[[int], Progress | None]
 
 
-def import_records(db: Any, open_records: Callable[[], Iterable[Record]], *,
+def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], *,
                    source_format: str, path: str, dry_run: bool = False,
                    require_end: bool = True,
                    progress_for: ProgressFor | None = None) -> ImportResult:
@@ -409,7 +412,7 @@ def import_records(db: Any, open_records: Callable[[], Iterable[Record]], *,
                 require_end)
 
 
-def import_export_file(db: Any, path: str | Path, *, dry_run: bool = False,
+def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,
                        progress_for: ProgressFor | None = None) -> ImportResult:
     """Import a hermes JSONL export (see `export`), idempotent by message uid."""
     return import_records(db, lambda: read_export_jsonl(path), source_format="hermes-jsonl",

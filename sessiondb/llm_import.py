@@ -24,13 +24,16 @@ import re
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import quote
 
 import sqlite_utils
 
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
 
 SOURCE = "llm"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
@@ -147,7 +150,7 @@ def read_llm_logs(path: str | Path) -> Iterator[Record]:
         db.close()
 
 
-def import_llm_logs(db: Any, path: str | Path, *, dry_run: bool = False,
+def import_llm_logs(db: SessionDB, path: str | Path, *, dry_run: bool = False,
                     progress_for: ProgressFor | None = None) -> ImportResult:
     """Import an llm logs.db into the store, idempotent by response id."""
     return import_records(db, lambda: read_llm_logs(path), source_format="llm",

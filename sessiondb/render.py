@@ -62,9 +62,10 @@ def _shorten(text: str, width: int) -> str:
 
 
 def markdown_session_header(session: Session) -> str:
+    model = f" · model: {session.model}" if session.model else ""
     lines = [f"# {session.title or '(untitled)'}", "",
              f"- id: `{session.id}`",
-             f"- source: {session.source}" + (f" · model: {session.model}" if session.model else ""),
+             f"- source: {session.source}{model}",
              f"- started: {_when(session.started_at)} · ended: {_when(session.ended_at)}",
              f"- messages: {session.message_count}", ""]
     return "\n".join(lines) + "\n"

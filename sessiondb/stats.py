@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
 
 FTS_PREFIX = "messages_fts"
 STATES = ("active", "archived", "rewound")
@@ -48,7 +51,7 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
     return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
 
 
-def store_stats(db: Any) -> dict[str, Any]:
+def store_stats(db: SessionDB) -> dict[str, Any]:
     """One document describing the store (keys documented in docs/cli.md)."""
     path = Path(db.path)
     with db._read() as conn:

@@ -129,8 +129,8 @@ def test_unknown_session_in_export_writes_nothing(filled, tmp_path):
     (("sessions", "import", "x", "--from", "chatgpt"),
      "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'llm'."),
     (("sessions", "export", "bad/../id"),
-     "Error: Invalid value for '[ID]...': invalid session id 'bad/../id': 1-128 characters from letters, digits and "
-     ". _ : @ + = -, starting with a letter or digit, without '..'"),
+     "Error: Invalid value for '[ID]...': invalid session id 'bad/../id': 1-128 characters "
+     "from letters, digits and . _ : @ + = -, starting with a letter or digit, without '..'"),
 ])
 def test_usage_errors_exit_2_with_exact_line(filled, args, error):
     res = run(*args)
