@@ -13,6 +13,8 @@ from sessiondb import SessionDB, StorageError
 from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
+from .groups import SectionedGroup
+
 
 @dataclass
 class AppContext:
@@ -25,14 +27,22 @@ class AppContext:
         return SessionDB.open(self.home, self.profile)
 
 
-class HermesGroup(click.Group):
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+class HermesGroup(SectionedGroup):
     """Turns typed library errors into one-line errors with the right exit code."""
+
+    sections = {"Sessions": ("sessions",),
+                "Recovery": ("doctor", "inspect", "recover", "repair"),
+                "Agent": ("chat", "demo")}
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except InvalidInput as e:
-            raise click.UsageError(str(e), ctx) from e
+            raise click.UsageError(_one_line(e), ctx) from e
         except StorageError as e:
             raise click.ClickException(explain_for_cli(e, ctx.obj)) from e
 
@@ -45,11 +55,11 @@ _ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
 def explain_for_cli(err: StorageError, app: Any) -> str:
     """``err`` as the CLI prints it: its own line, then summary and next step."""
     if err.cause in _ONE_LINE_CAUSES:
-        return str(err)
+        return _one_line(err)
     home = app.home if isinstance(app, AppContext) else None
     profile = app.profile if isinstance(app, AppContext) else None
     failure = describe_error(err, home=home, profile=profile)
-    lines = [str(err), failure.summary]
+    lines = [_one_line(err), failure.summary]
     if failure.actions:
         lines.append(f"Next: {failure.actions[0]}")
     return "\n".join(lines)
@@ -73,6 +83,11 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: bool) -> None:
     """hermes: session store for AI agents, and its recovery tools.
 
+    Session commands (list, show, search, stats, export, import, rename,
+    delete) live under `hermes sessions`. Errors print one "Error:" line;
+    exit status 1 means the command failed, 2 that it was called wrongly.
+    Full reference: docs/cli.md.
+
     \b
     Example:
       hermes --home ~/.hermes sessions list
@@ -92,4 +107,5 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; import them last.
-from . import chat_cmd, doctor_cmd, sessions_cmd, spool_cmd  # noqa: E402,F401
+from . import (chat_cmd, doctor_cmd, sessions_cmd, spool_cmd,  # noqa: E402,F401
+               transfer_cmd)

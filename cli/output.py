@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
-from typing import Any, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import click
 from tabulate import tabulate
@@ -32,3 +34,30 @@ def terminal_width() -> int:
 
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
     click.echo(tabulate(list(rows), headers=list(headers), tablefmt="simple"))
+
+
+@contextmanager
+def progress(total: int | None, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress callback drawing a bar on stderr, or None when stderr is not a
+    terminal (pipes and files get no bar and no control codes)."""
+    stream = sys.stderr
+    if not total or not stream.isatty():
+        yield None
+        return
+    with click.progressbar(length=total, label=label, file=stream) as bar:
+        yield bar.update
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,20 +1,28 @@
 """`hermes sessions ...`: read and manage stored sessions."""
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
 
-from sessiondb import strip_markers
+from sessiondb.export import session_messages
+from sessiondb.render import render_text
+from sessiondb.stats import store_stats
 
+from .groups import SectionedGroup
 from .main import AppContext, cli
-from .output import emit_json, fmt_time, shorten, table, terminal_width
+from .output import emit_json, fmt_time, human_bytes, shorten, table, terminal_width
+from .params import SessionId, When
+
+SECTIONS = {
+    "Read": ("list", "show", "search", "stats"),
+    "Move": ("export", "import"),
+    "Change": ("rename", "delete"),
+    "Maintain": ("reindex",),
+}
 
 
-@cli.group()
+@cli.group(cls=SectionedGroup, sections=SECTIONS)
 def sessions() -> None:
-    """Read, search and manage stored sessions.
+    """Read, search, export and manage stored sessions.
 
     \b
     Example:
@@ -24,20 +32,25 @@ def sessions() -> None:
 
 @sessions.command("list")
 @click.option("--source", help="Only sessions from this source (cli, agent, ...).")
+@click.option("--since", type=When(), help="Only sessions started at or after DATE "
+              "(2026-01-31, 2026-01-31T14:00, or an age: 30m, 12h, 7d, 2w).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def list_cmd(app: AppContext, source: str | None, limit: int, as_json: bool) -> None:
+def list_cmd(app: AppContext, source: str | None, since: float | None, limit: int,
+             as_json: bool) -> None:
     """List sessions, newest first.
+
+    JSON: {"count": N, "sessions": [<session>, ...]}.
 
     \b
     Example:
-      hermes sessions list --source agent --json
+      hermes sessions list --source agent --since 7d --json
     """
     with app.open_store() as db:
-        found = db.list_sessions(source=source, limit=limit)
+        found = db.list_sessions(source=source, limit=limit, since=since)
     if as_json:
-        emit_json({"sessions": [s.to_dict() for s in found]})
+        emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
         return
     width = max(terminal_width() - 70, 12)
     table(((s.id, fmt_time(s.started_at), s.source, s.message_count,
@@ -45,50 +58,127 @@ def list_cmd(app: AppContext, source: str | None, limit: int, as_json: bool) -> 
           ("id", "started", "source", "messages", "title"))
 
 
-def render_text(message: dict[str, Any]) -> str:
-    """A message's readable text, tool calls folded to one line each."""
-    content = message.get("content")
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif isinstance(block, dict):
-                parts.append(f"[{block.get('type', 'block')}]")
-        text = " ".join(parts)
-    else:
-        text = "" if content is None else str(content)
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", call) if isinstance(call, dict) else {}
-        name = fn.get("name", "?") if isinstance(fn, dict) else "?"
-        text += f" [tool call: {name}]"
-    return text.strip()
-
-
 @sessions.command("show")
-@click.argument("session_id")
-@click.option("--archived", is_flag=True, help="Also show archived (compacted) messages.")
+@click.argument("session_id", type=SessionId())
+@click.option("--archived", is_flag=True, help="Also show archived and rewound messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def show_cmd(app: AppContext, session_id: str, archived: bool, as_json: bool) -> None:
-    """Show one session and its messages.
+    """Show one session and its messages (tool calls folded to one line).
+
+    JSON: {"session": <session>, "messages": [<message without markers>],
+    "rows": [{"uid", "timestamp", "state", "kind", "compaction_id"}]} with
+    rows[i] describing messages[i].
 
     \b
     Example:
-      hermes sessions show 20260101_120000_ab12cd34
+      hermes sessions show 20260101_120000_ab12cd34 --archived
     """
     with app.open_store() as db:
         session = db.get_session(session_id)
-        msgs = db.get_messages(session_id, include_archived=archived)
+        stored = list(session_messages(db, session_id, include_archived=archived))
     if as_json:
-        emit_json({"session": session.to_dict(), "messages": strip_markers(msgs)})
+        emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
+                   "rows": [{"uid": m.uid, "timestamp": m.timestamp, "state": m.state,
+                             "kind": m.kind, "compaction_id": m.compaction_id}
+                            for m in stored]})
         return
     click.echo(f"{session.id}  {session.title or '(untitled)'}  [{session.source}]"
                f"  {session.message_count} messages")
-    width = max(terminal_width() - 30, 20)
+    width = max(terminal_width() - 40, 20)
     rows = []
-    for m in msgs:
-        state = m.get("_db_state", "active")
-        role = m["role"] if state == "active" else f"{m['role']} ({state})"
-        rows.append((role, fmt_time(m.get("timestamp")), shorten(render_text(m), width)))
+    for m in stored:
+        role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
+        rows.append((role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
     table(rows, ("role", "time", "text"))
+
+
+@sessions.command("rename")
+@click.argument("session_id", type=SessionId())
+@click.argument("title")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> None:
+    """Set a session's title.
+
+    JSON: {"id": ID, "title": TITLE}.
+
+    \b
+    Example:
+      hermes sessions rename 20260101_120000_ab12cd34 "Trip planning"
+    """
+    title = title.strip()
+    if not title:
+        raise click.BadParameter("the title must not be empty", param_hint="TITLE")
+    with app.open_store() as db:
+        db.set_title(session_id, title)
+    if as_json:
+        emit_json({"id": session_id, "title": title})
+    else:
+        click.echo(f"Renamed {session_id} to {title!r}.")
+
+
+@sessions.command("delete")
+@click.argument("session_id", type=SessionId())
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> None:
+    """Delete a session and all its messages (asks first unless --yes).
+
+    This cannot be undone; export the session first to keep a copy.
+    JSON: {"deleted": ID, "messages": N}.
+
+    \b
+    Example:
+      hermes sessions export 20260101_120000_ab12cd34 -o keep.jsonl
+      hermes sessions delete 20260101_120000_ab12cd34 --yes
+    """
+    with app.open_store() as db:
+        session = db.get_session(session_id)
+        if not yes:
+            question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
+                        f"{session.message_count} messages)?")
+            try:
+                confirmed = click.confirm(question, default=False, err=True)
+            except click.Abort:
+                confirmed = False
+            if not confirmed:
+                raise click.ClickException("not confirmed; nothing was deleted")
+        removed = db.delete_session(session_id)
+    if as_json:
+        emit_json({"deleted": session_id, "messages": removed})
+    else:
+        click.echo(f"Deleted session {session_id} and its {removed} messages.")
+
+
+@sessions.command("stats")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def stats_cmd(app: AppContext, as_json: bool) -> None:
+    """Count sessions and messages and measure the store's files.
+
+    The full-text index size comes from SQLite's dbstat table ("method").
+    Keys are documented in docs/cli.md.
+
+    \b
+    Example:
+      hermes --profile work sessions stats --json
+    """
+    with app.open_store() as db:
+        doc = store_stats(db)
+    if as_json:
+        emit_json(doc)
+        return
+    fts = doc["fts"]
+    fts_size = ("no index" if fts["method"] == "none" else
+                f"{human_bytes(fts['bytes'])} ({fts['method']})")
+    by_state = ", ".join(f"{k} {v}" for k, v in doc["messages_by_state"].items()) or "none"
+    pages = doc["pages"]
+    table([("store", doc["path"]), ("sessions", doc["sessions"]),
+           ("messages", f"{doc['messages']} ({by_state})"),
+           ("database file", human_bytes(doc["files"]["db"])),
+           ("WAL file", human_bytes(doc["files"]["wal"])),
+           ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
+                     f"{pages['freelist_count']} free"),
+           ("full-text index", fts_size)], ("", ""))

@@ -87,7 +87,7 @@ def get(conn: apsw.Connection, session_id: str) -> Session:
 
 
 def list_(conn: apsw.Connection, *, source: str | None, limit: int,
-          before: float | None) -> list[Session]:
+          before: float | None, since: float | None = None) -> list[Session]:
     where, args = [], []
     if source is not None:
         where.append("source = ?")
@@ -95,6 +95,9 @@ def list_(conn: apsw.Connection, *, source: str | None, limit: int,
     if before is not None:
         where.append("started_at < ?")
         args.append(before)
+    if since is not None:
+        where.append("started_at >= ?")
+        args.append(since)
     sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
     return [Session(*r) for r in conn.execute(sql, (*args, limit))]

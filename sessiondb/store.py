@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator
 
 import apsw
 
-from . import (compaction, containment, leases, messages, migrations, paths, policy, sessions,
-               spool)
+from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
+               sessions, spool)
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -296,10 +296,21 @@ class SessionDB:
             return sessions.get(conn, session_id)
 
     def list_sessions(self, *, source: str | None = None, limit: int = 50,
-                      before: float | None = None) -> list[sessions.Session]:
-        """Sessions newest first; ``before`` (a start time) pages backwards."""
+                      before: float | None = None,
+                      since: float | None = None) -> list[sessions.Session]:
+        """Sessions newest first; ``before`` (a start time) pages backwards,
+        ``since`` keeps sessions started at or after it."""
         with self._read() as conn:
-            return sessions.list_(conn, source=source, limit=limit, before=before)
+            return sessions.list_(conn, source=source, limit=limit, before=before,
+                                  since=since)
+
+    def session_page(self, *, after: pages.SessionKey | None = None, limit: int = 200,
+                     source: str | None = None,
+                     since: float | None = None) -> list[sessions.Session]:
+        """Sessions oldest first after the key ``(started_at, id)``; for streaming."""
+        with self._read() as conn:
+            return pages.session_page(conn, after=after, limit=limit, source=source,
+                                      since=since)
 
     def end_session(self, session_id: str, reason: str | None = None) -> None:
         with self.atomic() as conn:
@@ -419,6 +430,24 @@ class SessionDB:
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first."""
         return compaction.list_compactions(self, session_id)
+
+    # -- streaming reads ---------------------------------------------------
+
+    def message_page(self, session_id: str, *, after: pages.MessageKey | None = None,
+                     limit: int = 500,
+                     include_archived: bool = True) -> list[pages.StoredMessage]:
+        """A bounded page of a session's rows after the key ``(position, id)``;
+        stream a transcript without loading it whole."""
+        with self._read() as conn:
+            if after is None:
+                sessions.require(conn, session_id)
+            return pages.message_page(conn, session_id, after=after, limit=limit,
+                                      include_archived=include_archived)
+
+    def count_messages(self, session_ids: list[str] | None = None) -> int:
+        """Message rows in these sessions (``None``: in the whole store)."""
+        with self._read() as conn:
+            return pages.count_messages(conn, session_ids)
 
 
 __all__ = ["SessionDB", "new_uid"]

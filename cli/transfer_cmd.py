@@ -1,0 +1,127 @@
+"""`hermes sessions export` and `hermes sessions import`."""
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sessiondb.export import FORMATS, export_sessions, export_to_path
+from sessiondb.importer import ImportResult, import_export_file
+from sessiondb.llm_import import import_llm_logs
+
+from .main import AppContext
+from .output import emit_json, progress, stderr_is_tty, table
+from .params import SessionId
+from .sessions_cmd import sessions
+
+
+def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, force: bool,
+                       as_json: bool) -> None:
+    """Usage errors (exit 2), raised before anything is opened."""
+    if bool(ids) == all_:
+        raise click.UsageError("name one or more session IDs, or pass --all (not both)")
+    if output is None and (force or as_json):
+        raise click.UsageError(f"{'--force' if force else '--json'} needs --output "
+                               "(without it the export itself goes to stdout)")
+
+
+@sessions.command("export")
+@click.argument("session_ids", nargs=-1, metavar="[ID]...", type=SessionId())
+@click.option("--all", "all_", is_flag=True, help="Export every session, oldest first.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl",
+              show_default=True, help="jsonl can be imported again; markdown is for reading.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this new file (0600) instead of stdout.")
+@click.option("--force", is_flag=True, help="Replace --output if it exists.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (with --output).")
+@click.pass_obj
+def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: str,
+               output: Path | None, force: bool, as_json: bool) -> None:
+    """Export sessions and all their messages, streaming.
+
+    Archived and rewound messages are included, so an import reproduces
+    the sessions exactly.
+
+    Without --output the export goes to stdout. An existing --output is
+    never replaced unless --force is given; the file appears only once it
+    is complete. JSON summary: {"format", "sessions", "messages", "output"}.
+
+    \b
+    Example:
+      hermes sessions export --all --format jsonl -o backup.jsonl
+      hermes sessions export 20260101_120000_ab12cd34 --format markdown
+    """
+    _check_export_args(session_ids, all_, output, force, as_json)
+    ids = list(session_ids) if session_ids else None
+    with app.open_store() as db, ExitStack() as stack:
+        total = db.count_messages(ids) if stderr_is_tty() else None
+        tick = stack.enter_context(progress(total, "exporting"))
+        if output is None:
+            _export_to_stdout(db, ids, fmt, tick)
+            return
+        summary = export_to_path(db, ids, fmt, output, force=force, progress=tick)
+    if as_json:
+        emit_json(summary.to_dict())
+    else:
+        click.echo(f"Exported {summary.sessions} sessions ({summary.messages} messages) "
+                   f"to {summary.output}.")
+
+
+def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> None:
+    try:
+        export_sessions(db, ids, fmt, sys.stdout, progress=tick)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`). Point stdout at /dev/null so the
+        # interpreter's final flush does not fail a second time, then say so.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise click.ClickException("stdout was closed before the export finished") from None
+
+
+def _report(result: ImportResult) -> None:
+    verb = "would add" if result.dry_run else "added"
+    table([("sessions", result.sessions_in_file, result.sessions_created,
+            result.sessions_existing),
+           ("messages", result.messages_in_file, result.messages_added,
+            result.messages_skipped)],
+          ("", "in file", verb, "already present"))
+    if result.dry_run:
+        click.echo("Dry run: nothing was written.")
+
+
+@sessions.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--from", "source", type=click.Choice(["hermes", "llm"]), default="hermes",
+              show_default=True,
+              help="hermes: a JSONL file from `sessions export`; llm: llm's logs.db.")
+@click.option("--dry-run", is_flag=True, help="Check the file and count; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json: bool) -> None:
+    """Import sessions; messages already present (same uid) are skipped.
+
+    The whole file is checked before anything is written, so a malformed or
+    truncated file changes nothing. Re-importing the same file adds nothing.
+    JSON keys: source_format, path, dry_run, sessions_in_file,
+    sessions_created, sessions_existing, messages_in_file, messages_added,
+    messages_skipped.
+
+    \b
+    Example:
+      hermes --home ~/new-home sessions import backup.jsonl --dry-run
+      hermes sessions import --from llm ~/.config/io.datasette.llm/logs.db
+    """
+    run = import_llm_logs if source == "llm" else import_export_file
+    with app.open_store() as db, ExitStack() as stack:
+        result = run(db, path, dry_run=dry_run, progress_for=lambda total: stack.enter_context(
+            progress(total, "importing")))
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        _report(result)

@@ -1,0 +1,191 @@
+"""Streaming export of sessions as JSONL, JSON or Markdown.
+
+Sessions and their messages are read a page at a time (see `pages`) and
+written as they are read, so memory stays bounded however large the store
+or a transcript is. JSONL is the interchange format `importer` reads back:
+
+    {"type": "header", "format": "hermes-export", "version": 1, "exported_at": ISO}
+    {"type": "session", "session": {<every Session field>}}
+    {"type": "message", "session_id", "uid", "timestamp", "state",
+     "compaction_id", "kind", "message": {<the message dict, no markers>}}
+    ... (each session's messages follow its session line, in order)
+    {"type": "end", "sessions": N, "messages": M}
+
+JSON is one document with the same content nested per session; Markdown
+is for reading only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
+
+from .errors import InvalidInput
+from .outfile import check_output, private_output
+from .pages import StoredMessage
+from .paths import validate_session_id
+from .render import markdown_message, markdown_session_header
+from .sessions import Session
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
+
+FORMATS = ("jsonl", "json", "markdown")
+EXPORT_FORMAT = "hermes-export"
+EXPORT_VERSION = 1
+SESSION_PAGE = 200
+MESSAGE_PAGE = 500
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export wrote."""
+
+    format: str
+    sessions: int
+    messages: int
+    output: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "sessions": self.sessions, "messages": self.messages,
+                "output": self.output}
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def iso_utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def selected_sessions(db: SessionDB, session_ids: list[str] | None) -> Iterator[Session]:
+    """The named sessions in the order given, or every session oldest first."""
+    if session_ids is not None:
+        for sid in session_ids:
+            yield db.get_session(sid)
+        return
+    after = None
+    while True:
+        page = db.session_page(after=after, limit=SESSION_PAGE)
+        yield from page
+        if len(page) < SESSION_PAGE:
+            return
+        after = (page[-1].started_at, page[-1].id)
+
+
+def session_messages(db: SessionDB, session_id: str, *,
+                     include_archived: bool = True) -> Iterator[StoredMessage]:
+    """Every message row of a session in order, one bounded page at a time."""
+    after = None
+    while True:
+        page = db.message_page(session_id, after=after, limit=MESSAGE_PAGE,
+                               include_archived=include_archived)
+        yield from page
+        if len(page) < MESSAGE_PAGE:
+            return
+        after = page[-1].key
+
+
+def message_record(session_id: str, m: StoredMessage) -> dict[str, Any]:
+    """The per-message fields an export carries (the row key stays private)."""
+    return {"session_id": session_id, "uid": m.uid, "timestamp": m.timestamp,
+            "state": m.state, "compaction_id": m.compaction_id, "kind": m.kind,
+            "message": m.message}
+
+
+class _Counter:
+    def __init__(self, progress: Progress | None) -> None:
+        self.sessions = self.messages = 0
+        self._progress = progress
+
+    def tick(self, n: int = 1) -> None:
+        self.messages += n
+        if self._progress is not None:
+            self._progress(n)
+
+
+def _write_jsonl(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+    out.write(_dumps({"type": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+                      "exported_at": iso_utc(time.time())}) + "\n")
+    for session in selected_sessions(db, ids):
+        count.sessions += 1
+        out.write(_dumps({"type": "session", "session": session.to_dict()}) + "\n")
+        for m in session_messages(db, session.id):
+            out.write(_dumps({"type": "message", **message_record(session.id, m)}) + "\n")
+            count.tick()
+    out.write(_dumps({"type": "end", "sessions": count.sessions,
+                      "messages": count.messages}) + "\n")
+
+
+def _write_json(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+    head = _dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
+                   "exported_at": iso_utc(time.time())})
+    out.write(head[:-1] + ',"sessions":[')
+    for session in selected_sessions(db, ids):
+        out.write(("," if count.sessions else "") + "\n")
+        count.sessions += 1
+        out.write('{"session":' + _dumps(session.to_dict()) + ',"messages":[')
+        first = True
+        for m in session_messages(db, session.id):
+            record = message_record(session.id, m)
+            del record["session_id"]
+            out.write(("" if first else ",") + "\n" + _dumps(record))
+            first = False
+            count.tick()
+        out.write("]}")
+    out.write("\n]," + _dumps({"totals": {"sessions": count.sessions,
+                                          "messages": count.messages}})[1:] + "\n")
+
+
+def _write_markdown(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+    for session in selected_sessions(db, ids):
+        out.write(("\n" if count.sessions else "") + markdown_session_header(session))
+        count.sessions += 1
+        for m in session_messages(db, session.id):
+            out.write(markdown_message(m))
+            count.tick()
+
+
+_WRITERS = {"jsonl": _write_jsonl, "json": _write_json, "markdown": _write_markdown}
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise InvalidInput(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+
+
+def check_sessions(db: SessionDB, session_ids: list[str] | None) -> None:
+    """Every named session is well-formed (InvalidInput) and exists (SessionNotFound)."""
+    for sid in session_ids or ():
+        validate_session_id(sid)
+    for sid in session_ids or ():
+        db.get_session(sid)
+
+
+def export_sessions(db: SessionDB, session_ids: list[str] | None, fmt: str, out: IO[str], *,
+                    progress: Progress | None = None) -> ExportSummary:
+    """Write the named sessions (``None``: all) to ``out`` in ``fmt``, streaming."""
+    check_format(fmt)
+    check_sessions(db, session_ids)
+    count = _Counter(progress)
+    _WRITERS[fmt](db, session_ids, out, count)
+    return ExportSummary(fmt, count.sessions, count.messages, None)
+
+
+def export_to_path(db: SessionDB, session_ids: list[str] | None, fmt: str,
+                   path: str | os.PathLike[str], *,
+                   force: bool = False, progress: Progress | None = None) -> ExportSummary:
+    """Export into a new private file at ``path`` (crash-safe; see `outfile`)."""
+    target = Path(path)
+    check_format(fmt)
+    check_output(target, force=force)
+    check_sessions(db, session_ids)
+    with private_output(target, force=force) as out:
+        summary = export_sessions(db, session_ids, fmt, out, progress=progress)
+    return ExportSummary(fmt, summary.sessions, summary.messages, str(target))

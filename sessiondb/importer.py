@@ -1,0 +1,419 @@
+"""Import a stream of session and message records into a store, idempotently.
+
+Records come from a reader (`read_export_jsonl` for our own JSONL export,
+`llm_import.read_llm_logs` for llm's logs.db). Every import first runs a
+read-only pass that validates the whole stream and counts what it would
+add (that pass alone is the dry run); only a stream that checks out is then
+applied. Messages go through the store's `insert_encoded` path, so a uid
+the session already holds is skipped: re-importing a file adds nothing.
+
+A session missing from the store is created with the exported row's
+values (start/update/end times, counters, token usage); a session that
+exists keeps its row and only gains the messages it lacks. Messages are
+written in bounded chunks, one transaction each, so a large import never
+holds the write lock for long and an interrupted one can simply be re-run.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import apsw
+
+from .codec import encode
+from .errors import Cause, InvalidMessage, StorageError
+from .export import EXPORT_FORMAT, EXPORT_VERSION
+from .paths import validate_session_id
+from .sessions import Session
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
+
+CHUNK = 500
+STATES = frozenset({"active", "archived", "rewound"})
+
+
+class ImportFileError(StorageError):
+    """An import file is malformed; ``line`` says where (1-based), if known."""
+
+    cause = Cause.INVALID_INPUT
+
+    def __init__(self, message: str, *, line: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class SessionIn:
+    """A session to import. Counters of ``None`` are derived from the rows."""
+
+    row: dict[str, Any]
+    line: int | None = None
+
+    @property
+    def id(self) -> str:
+        return self.row["id"]
+
+
+@dataclass(frozen=True)
+class MessageIn:
+    session_id: str
+    uid: str
+    timestamp: float
+    state: str
+    compaction_id: str | None
+    kind: str
+    message: dict[str, Any]
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class EndIn:
+    sessions: int
+    messages: int
+    line: int | None = None
+
+
+Record = SessionIn | MessageIn | EndIn
+
+
+@dataclass
+class ImportResult:
+    """What an import added (or, for a dry run, would add)."""
+
+    source_format: str
+    path: str
+    dry_run: bool
+    sessions_in_file: int = 0
+    sessions_created: int = 0
+    sessions_existing: int = 0
+    messages_in_file: int = 0
+    messages_added: int = 0
+    messages_skipped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# -- validation of our own JSONL -------------------------------------------------
+
+_TEXT = ("parent_session_id", "model", "title", "end_reason")
+_TIMES = ("started_at", "updated_at")
+_COUNTERS = ("message_count", "tool_call_count", "input_tokens", "output_tokens",
+             "cache_read_tokens", "cache_write_tokens")
+
+
+def _bad(line: int | None, text: str) -> ImportFileError:
+    where = f"line {line}: " if line is not None else ""
+    return ImportFileError(where + text, line=line)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_session_row(row: Any, line: int | None) -> dict[str, Any]:
+    """A session row as exported, each field of the right type; fields other
+    than id, source and the start/update times may be absent (null)."""
+    if not isinstance(row, dict):
+        raise _bad(line, "session record must carry a 'session' object")
+    unknown = sorted(set(row) - set(Session.__dataclass_fields__))
+    if unknown:
+        raise _bad(line, f"session has unknown fields: {', '.join(unknown)}")
+    missing = [k for k in ("id", "source", *_TIMES) if k not in row]
+    if missing:
+        raise _bad(line, f"session lacks {', '.join(missing)}")
+    row = {k: row.get(k) for k in Session.__dataclass_fields__}
+    try:
+        validate_session_id(row["id"])
+    except StorageError as e:
+        raise _bad(line, str(e)) from None
+    if not isinstance(row["source"], str) or not row["source"]:
+        raise _bad(line, "session 'source' must be a non-empty string")
+    for key in _TEXT:
+        if row[key] is not None and not isinstance(row[key], str):
+            raise _bad(line, f"session {key!r} must be a string or null")
+    for key in _TIMES:
+        if not _is_number(row[key]):
+            raise _bad(line, f"session {key!r} must be a number")
+    if row["ended_at"] is not None and not _is_number(row["ended_at"]):
+        raise _bad(line, "session 'ended_at' must be a number or null")
+    for key in _COUNTERS:
+        v = row[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise _bad(line, f"session {key!r} must be a non-negative integer")
+    return row
+
+
+def _message_in(rec: dict[str, Any], line: int) -> MessageIn:
+    try:
+        return MessageIn(rec["session_id"], rec["uid"], rec["timestamp"], rec["state"],
+                         rec["compaction_id"], rec["kind"], rec["message"], line)
+    except KeyError as e:
+        raise _bad(line, f"message record has no {e.args[0]!r}") from None
+
+
+def check_message(m: MessageIn) -> None:
+    """Field types of a message record, and the message itself via the codec."""
+    if not isinstance(m.uid, str) or not m.uid:
+        raise _bad(m.line, "message 'uid' must be a non-empty string")
+    if not _is_number(m.timestamp):
+        raise _bad(m.line, "message 'timestamp' must be a number")
+    if m.state not in STATES:
+        raise _bad(m.line, f"message 'state' must be one of {sorted(STATES)}")
+    if m.compaction_id is not None and not isinstance(m.compaction_id, str):
+        raise _bad(m.line, "message 'compaction_id' must be a string or null")
+    if not isinstance(m.kind, str) or not m.kind:
+        raise _bad(m.line, "message 'kind' must be a non-empty string")
+    try:
+        encode(m.message, uid=m.uid)
+    except InvalidMessage as e:
+        raise _bad(m.line, str(e)) from None
+
+
+def _parse_line(raw: str, line: int) -> dict[str, Any]:
+    try:
+        rec = json.loads(raw)
+    except ValueError as e:
+        raise _bad(line, f"not valid JSON ({e.msg})") from None
+    if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
+        raise _bad(line, "each line must be a JSON object with a 'type'")
+    return rec
+
+
+def _check_header(rec: dict[str, Any]) -> None:
+    if rec["type"] != "header" or rec.get("format") != EXPORT_FORMAT:
+        raise _bad(1, "not a hermes JSONL export (the first line must be its header)")
+    if rec.get("version") != EXPORT_VERSION:
+        raise _bad(1, f"export version {rec.get('version')!r} is not supported "
+                      f"(this hermes reads version {EXPORT_VERSION})")
+
+
+def read_export_jsonl(path: str | Path) -> Iterator[Record]:
+    """Records of a hermes JSONL export, validated one line at a time."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise ImportFileError(f"cannot read {path}: {e.strerror or e}", path=str(path)) from e
+    with f:
+        try:
+            yield from _records(f)
+        except UnicodeDecodeError as e:
+            raise ImportFileError(f"{path} is not UTF-8 text ({e.reason})") from None
+
+
+def _records(lines: Iterable[str]) -> Iterator[Record]:
+    for line, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        rec = _parse_line(raw, line)
+        if line == 1:
+            _check_header(rec)
+            continue
+        kind = rec["type"]
+        if kind == "session":
+            yield SessionIn(check_session_row(rec.get("session"), line), line)
+        elif kind == "message":
+            yield _message_in(rec, line)
+        elif kind == "end":
+            n, m = rec.get("sessions"), rec.get("messages")
+            if not isinstance(n, int) or not isinstance(m, int):
+                raise _bad(line, "end record needs integer 'sessions' and 'messages'")
+            yield EndIn(n, m, line)
+        else:
+            raise _bad(line, f"unknown record type {kind!r}")
+
+
+# -- applying (or planning) a record stream -----------------------------------
+
+def _session_exists(conn: apsw.Connection, session_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM sessions WHERE id = ?",
+                        (session_id,)).fetchone() is not None
+
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class _Run:
+    """State of one pass over a record stream."""
+
+    db: SessionDB
+    result: ImportResult
+    progress: Progress | None = None
+    session: SessionIn | None = None
+    created: bool = False
+    ended: bool = False
+    chunk: list[MessageIn] = field(default_factory=list)
+    orphan_parents: dict[str, str] = field(default_factory=dict)
+
+    def feed(self, rec: Record) -> None:
+        if self.ended:
+            raise _bad(rec.line, "records after the end record")
+        if isinstance(rec, SessionIn):
+            self.finish_session()
+            self.start_session(rec)
+        elif isinstance(rec, MessageIn):
+            if self.session is None or rec.session_id != self.session.id:
+                raise _bad(rec.line, "message does not follow its session's record")
+            if self.result.dry_run:  # the planning pass validates; the write pass re-encodes
+                check_message(rec)
+            self.result.messages_in_file += 1
+            self.chunk.append(rec)
+            if len(self.chunk) >= CHUNK:
+                self.flush()
+        else:
+            self.finish_session()
+            self.ended = True
+            r = self.result
+            if (rec.sessions, rec.messages) != (r.sessions_in_file, r.messages_in_file):
+                raise _bad(rec.line, f"end record counts {rec.sessions} sessions and "
+                           f"{rec.messages} messages, the file holds {r.sessions_in_file} "
+                           f"and {r.messages_in_file}")
+
+    def start_session(self, rec: SessionIn) -> None:
+        self.result.sessions_in_file += 1
+        if self.result.dry_run:
+            with self.db._read() as conn:
+                created = not _session_exists(conn, rec.id)
+        else:
+            with self.db.atomic() as conn:  # check and create in one transaction
+                created = not _session_exists(conn, rec.id)
+                if created:
+                    self._insert_session(conn, rec.row)
+        self.session, self.created = rec, created
+        if created:
+            self.result.sessions_created += 1
+        else:
+            self.result.sessions_existing += 1
+
+    def _insert_session(self, conn: apsw.Connection, row: dict[str, Any]) -> None:
+        parent = row["parent_session_id"]
+        if parent is not None and not _session_exists(conn, parent):
+            self.orphan_parents[row["id"]] = parent  # linked once the parent arrives
+            parent = None
+        conn.execute(
+            "INSERT INTO sessions(id, parent_session_id, source, model, title, started_at,"
+            " updated_at, ended_at, end_reason, input_tokens, output_tokens,"
+            " cache_read_tokens, cache_write_tokens) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row["id"], parent, row["source"], row["model"], row["title"], row["started_at"],
+             row["updated_at"], row["ended_at"], row["end_reason"],
+             row["input_tokens"] or 0, row["output_tokens"] or 0,
+             row["cache_read_tokens"] or 0, row["cache_write_tokens"] or 0))
+
+    def finish_session(self) -> None:
+        self.flush()
+        rec, self.session = self.session, None
+        if rec is None or not self.created or self.result.dry_run:
+            return
+        row = rec.row
+        with self.db.atomic() as conn:
+            # Appends moved updated_at and the counters; restore the exported values
+            # (counters given as null, e.g. by the llm reader, keep what the rows made).
+            conn.execute("UPDATE sessions SET updated_at = ?,"
+                         " message_count = coalesce(?, message_count),"
+                         " tool_call_count = coalesce(?, tool_call_count) WHERE id = ?",
+                         (row["updated_at"], row["message_count"], row["tool_call_count"],
+                          row["id"]))
+
+    def flush(self) -> None:
+        chunk, self.chunk = self.chunk, []
+        if not chunk:
+            return
+        assert self.session is not None
+        if self.result.dry_run:
+            added = len(self._fresh(self.db, chunk)) if not self.created else \
+                len({m.uid for m in chunk})
+        else:
+            with self.db.atomic() as conn:
+                added = self._write(conn, chunk)
+        self.result.messages_added += added
+        self.result.messages_skipped += len(chunk) - added
+        if self.progress is not None:
+            self.progress(len(chunk))
+
+    @staticmethod
+    def _fresh(db: SessionDB, chunk: list[MessageIn]) -> list[MessageIn]:
+        """Messages of the chunk whose uid the session does not hold (first of duplicates)."""
+        sid = chunk[0].session_id
+        uids = [m.uid for m in chunk]
+        with db._read() as conn:
+            known = {r[0] for r in conn.execute(
+                f"SELECT uid FROM messages WHERE session_id = ? AND uid IN "
+                f"({','.join('?' * len(uids))})", (sid, *uids))}
+        fresh = []
+        for m in chunk:
+            if m.uid not in known:
+                known.add(m.uid)
+                fresh.append(m)
+        return fresh
+
+    def _write(self, conn: apsw.Connection, chunk: list[MessageIn]) -> int:
+        fresh = self._fresh(self.db, chunk)  # inside the write transaction: current
+        sid = chunk[0].session_id
+        for kind, group in itertools.groupby(fresh, key=lambda m: m.kind):
+            batch = list(group)
+            encoded = [replace(encode(m.message, uid=m.uid), timestamp=m.timestamp)
+                       for m in batch]
+            ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
+            for m, rid in zip(batch, ids):
+                if m.state != "active" or m.compaction_id is not None:
+                    conn.execute("UPDATE messages SET state = ?, compaction_id = ? WHERE id = ?",
+                                 (m.state, m.compaction_id, rid))
+        return len(fresh)
+
+    def link_parents(self) -> None:
+        if self.result.dry_run or not self.orphan_parents:
+            return
+        with self.db.atomic() as conn:
+            for child, parent in self.orphan_parents.items():
+                conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ? AND"
+                             " EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+                             (parent, child, parent))
+
+
+def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
+         progress: Progress | None, require_end: bool) -> ImportResult:
+    run = _Run(db, result, progress)
+    for rec in records:
+        run.feed(rec)
+    if not run.ended:
+        if require_end:
+            raise ImportFileError("the file ends without its end record (truncated?); "
+                                  "nothing was imported")
+        run.finish_session()
+    run.link_parents()
+    return result
+
+
+ProgressFor = Callable[[int], Progress | None]
+
+
+def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], *,
+                   source_format: str, path: str, dry_run: bool = False,
+                   require_end: bool = True,
+                   progress_for: ProgressFor | None = None) -> ImportResult:
+    """Validate the whole stream (read-only), then, unless ``dry_run``, apply it.
+
+    ``open_records`` is called once per pass and must yield the same records.
+    ``progress_for`` gets the planned message count before the writing pass
+    and returns a callback that is told how many messages each chunk handled.
+    """
+    plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
+                require_end)
+    if dry_run:
+        return plan
+    progress = progress_for(plan.messages_in_file) if progress_for is not None else None
+    return _run(db, open_records(), ImportResult(source_format, path, False), progress,
+                require_end)
+
+
+def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,
+                       progress_for: ProgressFor | None = None) -> ImportResult:
+    """Import a hermes JSONL export (see `export`), idempotent by message uid."""
+    return import_records(db, lambda: read_export_jsonl(path), source_format="hermes-jsonl",
+                          path=str(path), dry_run=dry_run, progress_for=progress_for)

@@ -1,0 +1,158 @@
+"""Read llm's ``logs.db`` (Simon Willison's `llm` CLI) as import records.
+
+llm logs each prompt/response pair as a row of ``responses`` (``id``,
+``model``, ``prompt``, ``system``, ``response``, ``conversation_id``,
+``datetime_utc``, and in newer versions ``input_tokens``/``output_tokens``),
+grouped by ``conversations`` (``id``, ``name``, ``model``). The file is
+opened read-only through sqlite-utils (stdlib sqlite3), which is fine
+because it is not a live hermes store.
+
+Mapping: one conversation becomes one session ``llm-<conversation id>``
+(source ``llm``, title = conversation name, model = conversation model,
+token usage summed). Each response becomes up to three messages in time
+order: a ``system`` message when its system prompt differs from the last
+one in that conversation, the ``user`` prompt, and the ``assistant``
+response (carrying ``model`` and llm's ``response_id``). A response with no
+conversation becomes a session of its own, ``llm-response-<id>``. Message
+uids are ``llm:<response id>:<role>``, so importing the same logs.db again
+adds only responses logged since. Attachments, fragments, tools and schemas
+are not imported.
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import quote
+
+import sqlite_utils
+
+from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
+                       import_records)
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
+
+SOURCE = "llm"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
+
+
+def open_logs(path: str | Path) -> sqlite_utils.Database:
+    """Open an llm logs.db read-only (never creates or changes it)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ImportFileError(f"{p} is not a file", path=str(p))
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True)
+        db = sqlite_utils.Database(conn)
+        tables = set(db.table_names())
+    except sqlite3.DatabaseError as e:
+        raise ImportFileError(f"cannot read {p} as SQLite: {e}", path=str(p)) from e
+    if not {"responses", "conversations"} <= tables:
+        db.close()
+        raise ImportFileError(f"{p} is not an llm logs database (no responses and "
+                              "conversations tables)", path=str(p))
+    return db
+
+
+def parse_time(value: Any) -> float:
+    """llm's ``datetime_utc`` (ISO text, naive means UTC) as epoch seconds."""
+    if not isinstance(value, str):
+        raise ImportFileError(f"unreadable datetime_utc {value!r}")
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ImportFileError(f"unreadable datetime_utc {value!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def session_id_for(conversation_id: str | None, response_id: Any) -> str:
+    raw = f"llm-{conversation_id}" if conversation_id else f"llm-response-{response_id}"
+    return _UNSAFE.sub("_", raw)[:128]
+
+
+def _token_sums(db: sqlite_utils.Database) -> str:
+    cols = set(db["responses"].columns_dict)
+    parts = [(f"coalesce(sum(r.{c}), 0)" if c in cols else "0") + f" AS {c}"
+             for c in ("input_tokens", "output_tokens")]
+    return ", ".join(parts)
+
+
+def _groups(db: sqlite_utils.Database) -> Iterator[dict[str, Any]]:
+    tokens = _token_sums(db)
+    yield from db.query(
+        f"SELECT r.conversation_id AS cid, NULL AS rid, c.name AS name,"
+        f" coalesce(c.model, max(r.model)) AS model, min(r.datetime_utc) AS first,"
+        f" max(r.datetime_utc) AS last, {tokens} FROM responses r"
+        f" LEFT JOIN conversations c ON c.id = r.conversation_id"
+        f" WHERE r.conversation_id IS NOT NULL GROUP BY r.conversation_id"
+        f" ORDER BY first, cid")
+    yield from db.query(
+        f"SELECT NULL AS cid, r.id AS rid, NULL AS name, r.model AS model,"
+        f" r.datetime_utc AS first, r.datetime_utc AS last, {tokens} FROM responses r"
+        f" WHERE r.conversation_id IS NULL GROUP BY r.id ORDER BY first, rid")
+
+
+def _session(group: dict[str, Any]) -> SessionIn:
+    row = {"id": session_id_for(group["cid"], group["rid"]), "parent_session_id": None,
+           "source": SOURCE, "model": group["model"], "title": group["name"],
+           "started_at": parse_time(group["first"]), "updated_at": parse_time(group["last"]),
+           "ended_at": None, "end_reason": None, "message_count": None,
+           "tool_call_count": None, "input_tokens": int(group["input_tokens"] or 0),
+           "output_tokens": int(group["output_tokens"] or 0), "cache_read_tokens": 0,
+           "cache_write_tokens": 0}
+    return SessionIn(row)
+
+
+def _responses(db: sqlite_utils.Database, group: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    cols = "id, model, prompt, system, response, datetime_utc"
+    if group["cid"] is not None:
+        yield from db.query(f"SELECT {cols} FROM responses WHERE conversation_id = ?"
+                            " ORDER BY datetime_utc, id", [group["cid"]])
+    else:
+        yield from db.query(f"SELECT {cols} FROM responses WHERE id = ?", [group["rid"]])
+
+
+def _messages(sid: str, r: dict[str, Any], last_system: str | None) -> Iterator[MessageIn]:
+    ts = parse_time(r["datetime_utc"])
+    rid = r["id"]
+    if r["system"] and r["system"] != last_system:
+        yield MessageIn(sid, f"llm:{rid}:system", ts, "active", None, "message",
+                        {"role": "system", "content": r["system"]})
+    if r["prompt"] is not None:
+        yield MessageIn(sid, f"llm:{rid}:user", ts, "active", None, "message",
+                        {"role": "user", "content": r["prompt"]})
+    if r["response"] is not None:
+        reply = {"role": "assistant", "content": r["response"], "response_id": str(rid)}
+        if r["model"]:
+            reply["model"] = r["model"]
+        yield MessageIn(sid, f"llm:{rid}:assistant", ts, "active", None, "message", reply)
+
+
+def read_llm_logs(path: str | Path) -> Iterator[Record]:
+    """Sessions and messages from an llm logs.db, conversation by conversation."""
+    db = open_logs(path)
+    try:
+        for group in _groups(db):
+            session = _session(group)
+            yield session
+            last_system = None
+            for r in _responses(db, group):
+                yield from _messages(session.id, r, last_system)
+                last_system = r["system"] or last_system
+    except sqlite3.DatabaseError as e:
+        raise ImportFileError(f"cannot read {path}: {e}", path=str(path)) from e
+    finally:
+        db.close()
+
+
+def import_llm_logs(db: SessionDB, path: str | Path, *, dry_run: bool = False,
+                    progress_for: ProgressFor | None = None) -> ImportResult:
+    """Import an llm logs.db into the store, idempotent by response id."""
+    return import_records(db, lambda: read_llm_logs(path), source_format="llm",
+                          path=str(path), dry_run=dry_run, require_end=False,
+                          progress_for=progress_for)

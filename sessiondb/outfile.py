@@ -1,0 +1,100 @@
+"""Crash-safe, private output files for exports and reports.
+
+An output is written to a 0600 temp file created exclusively beside the
+target, fsynced, then moved into place and the directory fsynced. Without
+``force`` the move is a hard link, which fails if the target appeared in
+the meantime, so an existing file is never replaced by accident. On any
+failure the temp file is removed and the target is untouched.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Iterator
+
+from .errors import Cause, StorageError
+from .paths import FILE_MODE
+
+
+class OutputError(StorageError):
+    """An output file cannot be created or written."""
+
+    cause = Cause.IO_ERROR
+
+
+class OutputExists(OutputError):
+    """The output path exists and replacing it was not asked for."""
+
+    cause = Cause.INVALID_INPUT
+
+
+def check_output(path: Path, *, force: bool) -> None:
+    """Refuse early (before any work) a target that exists or is a directory."""
+    if path.is_dir():
+        raise OutputError(f"{path} is a directory", path=str(path))
+    if not force and os.path.lexists(path):
+        raise OutputExists(f"{path} already exists; pass --force to replace it", path=str(path))
+
+
+def _fail(path: Path, e: OSError) -> OutputError:
+    return OutputError(f"cannot write {path}: {e.strerror or e}", path=str(path))
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _install(tmp: Path, path: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise OutputExists(f"{path} already exists; pass --force to replace it",
+                           path=str(path)) from None
+    except OSError as e:
+        # Filesystems without hard links: rename after a last existence check.
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        check_output(path, force=False)
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+@contextmanager
+def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iterator[IO[str]]:
+    """A text file to write ``path`` through; it appears only if the block succeeds."""
+    target = Path(path)
+    check_output(target, force=force)
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    except OSError as e:
+        raise _fail(target, e) from e
+    installed = False
+    try:
+        os.fchmod(fd, FILE_MODE)  # the umask may have narrowed the mode; make it exact
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        _install(tmp, target, force)
+        installed = True
+        _fsync_dir(target.parent)
+    except OSError as e:
+        raise _fail(target, e) from e
+    finally:
+        if not installed:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,88 @@
+"""Keyset pages of sessions and messages, for readers that stream.
+
+Exports and long listings read a bounded page at a time and resume after
+the last key they saw (sessions by ``(started_at, id)``, messages by
+``(position, id)``), so memory never depends on how much is stored and a
+row that exists for the whole read is returned exactly once. Each page is
+its own read transaction: rows appended while a stream runs may or may not
+be included, never duplicated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from .codec import decode
+from .sessions import _SELECT as _SESSION_SELECT
+from .sessions import Session
+
+SessionKey = tuple[float, str]
+MessageKey = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One message row: the public message dict plus the row's own fields."""
+
+    key: MessageKey
+    uid: str
+    timestamp: float
+    state: str
+    compaction_id: str | None
+    kind: str
+    message: dict[str, Any]
+
+
+def session_page(conn: apsw.Connection, *, after: SessionKey | None, limit: int,
+                 source: str | None = None, since: float | None = None) -> list[Session]:
+    """Up to ``limit`` sessions, oldest first, strictly after ``after``."""
+    where, args = [], []
+    if after is not None:
+        where.append("(started_at > ? OR (started_at = ? AND id > ?))")
+        args += [after[0], after[0], after[1]]
+    if source is not None:
+        where.append("source = ?")
+        args.append(source)
+    if since is not None:
+        where.append("started_at >= ?")
+        args.append(since)
+    sql = _SESSION_SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY started_at, id LIMIT ?"
+    return [Session(*r) for r in conn.execute(sql, (*args, limit))]
+
+
+_MESSAGES = ("SELECT position, id, uid, timestamp, state, compaction_id, kind, role,"
+             " content_kind, content, tool_calls, meta FROM messages WHERE session_id = ?")
+
+
+def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | None,
+                 limit: int, include_archived: bool = True) -> list[StoredMessage]:
+    """Up to ``limit`` messages of a session in order, strictly after ``after``."""
+    sql, args = _MESSAGES, [session_id]
+    if not include_archived:
+        sql += " AND state = 'active'"
+    if after is not None:
+        # Row values compare lexicographically and use the (session, position, id) index.
+        sql += " AND (position, id) > (?, ?)"
+        args += [after[0], after[1]]
+    sql += " ORDER BY position, id LIMIT ?"
+    out = []
+    for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
+         meta) in conn.execute(sql, (*args, limit)):
+        out.append(StoredMessage((position, rid), uid, ts, state, comp, kind,
+                                 decode(role, ckind, content, calls, meta)))
+    return out
+
+
+def count_messages(conn: apsw.Connection, session_ids: list[str] | None) -> int:
+    """How many message rows these sessions (``None``: all) hold, for a progress total."""
+    if session_ids is None:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+    total = 0
+    for sid in session_ids:
+        (n,) = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
+                            (sid,)).fetchone()
+        total += n
+    return total

@@ -1,0 +1,77 @@
+"""Store statistics: row counts, file sizes and the full-text index's size.
+
+Only reads. The full-text index size is measured with SQLite's ``dbstat``
+virtual table (bytes of every page of the ``messages_fts*`` tables and
+their indexes); where ``dbstat`` is not compiled in, the size is reported
+as unknown (``method = "unavailable"``) next to the whole file's page
+counts, rather than guessed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+if TYPE_CHECKING:  # for type hints only
+    from .store import SessionDB
+
+FTS_PREFIX = "messages_fts"
+STATES = ("active", "archived", "rewound")
+
+
+def _file_size(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return None
+
+
+def _fts_size(conn: apsw.Connection) -> dict[str, Any]:
+    names = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE (name LIKE ? ESCAPE '\\'"
+        " OR tbl_name LIKE ? ESCAPE '\\') AND type IN ('table', 'index') ORDER BY name",
+        (FTS_PREFIX.replace("_", "\\_") + "%",) * 2)]
+    if not names:
+        return {"tables": [], "bytes": 0, "method": "none"}
+    total = 0
+    try:
+        for name in names:
+            # Virtual tables own no pages (dbstat has no row for them); shadow tables do.
+            row = conn.execute("SELECT sum(pgsize) FROM dbstat WHERE name = ? AND aggregate = 1",
+                               (name,)).fetchone()
+            total += (row[0] or 0) if row else 0
+    except apsw.SQLError:
+        return {"tables": names, "bytes": None, "method": "unavailable"}
+    return {"tables": names, "bytes": total, "method": "dbstat"}
+
+
+def _pragma(conn: apsw.Connection, name: str) -> int:
+    return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+
+
+def store_stats(db: SessionDB) -> dict[str, Any]:
+    """One document describing the store (keys documented in docs/cli.md)."""
+    path = Path(db.path)
+    with db._read() as conn:
+        own = conn.get_autocommit()
+        if own:
+            conn.execute("BEGIN")  # one snapshot for every count below
+        try:
+            (sessions,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+            by_state = dict.fromkeys(STATES, 0)
+            by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))
+            pages = {"page_size": _pragma(conn, "page_size"),
+                     "page_count": _pragma(conn, "page_count"),
+                     "freelist_count": _pragma(conn, "freelist_count")}
+            fts = _fts_size(conn)
+        finally:
+            if own:
+                conn.execute("COMMIT")
+    return {
+        "path": str(path), "sessions": sessions, "messages": sum(by_state.values()),
+        "messages_by_state": by_state, "pages": pages, "fts": fts,
+        "files": {"db": _file_size(path), "wal": _file_size(Path(f"{path}-wal")),
+                  "shm": _file_size(Path(f"{path}-shm"))},
+    }
