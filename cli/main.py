@@ -54,7 +54,7 @@ _ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
 
 def explain_for_cli(err: StorageError, app: Any) -> str:
     """``err`` as the CLI prints it: its own line, then summary and next step."""
-    if err.cause in _ONE_LINE_CAUSES:
+    if err.cause in _ONE_LINE_CAUSES or not err.concerns_store:
         return _one_line(err)
     home = app.home if isinstance(app, AppContext) else None
     profile = app.profile if isinstance(app, AppContext) else None

@@ -37,6 +37,9 @@ class StorageError(Exception):
     spooled_to: str | None = None
     #: A copy of what a quarantined handle could still read (deleted -wal).
     rescued_to: str | None = None
+    #: False for failures of other files (an export's output): the store's
+    #: explanation table does not apply to them.
+    concerns_store: bool = True
 
     def __init__(self, message: str, *, path: str | None = None,
                  sqlite_code: int | None = None, hint: str | None = None,

@@ -23,6 +23,7 @@ class OutputError(StorageError):
     """An output file cannot be created or written."""
 
     cause = Cause.IO_ERROR
+    concerns_store = False
 
 
 class OutputExists(OutputError):
