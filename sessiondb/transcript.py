@@ -29,8 +29,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FlushResult:
-    """What one flush did. ``scanned`` counts the dicts it looked at;
-    ``skipped`` the leading run the cursor let it trust without looking."""
+    """What one flush did. ``scanned`` counts the dicts it looked at (the
+    cursor's boundary dict, whose identity and marker it checks, and every
+    dict after it); ``skipped`` the leading run it trusted without looking.
+    ``scanned + skipped`` is the transcript's length."""
 
     inserted: int
     updated: int
@@ -135,7 +137,7 @@ class TranscriptWriter:
         self.unwritten = ()
         plan: list[_Write] = []
         try:
-            scanned = self._plan(messages, start, plan)
+            self._plan(messages, start, plan)
             ids, inserted, updated = self._write(plan, holder) if plan else ([], 0, 0)
         except BaseException:
             self.unwritten = tuple(w.message for w in plan)
@@ -143,12 +145,12 @@ class TranscriptWriter:
         for w, rid in zip(plan, ids):
             w.message[MARKER_KEY] = Persisted(rid, w.enc.fingerprint)
         self._set_cursor(messages, len(messages))
-        return FlushResult(inserted, updated, scanned, start)
+        skipped = max(start - 1, 0)  # the boundary dict itself was looked at
+        return FlushResult(inserted, updated, len(messages) - skipped, skipped)
 
-    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> int:
-        """Collect the dicts from ``start`` on that need a write; returns how
-        many dicts were looked at. Uids are given before the write, so a retry
-        after any failure is idempotent."""
+    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> None:
+        """Collect the dicts from ``start`` on that need a write. Uids are
+        given before the write, so a retry after any failure is idempotent."""
         seen: set[int] = set()
         for i in range(start, len(messages)):
             m = messages[i]
@@ -164,7 +166,6 @@ class TranscriptWriter:
                 continue
             m[UID_KEY] = enc.uid
             plan.append(_Write(i, m, enc, marker))
-        return len(messages) - start
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
         with self.db.atomic() as conn:
