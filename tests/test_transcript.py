@@ -249,3 +249,49 @@ def test_flush_unknown_session_and_bad_input(db):
     assert info.value.index == 1
     with pytest.raises(InvalidInput):
         TranscriptWriter(db, "../etc")
+
+
+def traced_flush(db: SessionDB, writer: TranscriptWriter, msgs: list) -> list[tuple]:
+    """(sql, bindings) of every statement the flush ran, via apsw's exec tracer."""
+    seen: list[tuple] = []
+
+    def tracer(_cursor, sql, bindings):
+        seen.append((sql, bindings))
+        return True
+
+    db._writer.exec_trace = tracer
+    try:
+        writer.flush(msgs)
+    finally:
+        db._writer.exec_trace = None
+    return seen
+
+
+@pytest.mark.parametrize("new", [1, 5])
+def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new):
+    msgs = [user(str(i)) for i in range(2_000)]
+    writer.flush(msgs)
+    msgs.extend(user(f"new{i}") for i in range(new))
+    statements = traced_flush(db, writer, msgs)
+    inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
+    assert len(inserts) == new
+    # BEGIN, session check, next position, the inserts, counters, COMMIT.
+    assert len(statements) == 5 + new
+    with db._read() as conn:
+        for sql, bindings in statements:
+            if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
+                plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql,
+                                                           bindings or ()))
+                assert "SCAN messages" not in plan, (sql, plan)
+
+
+def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
+    msgs = [user(str(i)) for i in range(2_000)]
+    writer.flush(msgs)
+    writer.update(msgs, 1_990, content="edited")
+    statements = traced_flush(db, writer, msgs)
+    updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
+                                         for s, _ in statements)
+    # BEGIN, session check, uid lookup, the UPDATE, COMMIT.
+    assert len(statements) == 5
