@@ -166,7 +166,8 @@ class TranscriptWriter:
             elif marker.fingerprint == enc.fingerprint:
                 continue
             had_uid = m.get(UID_KEY) == enc.uid
-            m[UID_KEY] = enc.uid
+            if marker is None:  # a marked dict is written by row id; never invent its uid
+                m[UID_KEY] = enc.uid
             plan.append(_Write(i, m, enc, marker, had_uid))
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
@@ -302,7 +303,7 @@ class TranscriptWriter:
                 supersede_previous: bool = True) -> compaction.CompactionResult:
         """Micro-compact stored messages of this transcript: the store side
         (`archive_and_compact`) and the in-memory side in one call."""
-        wanted = set(absorbed_ids) if isinstance(absorbed_ids, (list, tuple)) else set()
+        wanted = set(compaction.checked_ids(absorbed_ids))
         have = {m[MARKER_KEY].id for m in messages
                 if isinstance(m, dict) and isinstance(m.get(MARKER_KEY), Persisted)}
         missing = sorted(wanted - have, key=repr)
