@@ -64,7 +64,8 @@ class RestoreResult:
     restored_ids: tuple[int, ...]
 
 
-def _checked_ids(absorbed_ids: Any) -> list[int]:
+def checked_ids(absorbed_ids: Any) -> list[int]:
+    """The absorbed ids as a list, or `CompactionError` (nothing is read)."""
     if not isinstance(absorbed_ids, (list, tuple)) or not absorbed_ids:
         raise CompactionError("absorbed_ids must be a non-empty list of message row ids")
     bad = [i for i in absorbed_ids if isinstance(i, bool) or not isinstance(i, int)]
@@ -99,7 +100,7 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
     rolling-summary rows of the session (only those made by compaction) are
     archived too. With ``holder`` the lease is checked in the same transaction.
     """
-    ids = _checked_ids(absorbed_ids)
+    ids = checked_ids(absorbed_ids)
     uid = new_uid()
     enc = encode(summary_message, uid=uid)
     cid = uuid.uuid4().hex

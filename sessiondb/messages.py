@@ -98,6 +98,13 @@ def rewrite(conn: apsw.Connection, session_id: str, row_id: int, enc: EncodedMes
     return conn.changes() == 1
 
 
+def find_uid(conn: apsw.Connection, session_id: str, uid: str) -> tuple[int, str, str] | None:
+    """(id, fingerprint, state) of the session's row with this uid, or None."""
+    row = conn.execute("SELECT id, fingerprint, state FROM messages"
+                       " WHERE session_id = ? AND uid = ?", (session_id, uid)).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
 def status(conn: apsw.Connection, row_id: int) -> tuple[str, str] | None:
     """(fingerprint, state) of a row, or None."""
     row = conn.execute("SELECT fingerprint, state FROM messages WHERE id = ?",

@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FlushResult:
-    """What one flush did. ``scanned`` counts the dicts it looked at;
-    ``skipped`` the leading run the cursor let it trust without looking."""
+    """What one flush did. ``scanned`` counts the dicts it looked at (the
+    cursor's boundary dict, whose identity and marker it checks, and every
+    dict after it); ``skipped`` the leading run it trusted without looking.
+    ``scanned + skipped`` is the transcript's length."""
 
     inserted: int
     updated: int
@@ -53,6 +55,7 @@ class _Write:
     message: dict[str, Any]
     enc: EncodedMessage
     marker: Persisted | None
+    had_uid: bool  # may already have a row: an edit, or a retry after a failure
 
 
 def _forget(message: Any) -> None:
@@ -137,7 +140,7 @@ class TranscriptWriter:
         self.unwritten = ()
         plan: list[_Write] = []
         try:
-            scanned = self._plan(messages, start, plan)
+            self._plan(messages, start, plan)
             ids, inserted, updated = self._write(plan, holder) if plan else ([], 0, 0)
         except BaseException as e:
             self.unwritten = tuple(w.message for w in plan)
@@ -147,12 +150,12 @@ class TranscriptWriter:
         for w, rid in zip(plan, ids):
             w.message[MARKER_KEY] = Persisted(rid, w.enc.fingerprint)
         self._set_cursor(messages, len(messages))
-        return FlushResult(inserted, updated, scanned, start)
+        skipped = max(start - 1, 0)  # the boundary dict itself was looked at
+        return FlushResult(inserted, updated, len(messages) - skipped, skipped)
 
-    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> int:
-        """Collect the dicts from ``start`` on that need a write; returns how
-        many dicts were looked at. Uids are given before the write, so a retry
-        after any failure is idempotent."""
+    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> None:
+        """Collect the dicts from ``start`` on that need a write. Uids are
+        given before the write, so a retry after any failure is idempotent."""
         seen: set[int] = set()
         for i in range(start, len(messages)):
             m = messages[i]
@@ -166,9 +169,10 @@ class TranscriptWriter:
                 marker = None
             elif marker.fingerprint == enc.fingerprint:
                 continue
-            m[UID_KEY] = enc.uid
-            plan.append(_Write(i, m, enc, marker))
-        return len(messages) - start
+            had_uid = m.get(UID_KEY) == enc.uid
+            if marker is None:  # a marked dict is written by row id; never invent its uid
+                m[UID_KEY] = enc.uid
+            plan.append(_Write(i, m, enc, marker, had_uid))
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
         with self.db.atomic() as conn:
@@ -178,37 +182,41 @@ class TranscriptWriter:
             return self._apply(conn, plan)
 
     def _apply(self, conn: apsw.Connection, plan: list[_Write]) -> tuple[list[int], int, int]:
+        """Per dict: one UPDATE (marked, changed), one SELECT and at most one
+        UPDATE (unmarked with a uid), or one INSERT (new)."""
         sid = self.session_id
-        position = rows.next_position(conn, sid)
+        position: int | None = None
         ids: list[int] = []
         inserted = updated = calls = 0
         for w in plan:
-            if w.marker is None:
+            if w.marker is not None:
+                stored: tuple[int, str, str] | None = (w.marker.id, "", rows.ACTIVE)
+            else:
+                stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
+            if stored is None:
+                position = rows.next_position(conn, sid) if position is None else position
                 rid, new = rows.insert(conn, sid, w.enc, position)
                 if new:
                     ids.append(rid)
-                    position += 1
-                    inserted += 1
+                    position, inserted = position + 1, inserted + 1
                     calls += w.enc.tool_call_total
                     continue
-            else:
-                rid = w.marker.id
+                # The uid was known after all: treat it as the stored row it is.
+                stored = rows.find_uid(conn, sid, w.enc.uid) or (rid, "", "")
             if inserted:
                 raise InvalidInput(f"message {w.index} is already stored but comes after a new "
                                    "message; new messages can only be added at the end")
-            if self._rewrite(conn, w, rid):
-                updated += 1
-            ids.append(rid)
+            updated += self._rewrite(conn, w, stored)
+            ids.append(stored[0])
         if inserted:
             sessions.add_counts(conn, sid, self.db.now(), messages=inserted, tool_calls=calls)
         return ids, inserted, updated
 
-    def _rewrite(self, conn: apsw.Connection, w: _Write, rid: int) -> bool:
-        """Bring a stored row up to date; False if it already was."""
-        if w.marker is None:  # unmarked with a known uid: compare first
-            fingerprint, state = rows.status(conn, rid) or ("", "")
-            if state == rows.ACTIVE and fingerprint == w.enc.fingerprint:
-                return False
+    def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
+        """Bring a stored row (id, fingerprint, state) up to date; False if it was."""
+        rid, fingerprint, state = stored
+        if state == rows.ACTIVE and fingerprint == w.enc.fingerprint:
+            return False
         if not rows.rewrite(conn, self.session_id, rid, w.enc, _explicit_timestamp(w.message)):
             raise InvalidInput(f"message {w.index} belongs to row {rid}, which is not a live "
                                f"message of session {self.session_id!r}; reload the transcript")
@@ -299,7 +307,7 @@ class TranscriptWriter:
                 supersede_previous: bool = True) -> compaction.CompactionResult:
         """Micro-compact stored messages of this transcript: the store side
         (`archive_and_compact`) and the in-memory side in one call."""
-        wanted = set(absorbed_ids) if isinstance(absorbed_ids, (list, tuple)) else set()
+        wanted = set(compaction.checked_ids(absorbed_ids))
         have = {m[MARKER_KEY].id for m in messages
                 if isinstance(m, dict) and isinstance(m.get(MARKER_KEY), Persisted)}
         missing = sorted(wanted - have, key=repr)

@@ -157,7 +157,7 @@ def test_writer_compact_keeps_its_cursor(db, sid):
     writer.compact(msgs, [m[MARKER_KEY].id for m in msgs[:40]], summary("S"))
     assert len(msgs) == 11
     result = writer.flush(msgs)
-    assert (result.inserted, result.updated, result.scanned, result.skipped) == (0, 0, 0, 11)
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (0, 0, 1, 10)
     assert writer.verify(msgs) == []
     msgs.append(user("unflushed"))
     with pytest.raises(CompactionError, match="flush first"):
@@ -228,3 +228,13 @@ def test_helper_matches_by_row_id_when_a_uid_is_missing(db, sid):
     assert [m["content"] for m in msgs] == ["S", "c"]
     assert writer.flush(msgs).inserted == 0
     assert writer.verify(msgs) == []
+
+
+@pytest.mark.parametrize("bad", [[[1, 2]], "12", [], None])
+def test_writer_compact_refuses_malformed_ids(db, sid, bad):
+    writer = TranscriptWriter(db, sid)
+    msgs = [user("a")]
+    writer.flush(msgs)
+    with pytest.raises(CompactionError):
+        writer.compact(msgs, bad, summary("S"))
+    assert contents(db, sid) == ["a"]

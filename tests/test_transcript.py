@@ -49,7 +49,7 @@ def test_flush_marks_and_second_flush_writes_nothing(db, sid, writer):
     assert all(isinstance(m[MARKER_KEY], Persisted) for m in msgs)
     before = all_rows(db)
     again = writer.flush(msgs)
-    assert (again.inserted, again.updated, again.scanned, again.skipped) == (0, 0, 0, 2)
+    assert (again.inserted, again.updated, again.scanned, again.skipped) == (0, 0, 1, 1)
     assert all_rows(db) == before
     assert strip_markers(db.get_messages(sid)) == strip_markers(msgs)
     assert writer.verify(msgs) == []
@@ -61,7 +61,8 @@ def test_cursor_scans_only_the_new_message_of_10000(db, sid, writer):
     assert writer.flush(msgs).inserted == 10_000
     msgs.append(user("new"))
     result = writer.flush(msgs)
-    assert (result.inserted, result.updated, result.scanned, result.skipped) == (1, 0, 1, 10_000)
+    # It looks at the cursor's boundary dict and the new one, nothing else.
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (1, 0, 2, 9_999)
     assert db.get_messages(sid, tail=1)[0]["content"] == "new"
 
 
@@ -75,7 +76,7 @@ def test_new_writer_rescans_once_and_never_duplicates(db, sid, writer):
     result = fresh.flush(msgs)
     assert (result.inserted, result.updated, result.scanned) == (0, 0, 20)
     assert len(all_rows(db)) == 20
-    assert fresh.flush(msgs).scanned == 0
+    assert fresh.flush(msgs).scanned == 1
     assert fresh.verify(msgs) == []
 
 
@@ -94,7 +95,7 @@ def test_update_rewrites_the_row_and_scans_from_the_edit(db, sid, writer):
     edited = writer.update(msgs, 7, content="seven", note="edited")
     assert edited is msgs[7] and MARKER_KEY not in edited
     result = writer.flush(msgs)
-    assert (result.inserted, result.updated, result.scanned, result.skipped) == (0, 1, 3, 7)
+    assert (result.inserted, result.updated, result.scanned, result.skipped) == (0, 1, 4, 6)
     assert msgs[7][MARKER_KEY].id == row_id
     assert writer.verify(msgs) == []
     assert len(all_rows(db)) == 10
@@ -113,7 +114,7 @@ def test_bad_update_changes_nothing(db, sid, writer):
         writer.update(msgs, 5, content="x")
     assert msgs[0] == {"role": "user", "content": "a", UID_KEY: msgs[0][UID_KEY],
                        MARKER_KEY: marker}
-    assert writer.flush(msgs).scanned == 0
+    assert writer.flush(msgs).scanned == 1
 
 
 def test_replace_takes_over_the_row(db, sid, writer):
@@ -134,7 +135,7 @@ def test_fill_tail(db, sid, writer):
     writer.flush(msgs)
     writer.fill_tail(msgs, "answer", finish_reason="stop")
     result = writer.flush(msgs)
-    assert (result.updated, result.scanned) == (1, 1)
+    assert (result.updated, result.scanned) == (1, 2)
     (row,) = db.get_messages(sid, tail=1)
     assert strip_markers([row]) == [{"role": "assistant", "content": "answer",
                                      "finish_reason": "stop"}]
@@ -156,7 +157,7 @@ def test_rewind_keeps_rows_on_disk_as_rewound(db, sid, writer):
     assert [m["content"] for m in msgs] == ["0", "1", "2"]
     assert states(db, sid) == [("0", "active"), ("1", "active"), ("2", "active"),
                                ("3", "rewound"), ("4", "rewound")]
-    assert writer.flush(msgs).scanned == 0  # the cursor was pulled back, not dropped
+    assert writer.flush(msgs).scanned == 1  # the cursor was pulled back, not dropped
     assert writer.verify(msgs) == []
     msgs.append(removed[0])  # re-adding a removed dict makes a new message
     assert writer.flush(msgs).inserted == 1
@@ -248,3 +249,49 @@ def test_flush_unknown_session_and_bad_input(db):
     assert info.value.index == 1
     with pytest.raises(InvalidInput):
         TranscriptWriter(db, "../etc")
+
+
+def traced_flush(db: SessionDB, writer: TranscriptWriter, msgs: list) -> list[tuple]:
+    """(sql, bindings) of every statement the flush ran, via apsw's exec tracer."""
+    seen: list[tuple] = []
+
+    def tracer(_cursor, sql, bindings):
+        seen.append((sql, bindings))
+        return True
+
+    db._writer.exec_trace = tracer
+    try:
+        writer.flush(msgs)
+    finally:
+        db._writer.exec_trace = None
+    return seen
+
+
+@pytest.mark.parametrize("new", [1, 5])
+def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new):
+    msgs = [user(str(i)) for i in range(2_000)]
+    writer.flush(msgs)
+    msgs.extend(user(f"new{i}") for i in range(new))
+    statements = traced_flush(db, writer, msgs)
+    inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
+    assert len(inserts) == new
+    # BEGIN, session check, next position, the inserts, counters, COMMIT.
+    assert len(statements) == 5 + new
+    with db._read() as conn:
+        for sql, bindings in statements:
+            if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
+                plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql,
+                                                           bindings or ()))
+                assert "SCAN messages" not in plan, (sql, plan)
+
+
+def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
+    msgs = [user(str(i)) for i in range(2_000)]
+    writer.flush(msgs)
+    writer.update(msgs, 1_990, content="edited")
+    statements = traced_flush(db, writer, msgs)
+    updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
+    assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
+                                         for s, _ in statements)
+    # BEGIN, session check, uid lookup, the UPDATE, COMMIT.
+    assert len(statements) == 5
