@@ -275,8 +275,9 @@ def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, wr
     statements = traced_flush(db, writer, msgs)
     inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
     assert len(inserts) == new
-    # BEGIN, session check, next position, the inserts, counters, COMMIT.
-    assert len(statements) == 5 + new
+    # BEGIN, the replaced-file guard's header check, session check, next
+    # position, the inserts, counters, COMMIT.
+    assert len(statements) == 6 + new
     with db._read() as conn:
         for sql, bindings in statements:
             if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
@@ -293,5 +294,5 @@ def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
     updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
     assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
                                          for s, _ in statements)
-    # BEGIN, session check, uid lookup, the UPDATE, COMMIT.
-    assert len(statements) == 5
+    # BEGIN, guard header check, session check, uid lookup, the UPDATE, COMMIT.
+    assert len(statements) == 6
