@@ -1,0 +1,103 @@
+"""What tables a (copied) database holds and which of them carry data.
+
+Derived data is never copied: virtual tables, their shadow tables (and
+anything named like the store's FTS indexes) are rebuilt in the output.
+SQLite's own tables and the migration ledger are bookkeeping, not data.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import apsw
+
+DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
+LEDGER_TABLES = ("migrations",)
+ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
+
+
+@dataclass
+class TableSpec:
+    """One table of the source: its columns and how to address its rows."""
+
+    name: str
+    columns: list[str]
+    rowid: bool = True
+    root_page: int = 0
+    sql: str = ""
+    kind: str = "data"  # data | ledger | derived | internal
+
+    def quoted(self) -> str:
+        return quote(self.name)
+
+    def select_list(self) -> str:
+        cols = ", ".join(quote(c) for c in self.columns)
+        return f"rowid, {cols}" if self.rowid else cols
+
+    def row_dict(self, row: tuple) -> dict:
+        if self.rowid:
+            return {ROWID_KEY: row[0], **dict(zip(self.columns, row[1:]))}
+        return dict(zip(self.columns, row))
+
+
+@dataclass
+class Catalog:
+    """Every table of the file by name, plus fts5 tables and index roots."""
+
+    tables: dict[str, TableSpec] = field(default_factory=dict)
+    fts5: list[str] = field(default_factory=list)
+    roots: dict[int, str] = field(default_factory=dict)  # root page -> table or index name
+    index_of: dict[str, str] = field(default_factory=dict)  # index name -> table name
+
+    def data_tables(self) -> list[TableSpec]:
+        return [t for t in self.tables.values() if t.kind == "data"]
+
+    def is_derived_root(self, page: int) -> bool:
+        name = self.roots.get(page)
+        if name is None:
+            return False
+        owner = self.index_of.get(name, name)
+        spec = self.tables.get(owner)
+        return spec is not None and spec.kind == "derived"
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _is_virtual(sql: str | None) -> bool:
+    return bool(sql) and re.match(r"\s*create\s+virtual\s+table", sql, re.I) is not None
+
+
+def _kind(name: str, sql: str | None, virtual: set[str]) -> str:
+    if name.startswith("sqlite_"):
+        return "internal"
+    if name in LEDGER_TABLES:
+        return "ledger"
+    if (_is_virtual(sql) or name.startswith(DERIVED_PREFIXES)
+            or any(name.startswith(v + "_") for v in virtual)):
+        return "derived"
+    return "data"
+
+
+def read_catalog(conn: apsw.Connection) -> Catalog:
+    """Read ``sqlite_master`` and each table's columns; raises apsw errors."""
+    rows = conn.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master").fetchall()
+    virtual = {name for kind, name, _t, _r, sql in rows if kind == "table" and _is_virtual(sql)}
+    cat = Catalog()
+    for kind, name, tbl, root, sql in rows:
+        if root:
+            cat.roots[int(root)] = name
+        if kind == "index":
+            cat.index_of[name] = tbl
+        if kind != "table":
+            continue
+        spec = TableSpec(name, [], root_page=int(root or 0), sql=sql or "",
+                         kind=_kind(name, sql, virtual))
+        if _is_virtual(sql) and re.search(r"\busing\s+fts5\b", sql or "", re.I):
+            cat.fts5.append(name)
+        if spec.kind != "derived":
+            spec.columns = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(name)})")]
+            spec.rowid = not re.search(r"without\s+rowid", sql or "", re.I)
+        cat.tables[name] = spec
+    return cat

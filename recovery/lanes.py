@@ -1,0 +1,292 @@
+"""Copy lanes: ways of getting rows out of the snapshot copy, gentle to forceful.
+
+A lane is a function ``lane(ctx: LaneContext) -> LaneResult``. It sees every
+table still missing rows (``ctx.pending()``) with the rowid ranges nobody
+has read yet, and returns the rows it found per table (dicts keyed by
+column name plus ``rowid``), the ranges still unread after it, and stats.
+The orchestrator merges rows by rowid (first lane wins), so adding a lane
+(the page carver, say) is one entry in ``LANES``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import apsw
+
+from .catalog import ROWID_KEY, Catalog, TableSpec
+
+log = logging.getLogger(__name__)
+
+MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
+EVERYTHING = (MIN_ROWID, MAX_ROWID)
+DEFAULT_CHUNK = 500
+DEFAULT_BUDGET = 20000
+SINGLES_BELOW = 16  # a failing range this small is read one rowid at a time
+
+Range = tuple[int, int]
+
+
+@dataclass
+class TableState:
+    """What is known about one source table while lanes run."""
+
+    spec: TableSpec
+    rows: dict[Any, dict] = field(default_factory=dict)
+    gaps: list[Range] = field(default_factory=lambda: [EVERYTHING])
+    by_lane: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.gaps
+
+
+@dataclass
+class Budget:
+    """How many SQL queries the bisection lane may still spend."""
+
+    left: int
+    used: int = 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        self.used += 1
+        return True
+
+
+@dataclass
+class LaneContext:
+    """What a lane works on: the copy, its tables and what is still missing."""
+
+    copy_path: Path
+    work_dir: Path
+    conn: apsw.Connection | None
+    catalog: Catalog | None
+    states: dict[str, TableState]
+    budget: Budget
+    structurally_sound: bool = False
+    chunk: int = DEFAULT_CHUNK
+
+    def pending(self) -> list[TableState]:
+        return [s for s in self.states.values() if not s.complete]
+
+
+@dataclass
+class LaneResult:
+    """Rows a lane found per table, the gaps it leaves (only for tables it
+    worked on), rows it could not attribute to a table, and its stats."""
+
+    rows: dict[str, list[dict]] = field(default_factory=dict)
+    gaps: dict[str, list[Range]] = field(default_factory=dict)
+    lost_and_found: list[dict] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+Lane = Callable[[LaneContext], LaneResult]
+
+
+def merge_ranges(ranges: list[Range]) -> list[Range]:
+    """Sort and merge overlapping or adjacent inclusive ranges."""
+    out: list[Range] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+# -- lane 1: SQLite backup of a sound copy ----------------------------------
+
+def backup_lane(ctx: LaneContext) -> LaneResult:
+    """When the copy is structurally sound, take an online backup of it and
+    read every table from that consistent image in one pass."""
+    result = LaneResult(stats={"applicable": ctx.structurally_sound})
+    if not ctx.structurally_sound or ctx.conn is None:
+        return result
+    image = ctx.work_dir / "backup.db"
+    dest = apsw.Connection(str(image))
+    try:
+        with dest.backup("main", ctx.conn, "main") as b:
+            b.step(-1)
+        for state in ctx.pending():
+            _read_whole(dest, state.spec, result)
+    except apsw.Error as e:
+        result.stats["error"] = _err(e)
+    finally:
+        dest.close()
+    return result
+
+
+def _read_whole(conn: apsw.Connection, spec: TableSpec, result: LaneResult) -> None:
+    try:
+        rows = [spec.row_dict(r) for r in
+                conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}")]
+    except apsw.Error as e:
+        result.stats.setdefault("errors", {})[spec.name] = _err(e)
+        return
+    result.rows[spec.name] = rows
+    result.gaps[spec.name] = []
+
+
+# -- lane 2: SQL row copy in chunks -----------------------------------------
+
+def row_copy_lane(ctx: LaneContext) -> LaneResult:
+    """Read each table forward in rowid chunks until an error, then backward
+    from the end; what lies between is left as one gap for bisection."""
+    result = LaneResult()
+    if ctx.conn is None:
+        return result
+    for state in ctx.pending():
+        if not state.spec.rowid:
+            _read_whole(ctx.conn, state.spec, result)
+            continue
+        rows: list[dict] = []
+        result.gaps[state.spec.name] = [
+            g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
+        result.rows[state.spec.name] = rows
+    return result
+
+
+def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: bool,
+            rows: list[dict]) -> int | None:
+    """Read from ``start`` towards ``stop``; the last rowid read, or None if
+    the whole range was read."""
+    op, order = (">=", "ASC") if forward else ("<=", "DESC")
+    bound = ">=" if not forward else "<="
+    last, cursor = None, start
+    sql = (f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid {op} ? "
+           f"AND rowid {bound} ? ORDER BY rowid {order} LIMIT ?")
+    while True:
+        got = 0
+        try:
+            for r in ctx.conn.execute(sql, (cursor, stop, ctx.chunk)):
+                rows.append(spec.row_dict(r))
+                last, got = r[0], got + 1
+        except apsw.Error:
+            return last if last is not None else (start - 1 if forward else start + 1)
+        if got < ctx.chunk:
+            return None
+        cursor = last + 1 if forward else last - 1
+
+
+def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict]) -> list[Range]:
+    lo, hi = gap
+    stopped = _chunks(ctx, spec, lo, hi, True, rows)
+    if stopped is None:
+        return []
+    lo = stopped + 1
+    back = _chunks(ctx, spec, hi, lo, False, rows)
+    if back is None:
+        return []
+    return [(lo, back - 1)] if back - 1 >= lo else []
+
+
+# -- lane 3: rowid-range bisection ------------------------------------------
+
+def bisect_lane(ctx: LaneContext) -> LaneResult:
+    """Split each unread range until its readable parts are read, using
+    exact single-row lookups on small ranges, within the query budget.
+    Ranges that stay unreadable are returned merged as the table's gaps."""
+    result = LaneResult()
+    if ctx.conn is None:
+        return result
+    for state in ctx.pending():
+        if not state.spec.rowid:
+            continue
+        rows: list[dict] = []
+        skipped: list[Range] = []
+        for gap in state.gaps:
+            if _whole_tree_unreadable(ctx, state.spec, gap):
+                skipped.append(gap)
+                continue
+            skipped += _bisect(ctx, state.spec, gap, rows)
+        result.rows[state.spec.name] = rows
+        result.gaps[state.spec.name] = merge_ranges(skipped)
+    result.stats = {"queries_used": ctx.budget.used, "budget_left": ctx.budget.left}
+    return result
+
+
+def _whole_tree_unreadable(ctx: LaneContext, spec: TableSpec, gap: Range) -> bool:
+    """Lookups at both ends of the rowid space failing means the root (or
+    both edges of the tree) cannot be read: bisection would only burn budget."""
+    if gap != EVERYTHING:
+        return False
+    return all(_lookup(ctx, spec, r) is None for r in (MIN_ROWID, MAX_ROWID))
+
+
+def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | None:
+    """Rows with exactly this rowid ([] when none), or None when unreadable."""
+    if not ctx.budget.take():
+        return None
+    try:
+        return [spec.row_dict(r) for r in ctx.conn.execute(
+            f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
+    except apsw.Error:
+        return None
+
+
+def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
+                rows: list[dict]) -> int | None:
+    """Read [lo, hi]; None when complete, else the first rowid not yet read."""
+    if not ctx.budget.take():
+        return lo
+    last = lo - 1
+    try:
+        for r in ctx.conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()} "
+                                  "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)):
+            rows.append(spec.row_dict(r))
+            last = r[0]
+    except apsw.Error:
+        return last + 1
+    return None
+
+
+def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict]) -> list[Range]:
+    skipped: list[Range] = []
+    stack = [gap]
+    while stack:
+        lo, hi = stack.pop()
+        if ctx.budget.left <= 0:
+            skipped.append((lo, hi))
+            continue
+        if hi - lo < SINGLES_BELOW:
+            skipped += _singles(ctx, spec, lo, hi, rows)
+            continue
+        resume = _read_range(ctx, spec, lo, hi, rows)
+        if resume is None or resume > hi:
+            continue
+        if hi - resume < SINGLES_BELOW:
+            stack.append((resume, hi))
+            continue
+        mid = resume + (hi - resume) // 2
+        stack += [(mid + 1, hi), (resume, mid)]
+    return skipped
+
+
+def _singles(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
+             rows: list[dict]) -> list[Range]:
+    skipped: list[Range] = []
+    for rowid in range(lo, hi + 1):
+        found = _lookup(ctx, spec, rowid)
+        if found is None:
+            skipped.append((rowid, rowid))
+        else:
+            rows += found
+    return skipped
+
+
+LANES: dict[str, Lane] = {
+    "backup": backup_lane,
+    "rows": row_copy_lane,
+    "bisect": bisect_lane,
+}

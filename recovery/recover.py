@@ -1,0 +1,294 @@
+"""`recover`: copy every readable row of a damaged store into a new, verified one.
+
+Order of work: check the options (before any I/O), snapshot the bundle,
+inspect the copy, run the lanes gentle to forceful, write the rows into a
+fresh store at a temporary name, verify it, then put it in place without
+ever overwriting anything: ``NEW`` when verified and nothing was lost (or
+loss was accepted), ``NEW.partial`` when verified with loss, and
+``NEW.unverified`` when verification failed. The report says which.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import apsw
+
+from sessiondb.paths import SIDECARS
+
+from .catalog import ROWID_KEY, Catalog
+from .errors import RecoveryUsageError, SourceChanging, SourceMissing
+from .inspect import InspectReport, inspect_snapshot, open_copy
+from .lanes import DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, TableState
+from .rebuild import write_store
+from .report import RecoveryReport, TableReport, write_json_exclusive
+from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
+from .verify import verify_output
+
+log = logging.getLogger(__name__)
+
+PARTIAL_SUFFIX = ".partial"
+UNVERIFIED_SUFFIX = ".unverified"
+UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}
+Progress = Callable[[str, int, int], None]
+
+
+def output_names(output: Path) -> list[Path]:
+    """Every path recover may create for ``output``; none may exist beforehand."""
+    base = [output, Path(f"{output}{PARTIAL_SUFFIX}"), Path(f"{output}{UNVERIFIED_SUFFIX}")]
+    return base + [Path(f"{output}{s}") for s in SIDECARS]
+
+
+def _same(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_options(source: Path, output: Path | None, report: Path | None = None,
+                  work_dir: Path | None = None, inspect_only: bool = False) -> None:
+    """Refuse impossible or unsafe options before anything is read or copied."""
+    if inspect_only and output is not None:
+        raise RecoveryUsageError("--inspect-only and --output exclude each other")
+    if not inspect_only and output is None:
+        raise RecoveryUsageError("give --output NEW to recover, or --inspect-only")
+    if not source.is_file():
+        raise RecoveryUsageError(f"source {source} does not exist or is not a file")
+    if work_dir is not None and not work_dir.is_dir():
+        raise RecoveryUsageError(f"work dir {work_dir} is not a directory")
+    if output is not None:
+        _check_output(source, output)
+    if report is not None:
+        if report.exists():
+            raise RecoveryUsageError(f"report {report} already exists; refusing to overwrite")
+        if output is not None and any(_same(report, p) for p in output_names(output)):
+            raise RecoveryUsageError("--report must not be the output or one of its sidecars")
+        if any(_same(report, Path(f"{source}{s}")) for s in ("",) + SIDECARS):
+            raise RecoveryUsageError("--report must not be the source or one of its sidecars")
+
+
+def _check_output(source: Path, output: Path) -> None:
+    for suffix in ("",) + SIDECARS:
+        if _same(output, Path(f"{source}{suffix}")):
+            raise RecoveryUsageError(f"--output must not be the source or one of its "
+                                     f"sidecars ({output})")
+    for p in output_names(output):
+        if p.exists() or p.is_symlink():
+            raise RecoveryUsageError(f"{p} already exists; refusing to overwrite")
+    if not output.parent.is_dir():
+        raise RecoveryUsageError(f"the directory of --output ({output.parent}) does not exist")
+
+
+# -- lanes ------------------------------------------------------------------
+
+def _keys(table: str, row: dict) -> list[tuple]:
+    keys = [("rowid", row.get(ROWID_KEY))] if ROWID_KEY in row else []
+    cols = UNIQUE_KEYS.get(table)
+    if cols and all(c in row for c in cols):
+        keys.append(("unique",) + tuple(row[c] for c in cols))
+    return keys
+
+
+def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int:
+    """Add rows not seen yet (by rowid, and by the table's unique key)."""
+    added = 0
+    for row in rows:
+        keys = _keys(state.spec.name, row)
+        if any(k in seen for k in keys):
+            continue
+        seen.update(keys)
+        state.rows[keys[0] if keys else ("seq", len(state.rows))] = row
+        added += 1
+    if added:
+        state.by_lane[lane] = state.by_lane.get(lane, 0) + added
+    return added
+
+
+def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport,
+              progress: Progress | None = None) -> None:
+    seen = {name: set() for name in ctx.states}
+    for index, name in enumerate(names):
+        if not ctx.pending():
+            break
+        started = time.monotonic()
+        result = LANES[name](ctx)
+        report.lanes_run.append(name)
+        for table, rows in result.rows.items():
+            if table in ctx.states:
+                merge_rows(ctx.states[table], name, rows, seen[table])
+        for table, gaps in result.gaps.items():
+            if table in ctx.states:
+                ctx.states[table].gaps = gaps
+        report.lost_and_found += len(result.lost_and_found)
+        report.lane_stats[name] = result.stats
+        report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
+        if progress:
+            progress("lanes", index + 1, len(names))
+
+
+# -- orchestration ----------------------------------------------------------
+
+def _tables_report(states: dict[str, TableState], insp: InspectReport,
+                   report: RecoveryReport) -> None:
+    for name, state in states.items():
+        health = insp.table(name)
+        used = max(state.by_lane, key=state.by_lane.get) if state.by_lane else None
+        report.tables[name] = TableReport(
+            source_readable=health.rows if health else None,
+            source_scan_complete=bool(health and health.readable),
+            recovered=len(state.rows), skipped_ranges=[list(g) for g in state.gaps],
+            lanes=dict(state.by_lane), lane_used=used)
+
+
+def _loss(report: RecoveryReport) -> list[str]:
+    reasons = [f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
+               for n, t in report.tables.items() if t.skipped_ranges]
+    reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
+                report.tables.items() if t.quarantined]
+    if report.placeholders:
+        reasons.append(f"{len(report.placeholders)} session rows lost (placeholders created)")
+    if report.parent_links_dropped:
+        reasons.append(f"{report.parent_links_dropped} parent-session links lost")
+    if report.quarantined_values:
+        reasons.append(f"{report.quarantined_values} malformed JSON values quarantined")
+    return reasons
+
+
+def _place(tmp: Path, output: Path, suffix: str) -> Path:
+    """Move the finished file to its name without ever replacing a file."""
+    final = Path(f"{output}{suffix}")
+    os.link(tmp, final)  # fails if ``final`` exists: no clobbering
+    os.unlink(tmp)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return final
+
+
+def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
+                      allow_partial: bool, vfs: str | None) -> None:
+    tmp = output.with_name(f".{output.name}.recovering-{secrets.token_hex(4)}")
+    started = time.monotonic()
+    specs = ctx.catalog.tables if ctx.catalog else {}
+    rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
+    try:
+        stats = write_store(tmp, specs, rows, vfs=vfs)
+    except BaseException:
+        for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
+            p.unlink(missing_ok=True)
+        raise
+    report.timings["write_s"] = round(time.monotonic() - started, 3)
+    _fill_write_stats(report, stats)
+    started = time.monotonic()
+    expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
+    verification = verify_output(tmp, expected)
+    report.timings["verify_s"] = round(time.monotonic() - started, 3)
+    report.verification = verification.to_dict()
+    report.loss_reasons = _loss(report)
+    report.loss = bool(report.loss_reasons)
+    if not verification.ok:
+        report.outcome, suffix = "unverified", UNVERIFIED_SUFFIX
+    elif report.loss:
+        report.outcome, suffix = "partial", "" if allow_partial else PARTIAL_SUFFIX
+    else:
+        report.outcome, suffix = "recovered", ""
+    report.output = str(_place(tmp, output, suffix))
+
+
+def _fill_write_stats(report: RecoveryReport, stats: Any) -> None:
+    for name, tw in stats.tables.items():
+        t = report.tables.setdefault(name, TableReport(None, False))
+        t.copied, t.quarantined, t.note = tw.inserted, tw.quarantined, tw.note
+    report.placeholders = list(stats.placeholders)
+    report.parent_links_dropped = stats.parent_links_dropped
+    report.quarantined_values = stats.quarantined_values
+    report.sessions = {sid: {"messages_recovered": n, "placeholder": sid in stats.placeholders}
+                       for sid, n in stats.per_session.items()}
+
+
+def _context(snap: Any, cat: Catalog | None, insp: InspectReport, budget: int,
+             chunk: int) -> LaneContext:
+    conn = None
+    if cat is not None:
+        try:
+            conn = open_copy(snap.db_copy)
+        except apsw.Error:
+            conn = None
+    states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
+    sound = insp.data_verdict in ("healthy", "fts_only")
+    return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(budget),
+                       structurally_sound=sound, chunk=chunk)
+
+
+def recover(source: str | Path, output: str | Path, *, report_path: str | Path | None = None,
+            work_dir: str | Path | None = None, allow_partial: bool = False,
+            lanes: Sequence[str] | None = None, budget: int = DEFAULT_BUDGET,
+            chunk: int = DEFAULT_CHUNK, headroom: int = DEFAULT_HEADROOM,
+            keep_work: bool = False, vfs: str | None = None,
+            progress: Progress | None = None, **snapshot_kw: Any) -> RecoveryReport:
+    """Recover ``source`` into ``output``; see the module docstring for names.
+
+    ``vfs`` names an apsw VFS for writing the output (fault-injection tests).
+    Raises RecoveryUsageError for bad options (before any I/O) and other
+    RecoveryError subclasses for runtime failures.
+    """
+    source, output = Path(source), Path(output)
+    report_file = Path(report_path) if report_path else None
+    wd = Path(work_dir) if work_dir else None
+    check_options(source, output, report_file, wd)
+    names = list(lanes) if lanes else list(LANES)
+    unknown = [n for n in names if n not in LANES]
+    if unknown:
+        raise RecoveryUsageError(f"unknown lane(s) {unknown}; known: {list(LANES)}")
+    report = RecoveryReport(str(source), str(output), report_path=
+                            str(report_file) if report_file else None)
+    started = time.monotonic()
+    try:
+        _recover(source, output, report, wd, allow_partial, names, budget, chunk, headroom,
+                 keep_work, vfs, progress, snapshot_kw)
+    except SourceChanging as e:
+        report.outcome = "source_changing"
+        report.loss_reasons = [str(e)]
+    report.timings["total_s"] = round(time.monotonic() - started, 3)
+    if report_file is not None:
+        write_json_exclusive(report_file, report.to_dict())
+    return report
+
+
+def _recover(source: Path, output: Path, report: RecoveryReport, wd: Path | None,
+             allow_partial: bool, names: list[str], budget: int, chunk: int, headroom: int,
+             keep_work: bool, vfs: str | None, progress: Progress | None,
+             snapshot_kw: dict[str, Any]) -> None:
+    t0 = time.monotonic()
+    if not source.is_file():
+        raise SourceMissing(f"{source} does not exist", path=str(source))
+    needs = {output.parent: 2 * source_bytes(source)}  # output + its WAL while writing
+    snap = take_snapshot(source, wd, extra_needs=needs, headroom=headroom, **snapshot_kw)
+    try:
+        report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
+        insp, cat = inspect_snapshot(snap)
+        report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
+        ctx = _context(snap, cat, insp, budget, chunk)
+        try:
+            run_lanes(ctx, names, report, progress)
+        finally:
+            if ctx.conn is not None:
+                ctx.conn.close()
+        _tables_report(ctx.states, insp, report)
+        if not any(s.rows for s in ctx.states.values()):
+            report.outcome = "not_recoverable"
+            report.loss, report.loss_reasons = True, ["no row could be read from the source"]
+            return
+        _write_and_verify(ctx, output, report, allow_partial, vfs)
+    finally:
+        if not keep_work:
+            snap.cleanup()
