@@ -42,23 +42,17 @@ class TableSpec:
 
 @dataclass
 class Catalog:
-    """Every table of the file by name, plus fts5 tables and index roots."""
+    """Every table of the file by name, plus fts5 tables and indexes."""
 
     tables: dict[str, TableSpec] = field(default_factory=dict)
     fts5: list[str] = field(default_factory=list)
-    roots: dict[int, str] = field(default_factory=dict)  # root page -> table or index name
     index_of: dict[str, str] = field(default_factory=dict)  # index name -> table name
+
+    def indexes(self, table: str) -> list[str]:
+        return [i for i, t in self.index_of.items() if t == table]
 
     def data_tables(self) -> list[TableSpec]:
         return [t for t in self.tables.values() if t.kind == "data"]
-
-    def is_derived_root(self, page: int) -> bool:
-        name = self.roots.get(page)
-        if name is None:
-            return False
-        owner = self.index_of.get(name, name)
-        spec = self.tables.get(owner)
-        return spec is not None and spec.kind == "derived"
 
 
 def quote(name: str) -> str:
@@ -86,8 +80,6 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
     virtual = {name for kind, name, _t, _r, sql in rows if kind == "table" and _is_virtual(sql)}
     cat = Catalog()
     for kind, name, tbl, root, sql in rows:
-        if root:
-            cat.roots[int(root)] = name
         if kind == "index":
             cat.index_of[name] = tbl
         if kind != "table":

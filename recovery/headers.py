@@ -87,15 +87,19 @@ def read_db_header(path: Path) -> DbHeader:
         head.problems.append("file is shorter than the 100-byte header")
         return head
     head.fields = _fields(data, DB_HEADER_FIELDS)
-    head.problems = header_problems(head.fields, head.magic_ok)
+    head.problems = header_problems(head.fields, head.magic_ok, size)
     return head
 
 
-def header_problems(f: dict[str, int], magic_ok: bool) -> list[str]:
+def header_problems(f: dict[str, int], magic_ok: bool, file_size: int) -> list[str]:
     """Fields whose values SQLite would refuse or that contradict the format."""
     out = [] if magic_ok else ["magic string is not 'SQLite format 3'"]
-    if not valid_page_size(decode_page_size(f["page_size_raw"])):
+    page_size = decode_page_size(f["page_size_raw"])
+    if not valid_page_size(page_size):
         out.append(f"page size {f['page_size_raw']} is not a power of two in 512..65536")
+    elif _count_trusted(f) and f["page_count"] > file_size // page_size:
+        out.append(f"header says {f['page_count']} pages but the file holds "
+                   f"{file_size // page_size} (truncated?)")
     for name in ("write_version", "read_version"):
         if f[name] not in (1, 2):
             out.append(f"{name} is {f[name]}, not 1 (rollback) or 2 (WAL)")
@@ -107,6 +111,11 @@ def header_problems(f: dict[str, int], magic_ok: bool) -> list[str]:
     if f["text_encoding"] not in ENCODINGS:
         out.append(f"text encoding {f['text_encoding']} is not 1..3")
     return out
+
+
+def _count_trusted(f: dict[str, int]) -> bool:
+    """SQLite believes the in-header page count only when this matches."""
+    return f["page_count"] > 0 and f["version_valid_for"] == f["change_counter"]
 
 
 def _page1_fits(data: bytes, size: int) -> bool:
@@ -182,6 +191,11 @@ def _fix_fields(data: bytearray, head: DbHeader, path: Path, wal_page_size: int 
     if f["text_encoding"] not in ENCODINGS:
         data[56:60] = (1).to_bytes(4, "big")  # the store only ever writes UTF-8
         fixes.append("text encoding -> utf-8")
+    size = decode_page_size(int.from_bytes(data[16:18], "big"))
+    if valid_page_size(size) and _count_trusted(f) and f["page_count"] > head.file_size // size:
+        # SQLite refuses a file shorter than its header says; count what is there.
+        data[28:32] = (head.file_size // size).to_bytes(4, "big")
+        fixes.append(f"page count -> {head.file_size // size}")
 
 
 @dataclass

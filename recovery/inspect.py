@@ -128,30 +128,34 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def bounded_quick_check(conn: apsw.Connection, seconds: float) -> dict[str, Any]:
-    """``PRAGMA quick_check`` interrupted after ``seconds`` on large files."""
+def _check_one(conn: apsw.Connection, name: str) -> list[str]:
+    try:
+        return [r[0] for r in conn.execute(f"PRAGMA quick_check({quote(name)})")]
+    except apsw.InterruptError:
+        raise
+    except apsw.Error as e:
+        return [_err(e)]
+
+
+def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float) -> dict[str, Any]:
+    """``PRAGMA quick_check`` table by table (so damage can be placed in data
+    or in derived tables), interrupted after ``seconds`` on large files."""
     deadline = time.monotonic() + seconds
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+    per_table: dict[str, list[str]] = {}
+    timed_out = False
     try:
-        lines = [r[0] for r in conn.execute("PRAGMA quick_check(100)")]
-        return {"ok": lines == ["ok"], "lines": lines, "timed_out": False}
+        for name, spec in cat.tables.items():
+            if spec.kind != "internal":
+                per_table[name] = _check_one(conn, name)
     except apsw.InterruptError:
-        return {"ok": None, "lines": [], "timed_out": True}
-    except apsw.Error as e:
-        return {"ok": False, "lines": [_err(e)], "timed_out": False}
+        timed_out = True
     finally:
         conn.set_progress_handler(None)
-
-
-def only_derived_damage(cat: Catalog, lines: list[str]) -> bool:
-    """True when every quick_check complaint names a tree of a derived table."""
-    if not lines or lines == ["ok"]:
-        return False
-    for line in lines:
-        m = re.match(r"\s*Tree (\d+) page", line)
-        if m is None or not cat.is_derived_root(int(m.group(1))):
-            return False
-    return True
+    bad = {n: lines[:5] for n, lines in per_table.items() if lines != ["ok"]}
+    data_bad = [n for n in bad if cat.tables[n].kind != "derived"]
+    return {"ok": None if timed_out and not bad else not bad, "timed_out": timed_out,
+            "damaged": bad, "derived_only": bool(bad) and not data_bad}
 
 
 def _probe_token(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
@@ -237,8 +241,7 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
         report.migrations = {"error": [_err(e)]}
     report.fts = [fts_health(conn, name) for name in cat.fts5]
     report.fts_stale = _fts_stale(conn, cat)
-    report.quick_check = bounded_quick_check(conn, quick_seconds)
-    report.quick_check["derived_only"] = only_derived_damage(cat, report.quick_check["lines"])
+    report.quick_check = bounded_quick_check(conn, cat, quick_seconds)
     return cat
 
 

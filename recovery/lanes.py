@@ -9,6 +9,7 @@ The orchestrator merges rows by rowid (first lane wins), so adding a lane
 """
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Callable
 
 import apsw
 
-from .catalog import ROWID_KEY, Catalog, TableSpec
+from .catalog import Catalog, TableSpec, quote
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class TableState:
 
 @dataclass
 class Budget:
-    """How many SQL queries the bisection lane may still spend."""
+    """How many SQL queries the bisection lane may still spend on one table."""
 
     left: int
     used: int = 0
@@ -195,38 +196,63 @@ def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict])
 
 def bisect_lane(ctx: LaneContext) -> LaneResult:
     """Split each unread range until its readable parts are read, using
-    exact single-row lookups on small ranges, within the query budget.
-    Ranges that stay unreadable are returned merged as the table's gaps."""
+    exact single-row lookups on small ranges, within a per-table query
+    budget. When an index of the table is intact, its rowids tell exactly
+    which rows exist, so only those are looked up (and lost rows are
+    counted exactly). Unreadable ranges come back merged as the gaps."""
     result = LaneResult()
     if ctx.conn is None:
         return result
     for state in ctx.pending():
         if not state.spec.rowid:
             continue
+        budget = Budget(ctx.budget.left)
         rows: list[dict] = []
         skipped: list[Range] = []
+        known = True
         for gap in state.gaps:
-            if _whole_tree_unreadable(ctx, state.spec, gap):
+            candidates = _index_rowids(ctx, state.spec, gap)
+            known = known and candidates is not None
+            if candidates is None and _whole_tree_unreadable(ctx, state.spec, gap, budget):
                 skipped.append(gap)
                 continue
-            skipped += _bisect(ctx, state.spec, gap, rows)
+            skipped += _bisect(ctx, state.spec, gap, rows, budget, candidates)
         result.rows[state.spec.name] = rows
         result.gaps[state.spec.name] = merge_ranges(skipped)
-    result.stats = {"queries_used": ctx.budget.used, "budget_left": ctx.budget.left}
+        stats = {"queries": budget.used, "budget_exhausted": budget.left <= 0,
+                 "rowids_from_index": known}
+        if known:  # every skipped rowid was listed by an index: an exact count
+            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in skipped)
+        result.stats[state.spec.name] = stats
     return result
 
 
-def _whole_tree_unreadable(ctx: LaneContext, spec: TableSpec, gap: Range) -> bool:
+def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> list[int] | None:
+    """Rowids in ``gap`` listed by the first index that reads cleanly."""
+    if ctx.catalog is None:
+        return None
+    for index in ctx.catalog.indexes(spec.name):
+        try:
+            return [r[0] for r in ctx.conn.execute(
+                f"SELECT rowid FROM {spec.quoted()} INDEXED BY {quote(index)} "
+                "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", gap)]
+        except apsw.Error:
+            continue
+    return None
+
+
+def _whole_tree_unreadable(ctx: LaneContext, spec: TableSpec, gap: Range,
+                           budget: Budget) -> bool:
     """Lookups at both ends of the rowid space failing means the root (or
     both edges of the tree) cannot be read: bisection would only burn budget."""
     if gap != EVERYTHING:
         return False
-    return all(_lookup(ctx, spec, r) is None for r in (MIN_ROWID, MAX_ROWID))
+    return all(_lookup(ctx, spec, r, budget) is None for r in (MIN_ROWID, MAX_ROWID))
 
 
-def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | None:
+def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> list[dict] | None:
     """Rows with exactly this rowid ([] when none), or None when unreadable."""
-    if not ctx.budget.take():
+    if not budget.take():
         return None
     try:
         return [spec.row_dict(r) for r in ctx.conn.execute(
@@ -236,9 +262,9 @@ def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | None:
 
 
 def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
-                rows: list[dict]) -> int | None:
+                rows: list[dict], budget: Budget) -> int | None:
     """Read [lo, hi]; None when complete, else the first rowid not yet read."""
-    if not ctx.budget.take():
+    if not budget.take():
         return lo
     last = lo - 1
     try:
@@ -251,33 +277,45 @@ def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
     return None
 
 
-def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict]) -> list[Range]:
+def _between(candidates: list[int], lo: int, hi: int) -> list[int]:
+    return candidates[bisect.bisect_left(candidates, lo):bisect.bisect_right(candidates, hi)]
+
+
+def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict], budget: Budget,
+            candidates: list[int] | None) -> list[Range]:
     skipped: list[Range] = []
     stack = [gap]
     while stack:
         lo, hi = stack.pop()
-        if ctx.budget.left <= 0:
+        inside = _between(candidates, lo, hi) if candidates is not None else None
+        if inside == []:
+            continue
+        if budget.left <= 0:
             skipped.append((lo, hi))
-            continue
-        if hi - lo < SINGLES_BELOW:
-            skipped += _singles(ctx, spec, lo, hi, rows)
-            continue
-        resume = _read_range(ctx, spec, lo, hi, rows)
-        if resume is None or resume > hi:
-            continue
-        if hi - resume < SINGLES_BELOW:
-            stack.append((resume, hi))
-            continue
-        mid = resume + (hi - resume) // 2
-        stack += [(mid + 1, hi), (resume, mid)]
+        elif (inside is not None and len(inside) < SINGLES_BELOW) or hi - lo < SINGLES_BELOW:
+            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget)
+        else:
+            resume = _read_range(ctx, spec, lo, hi, rows, budget)
+            if resume is not None and resume <= hi:
+                stack += _split(resume, hi, candidates)
     return skipped
 
 
-def _singles(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
-             rows: list[dict]) -> list[Range]:
+def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
+    """Two halves of [lo, hi]: by candidate count when rowids are known."""
+    inside = _between(candidates, lo, hi) if candidates is not None else None
+    if inside is not None and len(inside) >= 2:
+        mid = inside[len(inside) // 2 - 1]
+    else:
+        mid = lo + (hi - lo) // 2
+    return [(mid + 1, hi), (lo, mid)]
+
+
+def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, rows: list[dict],
+             budget: Budget) -> list[Range]:
     skipped: list[Range] = []
-    for rowid in range(lo, hi + 1):
-        found = _lookup(ctx, spec, rowid)
+    for rowid in rowids:
+        found = _lookup(ctx, spec, rowid, budget)
         if found is None:
             skipped.append((rowid, rowid))
         else:
