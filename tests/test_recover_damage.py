@@ -1,0 +1,249 @@
+"""Recovery of real damaged stores: verdict, exact counts, verification, source untouched.
+
+Every case builds a real store through SessionDB, damages real pages by
+writing bytes, and compares what `recover` wrote against the ground truth
+read from the intact file's b-tree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+import recovery
+from recovery.rebuild import PLACEHOLDER_SOURCE, QUARANTINE
+from sessiondb import SessionDB
+from tests.helpers import damage
+from tests.helpers.damage import TableTree, bundle_hashes, pages_of, smash_page, sql
+from tests.helpers.faultvfs import ZeroingVFS
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory):
+    """One intact store (6 sessions x 100 messages, 1 KiB pages) and its trees."""
+    path = tmp_path_factory.mktemp("pristine") / "state.db"
+    truth = damage.build_store(path, per_session=100)
+    return truth, TableTree(path, "messages"), TableTree(path, "sessions")
+
+
+@pytest.fixture
+def store(pristine, tmp_path: Path) -> Path:
+    """A private copy of the pristine store for one test to damage."""
+    src = tmp_path / "src"
+    src.mkdir(mode=0o700)
+    shutil.copyfile(pristine[0].path, src / "state.db")
+    return src / "state.db"
+
+
+def message_ids(path: Path) -> set[int]:
+    return {r[0] for r in sql(path, "SELECT id FROM messages")}
+
+
+def recover_checked(source: Path, tmp_path: Path, **kw) -> recovery.RecoveryReport:
+    """Recover and assert the source bundle's bytes did not change."""
+    before = bundle_hashes(source)
+    report = recovery.recover(source, tmp_path / "new.db", **kw)
+    assert bundle_hashes(source) == before
+    return report
+
+
+def test_healthy_store_recovers_everything_exit_0(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    assert recovery.inspect(store).verdict == "healthy"
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code, report.loss) == ("recovered", 0, False)
+    assert report.output == str(tmp_path / "new.db")
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+    assert report.verification["ok"] is True
+    assert report.lanes_run == ["backup"]
+    with SessionDB(tmp_path / "new.db") as db:
+        s = db.get_session("s3")
+        assert (s.title, s.message_count) == ("session 3", 100)
+        got = [m["content"] for m in db.get_messages("s3")]
+    assert got == truth.texts[300:400]
+    assert stat.S_IMODE(os.stat(tmp_path / "new.db").st_mode) == 0o600
+
+
+def test_messages_leaf_damage(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    leaf = tree.middle_leaf()
+    smash_page(store, leaf)
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert insp.table("messages").readable is False
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("partial", 3)
+    assert not (tmp_path / "new.db").exists()
+    out = tmp_path / "new.db.partial"
+    assert report.output == str(out)
+    expected = tree.reachable({leaf})
+    assert message_ids(out) == expected
+    assert len(expected) == len(truth.messages) - len(tree.leaves[leaf])
+    lost = tree.leaves[leaf]
+    assert report.tables["messages"].skipped_ranges == [[min(lost), max(lost)]]
+    assert report.lane_stats["bisect"]["messages"]["rows_lost"] == len(lost)
+    assert report.tables["sessions"].copied == 6 and not report.placeholders
+    assert report.verification["ok"] is True
+
+
+def test_allow_partial_puts_lossy_result_at_output(pristine, store, tmp_path):
+    _, tree, _ = pristine
+    smash_page(store, tree.middle_leaf())
+    report = recover_checked(store, tmp_path, allow_partial=True)
+    assert (report.outcome, report.exit_code) == ("partial", 3)
+    assert report.output == str(tmp_path / "new.db")
+    assert not (tmp_path / "new.db.partial").exists()
+
+
+def test_messages_interior_page_damage(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    inner = tree.middle_interior()
+    smash_page(store, inner)
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable({inner})
+    assert 0 < len(expected) < len(truth.messages)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    stats = report.lane_stats["bisect"]["messages"]
+    assert stats["rowids_from_index"] is True
+    assert stats["rows_lost"] == len(truth.messages) - len(expected)
+    assert report.exit_code == 3 and report.verification["ok"]
+
+
+def test_sessions_root_damage_gives_placeholders(pristine, store, tmp_path):
+    truth, _, stree = pristine
+    smash_page(store, stree.root)
+    assert recovery.inspect(store).verdict == "structural"
+    report = recover_checked(store, tmp_path)
+    out = tmp_path / "new.db.partial"
+    assert message_ids(out) == set(truth.messages)
+    assert sorted(report.placeholders) == truth.sessions
+    assert report.tables["sessions"].skipped_ranges == [[1, 6]]
+    rows = sql(out, "SELECT id, source, started_at, message_count FROM sessions ORDER BY id")
+    for i, (sid, source, started, count) in enumerate(rows):
+        assert (sid, source, count) == (f"s{i}", PLACEHOLDER_SOURCE, 100)
+        assert started == 1_700_000_000 + i * 1000  # its earliest message
+    assert report.sessions["s2"] == {"messages_recovered": 100, "placeholder": True}
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    damage.write_at(store, 16, b"\xab\xcd\x7f\x7f\x00\x01\x02\x03")
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert "page size -> 1024" in insp.header_fixes
+    assert insp.table("messages").rows == len(truth.messages)
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+
+
+def test_truncated_file(pristine, store, tmp_path):
+    truth, tree, stree = pristine
+    pages = damage.page_count(store)
+    cut = int(pages * 0.7)
+    os.truncate(store, cut * damage.PAGE_SIZE)
+    gone = set(range(cut + 1, pages + 1))
+    assert recovery.inspect(store).verdict == "structural"
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable(gone)
+    assert 0 < len(expected) < len(truth.messages)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    assert report.tables["sessions"].copied == len(stree.reachable(gone))
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_fts_shadow_damage_is_fts_only_and_rebuilt(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    damage.add_fts(store)
+    smash_page(store, pages_of(store, "messages_fts_data", "leaf")[0])
+    insp = recovery.inspect(store)
+    assert insp.verdict == "fts_only"
+    assert insp.quick_check["derived_only"] is True
+    assert [f.integrity_ok for f in insp.fts] == [False]
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+    assert "messages_fts_data" not in report.tables  # derived data is never copied
+
+
+def test_fts_stale_marker_is_fts_only_and_not_carried_over(pristine, store, tmp_path):
+    sql(store, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+    insp = recovery.inspect(store)
+    assert (insp.verdict, insp.fts_stale) == ("fts_only", True)
+    recover_checked(store, tmp_path)
+    assert sql(tmp_path / "new.db", "SELECT value FROM state_meta WHERE key='fts_stale'") == []
+
+
+@pytest.mark.parametrize("with_shm", [True, False], ids=["with-shm", "without-shm"])
+def test_wal_with_uncheckpointed_commits(pristine, store, tmp_path, with_shm):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": f"late {i}"} for i in range(40)])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=with_shm)
+    assert Path(f"{crashed}-wal").stat().st_size > 0
+    insp = recovery.inspect(crashed)
+    assert (insp.verdict, insp.shm_present) == ("healthy", with_shm)
+    wal = insp.wal
+    assert wal["frames"] > 0 and wal["valid_frames"] == wal["frames"]
+    assert wal["last_commit_frame"] == wal["frames"]
+    report = recover_checked(crashed, tmp_path)
+    assert report.exit_code == 0
+    ids = message_ids(tmp_path / "new.db")
+    assert len(ids) == len(truth.messages) + 40
+    assert sql(tmp_path / "new.db", "SELECT count(*) FROM messages WHERE session_id='late'") \
+        == [(40,)]
+
+
+@pytest.mark.parametrize("content,verdict", [
+    (b"\x00" * 8192, "empty"),
+    (b"name,value\n" * 500, "not_a_database"),
+], ids=["zero-filled", "not-a-database"])
+def test_nothing_to_recover(tmp_path, content, verdict):
+    source = tmp_path / "state.db"
+    source.write_bytes(content)
+    insp = recovery.inspect(source)
+    assert (insp.verdict, insp.next_command) == (verdict, None)
+    report = recover_checked(source, tmp_path)
+    assert (report.outcome, report.exit_code, report.output) == ("not_recoverable", 4, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+def test_malformed_json_is_quarantined_never_reported(pristine, store, tmp_path):
+    sql(store, "UPDATE messages SET meta = '{\"secret-value: broken' WHERE id = 7")
+    report = recover_checked(store, tmp_path, report_path=tmp_path / "r.json")
+    out = Path(report.output)
+    assert report.quarantined_values == 1 and report.exit_code == 3
+    assert sql(out, "SELECT meta FROM messages WHERE id = 7") == [("{}",)]
+    assert sql(out, f"SELECT table_name, row_key, column_name, value FROM {QUARANTINE}") == [
+        ("messages", "7", "meta", '{"secret-value: broken')]
+    text = (tmp_path / "r.json").read_text()
+    assert "secret-value" not in text and "lorem ipsum" not in text
+    assert json.loads(text)["quarantined_values"] == 1
+
+
+def test_unknown_extra_table_is_copied(pristine, store, tmp_path):
+    sql(store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"
+               "INSERT INTO notes(body) VALUES ('a'), ('b'), ('c')")
+    report = recover_checked(store, tmp_path)
+    assert report.exit_code == 0
+    assert sql(tmp_path / "new.db", "SELECT id, body FROM notes") == [(1, "a"), (2, "b"),
+                                                                       (3, "c")]
+    assert report.tables["notes"].copied == 3
+
+
+def test_failed_verification_keeps_unverified_exit_5(pristine, store, tmp_path):
+    vfs = ZeroingVFS("zero-after-page-1", from_offset=4096)
+    try:
+        report = recover_checked(store, tmp_path, vfs="zero-after-page-1")
+    finally:
+        vfs.unregister()
+    assert (report.outcome, report.exit_code) == ("unverified", 5)
+    assert report.output == str(tmp_path / "new.db.unverified")
+    assert Path(report.output).exists() and not (tmp_path / "new.db").exists()
+    assert report.verification["ok"] is False and report.verification["findings"]
