@@ -20,8 +20,20 @@ from .output import emit_json, table
 from .sessions_cmd import sessions
 
 
-def _progress(stage: str, done: int, total: int) -> None:
-    click.echo(f"\r{stage}: {done}/{total}", err=True, nl=done >= total)
+class _Progress:
+    """A one-line progress display on stderr, for terminals only."""
+
+    def __init__(self) -> None:
+        self.used = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        self.used = True
+        of = f"/{total}" if total else ""
+        click.echo(f"\r{what}: {done}{of} rows   ", err=True, nl=False)
+
+    def done(self) -> None:
+        if self.used:
+            click.echo("", err=True)
 
 
 def _header_line(r: InspectReport) -> str:
@@ -95,8 +107,12 @@ def _run_inspect(source: Path, work_dir: Path | None, as_json: bool) -> int:
 
 
 def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool) -> int:
-    progress = _progress if sys.stderr.isatty() and not as_json else None
-    report = recover(source, output, progress=progress, **opts)
+    progress = _Progress() if sys.stderr.isatty() else None
+    try:
+        report = recover(source, output, progress=progress, **opts)
+    finally:
+        if progress is not None:
+            progress.done()
     emit_json(report.to_dict()) if as_json else print_recovery(report)
     return report.exit_code
 

@@ -28,6 +28,7 @@ DEFAULT_BUDGET = 20000
 SINGLES_BELOW = 16  # a failing range this small is read one rowid at a time
 
 Range = tuple[int, int]
+Progress = Callable[[str, int, int], None]  # (what, done, total), for a progress bar
 
 
 @dataclass
@@ -72,6 +73,11 @@ class LaneContext:
     budget: Budget
     structurally_sound: bool = False
     chunk: int = DEFAULT_CHUNK
+    progress: Progress | None = None
+
+    def report_progress(self, what: str, done: int, total: int) -> None:
+        if self.progress is not None:
+            self.progress(what, done, total)
 
     def pending(self) -> list[TableState]:
         return [s for s in self.states.values() if not s.complete]
@@ -121,6 +127,8 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
             b.step(-1)
         for state in ctx.pending():
             _read_whole(dest, state.spec, result)
+            done = len(result.rows.get(state.spec.name, []))
+            ctx.report_progress(f"copying {state.spec.name}", done, done)
     except apsw.Error as e:
         result.stats["error"] = _err(e)
     finally:
@@ -175,6 +183,7 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
                 last, got = r[0], got + 1
         except apsw.Error:
             return last if last is not None else (start - 1 if forward else start + 1)
+        ctx.report_progress(f"copying {spec.name}", len(rows), 0)
         if got < ctx.chunk:
             return None
         cursor = last + 1 if forward else last - 1

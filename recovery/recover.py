@@ -13,8 +13,9 @@ import logging
 import os
 import secrets
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import apsw
 
@@ -23,7 +24,8 @@ from sessiondb.paths import SIDECARS
 from .catalog import ROWID_KEY, Catalog
 from .errors import RecoveryUsageError, SourceChanging, SourceMissing
 from .inspect import InspectReport, inspect_snapshot, open_copy
-from .lanes import DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, TableState
+from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, Progress,
+                    TableState)
 from .rebuild import write_store
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
@@ -34,7 +36,6 @@ log = logging.getLogger(__name__)
 PARTIAL_SUFFIX = ".partial"
 UNVERIFIED_SUFFIX = ".unverified"
 UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}
-Progress = Callable[[str, int, int], None]
 
 
 def output_names(output: Path) -> list[Path]:
@@ -111,10 +112,9 @@ def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int
     return added
 
 
-def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport,
-              progress: Progress | None = None) -> None:
+def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
     seen = {name: set() for name in ctx.states}
-    for index, name in enumerate(names):
+    for name in names:
         if not ctx.pending():
             break
         started = time.monotonic()
@@ -129,8 +129,6 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport,
         report.lost_and_found += len(result.lost_and_found)
         report.lane_stats[name] = result.stats
         report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
-        if progress:
-            progress("lanes", index + 1, len(names))
 
 
 # -- orchestration ----------------------------------------------------------
@@ -215,8 +213,24 @@ def _fill_write_stats(report: RecoveryReport, stats: Any) -> None:
                        for sid, n in stats.per_session.items()}
 
 
-def _context(snap: Any, cat: Catalog | None, insp: InspectReport, budget: int,
-             chunk: int) -> LaneContext:
+@dataclass
+class RecoverOptions:
+    """How to run a recovery; every field has a safe default."""
+
+    work_dir: Path | None = None
+    allow_partial: bool = False
+    lanes: list[str] = field(default_factory=lambda: list(LANES))
+    budget: int = DEFAULT_BUDGET
+    chunk: int = DEFAULT_CHUNK
+    headroom: int = DEFAULT_HEADROOM
+    keep_work: bool = False
+    vfs: str | None = None
+    progress: Progress | None = None
+    snapshot_kw: dict[str, Any] = field(default_factory=dict)
+
+
+def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
+             opts: RecoverOptions) -> LaneContext:
     conn = None
     if cat is not None:
         try:
@@ -225,8 +239,8 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport, budget: int,
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in ("healthy", "fts_only")
-    return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(budget),
-                       structurally_sound=sound, chunk=chunk)
+    return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
+                       structurally_sound=sound, chunk=opts.chunk, progress=opts.progress)
 
 
 def recover(source: str | Path, output: str | Path, *, report_path: str | Path | None = None,
@@ -237,24 +251,26 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
             progress: Progress | None = None, **snapshot_kw: Any) -> RecoveryReport:
     """Recover ``source`` into ``output``; see the module docstring for names.
 
-    ``vfs`` names an apsw VFS for writing the output (fault-injection tests).
-    Raises RecoveryUsageError for bad options (before any I/O) and other
+    ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
+    ``budget`` bounds the bisection's queries per table; ``vfs`` names an
+    apsw VFS for writing the output (fault-injection tests). Raises
+    RecoveryUsageError for bad options (before any I/O) and other
     RecoveryError subclasses for runtime failures.
     """
     source, output = Path(source), Path(output)
     report_file = Path(report_path) if report_path else None
-    wd = Path(work_dir) if work_dir else None
-    check_options(source, output, report_file, wd)
-    names = list(lanes) if lanes else list(LANES)
-    unknown = [n for n in names if n not in LANES]
+    opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
+                          list(lanes) if lanes else list(LANES), budget, chunk, headroom,
+                          keep_work, vfs, progress, snapshot_kw)
+    check_options(source, output, report_file, opts.work_dir)
+    unknown = [n for n in opts.lanes if n not in LANES]
     if unknown:
         raise RecoveryUsageError(f"unknown lane(s) {unknown}; known: {list(LANES)}")
-    report = RecoveryReport(str(source), str(output), report_path=
-                            str(report_file) if report_file else None)
+    report = RecoveryReport(str(source), str(output),
+                            report_path=str(report_file) if report_file else None)
     started = time.monotonic()
     try:
-        _recover(source, output, report, wd, allow_partial, names, budget, chunk, headroom,
-                 keep_work, vfs, progress, snapshot_kw)
+        _recover(source, output, report, opts)
     except SourceChanging as e:
         report.outcome = "source_changing"
         report.loss_reasons = [str(e)]
@@ -264,22 +280,20 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     return report
 
 
-def _recover(source: Path, output: Path, report: RecoveryReport, wd: Path | None,
-             allow_partial: bool, names: list[str], budget: int, chunk: int, headroom: int,
-             keep_work: bool, vfs: str | None, progress: Progress | None,
-             snapshot_kw: dict[str, Any]) -> None:
+def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOptions) -> None:
     t0 = time.monotonic()
     if not source.is_file():
         raise SourceMissing(f"{source} does not exist", path=str(source))
     needs = {output.parent: 2 * source_bytes(source)}  # output + its WAL while writing
-    snap = take_snapshot(source, wd, extra_needs=needs, headroom=headroom, **snapshot_kw)
+    snap = take_snapshot(source, opts.work_dir, extra_needs=needs, headroom=opts.headroom,
+                         **opts.snapshot_kw)
     try:
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
         insp, cat = inspect_snapshot(snap)
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
-        ctx = _context(snap, cat, insp, budget, chunk)
+        ctx = _context(snap, cat, insp, opts)
         try:
-            run_lanes(ctx, names, report, progress)
+            run_lanes(ctx, opts.lanes, report)
         finally:
             if ctx.conn is not None:
                 ctx.conn.close()
@@ -288,7 +302,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, wd: Path | None
             report.outcome = "not_recoverable"
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return
-        _write_and_verify(ctx, output, report, allow_partial, vfs)
+        _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs)
     finally:
-        if not keep_work:
+        if not opts.keep_work:
             snap.cleanup()

@@ -247,3 +247,12 @@ def test_failed_verification_keeps_unverified_exit_5(pristine, store, tmp_path):
     assert report.output == str(tmp_path / "new.db.unverified")
     assert Path(report.output).exists() and not (tmp_path / "new.db").exists()
     assert report.verification["ok"] is False and report.verification["findings"]
+
+
+def test_progress_reports_rows_per_table(pristine, store, tmp_path):
+    _, tree, _ = pristine
+    smash_page(store, tree.middle_leaf())
+    seen: list[tuple[str, int]] = []
+    recover_checked(store, tmp_path, chunk=100, progress=lambda w, d, t: seen.append((w, d)))
+    counts = [d for w, d in seen if w == "copying messages"]
+    assert counts == sorted(counts) and len(counts) >= 3
