@@ -188,7 +188,7 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     _fill_write_stats(report, stats)
     started = time.monotonic()
     expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
-    verification = verify_output(tmp, expected)
+    verification = verify_output(tmp, expected, _readable(report))
     report.timings["verify_s"] = round(time.monotonic() - started, 3)
     report.verification = verification.to_dict()
     report.loss_reasons = _loss(report)
@@ -200,6 +200,13 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     else:
         report.outcome, suffix = "recovered", ""
     report.output = str(_place(tmp, output, suffix))
+
+
+def _readable(report: RecoveryReport) -> dict[str, int]:
+    """Rows each copied table had readable in the source, minus quarantined ones
+    (kept in the quarantine table, not in their own)."""
+    return {n: t.source_readable - t.quarantined for n, t in report.tables.items()
+            if t.source_readable is not None and t.note is None and n != "state_meta"}
 
 
 def _fill_write_stats(report: RecoveryReport, stats: Any) -> None:
@@ -291,6 +298,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
         insp, cat = inspect_snapshot(snap)
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
+        report.fingerprints = snap.to_dict()
         ctx = _context(snap, cat, insp, opts)
         try:
             run_lanes(ctx, opts.lanes, report)

@@ -67,6 +67,7 @@ class RecoveryReport:
     quarantined_values: int = 0
     lost_and_found: int = 0
     verification: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     report_path: str | None = None
 

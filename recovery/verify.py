@@ -74,9 +74,23 @@ def _counts(conn: apsw.Connection, v: Verification, expected: dict[str, int]) ->
     v.checks["counts"] = found
 
 
-def verify_output(path: Path, expected: dict[str, int]) -> Verification:
-    """Run every check on ``path``; a check that cannot run is a finding."""
+def source_shortfall(readable: dict[str, int], kept: dict[str, int]) -> list[str]:
+    """Tables that kept fewer rows than the source let SQL read straight through."""
+    return [f"table {t}: {kept.get(t, 0)} rows kept, the source had {n} readable"
+            for t, n in readable.items() if kept.get(t, 0) < n]
+
+
+def verify_output(path: Path, expected: dict[str, int],
+                  readable: dict[str, int] | None = None) -> Verification:
+    """Run every check on ``path``; a check that cannot run is a finding.
+
+    ``expected`` is the rows written per table; ``readable`` (optional) the
+    rows the source had readable, which the output must not fall short of
+    (rows kept in quarantine count as kept).
+    """
     v = Verification()
+    if readable:
+        v.findings += source_shortfall(readable, expected)
     try:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
     except apsw.Error as e:
