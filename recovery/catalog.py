@@ -14,6 +14,7 @@ import apsw
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
 LEDGER_TABLES = ("migrations",)
 ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
+PARTIAL_KEY = "__partial__"  # present in a row dict rebuilt without some columns
 
 
 @dataclass
@@ -26,6 +27,7 @@ class TableSpec:
     root_page: int = 0
     sql: str = ""
     kind: str = "data"  # data | ledger | derived | internal
+    required: list[str] = field(default_factory=list)  # NOT NULL or key, no default
 
     def quoted(self) -> str:
         return quote(self.name)
@@ -74,6 +76,17 @@ def _kind(name: str, sql: str | None, virtual: set[str]) -> str:
     return "data"
 
 
+def _columns(conn: apsw.Connection, spec: TableSpec) -> None:
+    info = conn.execute(f"PRAGMA table_info({quote(spec.name)})").fetchall()
+    spec.columns = [r[1] for r in info]
+    spec.rowid = not re.search(r"without\s+rowid", spec.sql, re.I)
+    alias = [r for r in info if r[5]]
+    alias_name = (alias[0][1] if spec.rowid and len(alias) == 1
+                  and str(alias[0][2]).upper() == "INTEGER" else None)
+    spec.required = [r[1] for r in info if (r[3] or r[5]) and r[4] is None
+                     and r[1] != alias_name]
+
+
 def read_catalog(conn: apsw.Connection) -> Catalog:
     """Read ``sqlite_master`` and each table's columns; raises apsw errors."""
     rows = conn.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master").fetchall()
@@ -89,7 +102,6 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
         if _is_virtual(sql) and re.search(r"\busing\s+fts5\b", sql or "", re.I):
             cat.fts5.append(name)
         if spec.kind != "derived":
-            spec.columns = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(name)})")]
-            spec.rowid = not re.search(r"without\s+rowid", sql or "", re.I)
+            _columns(conn, spec)
         cat.tables[name] = spec
     return cat

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import apsw
 
-from .catalog import Catalog, TableSpec, quote
+from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog, TableSpec, quote
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,17 @@ def merge_ranges(ranges: list[Range]) -> list[Range]:
             out[-1] = (out[-1][0], max(out[-1][1], hi))
         else:
             out.append((lo, hi))
+    return out
+
+
+def subtract_rowids(ranges: list[Range], rowids: list[int]) -> list[Range]:
+    """``ranges`` without the given rowids (which split the ranges they hit)."""
+    out = list(ranges)
+    for rowid in sorted(set(rowids)):
+        for i, (lo, hi) in enumerate(out):
+            if lo <= rowid <= hi:
+                out[i:i + 1] = [r for r in ((lo, rowid - 1), (rowid + 1, hi)) if r[0] <= r[1]]
+                break
     return out
 
 
@@ -332,8 +343,61 @@ def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, rows: list[dict],
     return skipped
 
 
+# -- lane 4: rows rebuilt from intact indexes --------------------------------
+
+# Columns no index holds but that a rebuilt row may take from a sibling column.
+FILL_FROM = {"sessions": {"updated_at": "started_at"}}
+
+
+def index_lane(ctx: LaneContext) -> LaneResult:
+    """For rowids still unread, collect every column the table's intact
+    indexes hold. A row is kept only when all its required columns are
+    known; it is marked partial (``PARTIAL_KEY`` lists the lost columns) so
+    a later lane that finds the whole row replaces it. Gaps stay as they
+    are: the rows were not read, only reconstructed."""
+    result = LaneResult()
+    if ctx.conn is None or ctx.catalog is None:
+        return result
+    for state in ctx.pending():
+        spec = state.spec
+        if not spec.rowid:
+            continue
+        rows, unusable = [], 0
+        for rowid, known in sorted(_index_values(ctx, spec, state.gaps).items()):
+            for col, source in FILL_FROM.get(spec.name, {}).items():
+                if col not in known and source in known:
+                    known[col] = known[source]
+            if not set(spec.required) <= set(known):
+                unusable += 1
+                continue
+            lost = [c for c in spec.columns if c not in known]
+            rows.append({ROWID_KEY: rowid, **known, PARTIAL_KEY: lost})
+        result.rows[spec.name] = rows
+        result.stats[spec.name] = {"rebuilt": len(rows), "unusable": unusable}
+    return result
+
+
+def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[int, dict]:
+    """rowid -> {column: value} from every index that reads cleanly."""
+    found: dict[int, dict] = {}
+    for index in ctx.catalog.indexes(spec.name):
+        cols = [r[2] for r in ctx.conn.execute(f"PRAGMA index_info({quote(index)})")]
+        if not cols or any(c is None for c in cols):
+            continue  # expression index: its values are not columns
+        sql = (f"SELECT rowid, {', '.join(quote(c) for c in cols)} FROM {spec.quoted()} "
+               f"INDEXED BY {quote(index)} WHERE rowid BETWEEN ? AND ?")
+        for gap in gaps:
+            try:
+                for r in ctx.conn.execute(sql, gap):
+                    found.setdefault(r[0], {}).update(zip(cols, r[1:]))
+            except apsw.Error:
+                continue
+    return found
+
+
 LANES: dict[str, Lane] = {
     "backup": backup_lane,
     "rows": row_copy_lane,
     "bisect": bisect_lane,
+    "index": index_lane,
 }

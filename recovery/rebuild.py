@@ -19,7 +19,7 @@ import apsw
 
 from sessiondb import SessionDB
 
-from .catalog import ROWID_KEY, TableSpec, quote
+from .catalog import PARTIAL_KEY, ROWID_KEY, TableSpec, quote
 
 PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
@@ -161,6 +161,14 @@ def _placeholders(w: Writer, messages: list[dict]) -> None:
         w.stats.table("sessions").inserted += 1
 
 
+def _recount_partial_sessions(w: Writer, sessions: list[dict]) -> None:
+    """Sessions rebuilt from indexes lost their counters: count what was recovered."""
+    for row in sessions:
+        if PARTIAL_KEY in row and "message_count" in row[PARTIAL_KEY]:
+            w.conn.execute("UPDATE sessions SET message_count = (SELECT count(*) FROM messages"
+                           " WHERE session_id = ?1) WHERE id = ?1", (row.get("id"),))
+
+
 def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
     exists = w.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
                             (spec.name,)).fetchone()
@@ -188,6 +196,7 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
             messages = w.clean_json("messages", rows.get("messages", []))
             _placeholders(w, messages)
             w.insert_rows("messages", messages)
+            _recount_partial_sessions(w, rows.get("sessions", []))
             _state_meta(w, rows.get("state_meta", []))
             for name, spec in specs.items():
                 if name in ("sessions", "messages", "state_meta") or spec.kind != "data":

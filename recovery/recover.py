@@ -21,11 +21,11 @@ import apsw
 
 from sessiondb.paths import SIDECARS
 
-from .catalog import ROWID_KEY, Catalog
+from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
 from .errors import RecoveryUsageError, SourceChanging, SourceMissing
 from .inspect import InspectReport, inspect_snapshot, open_copy
 from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, Progress,
-                    TableState)
+                    TableState, subtract_rowids)
 from .rebuild import write_store
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
@@ -103,6 +103,7 @@ def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int
     for row in rows:
         keys = _keys(state.spec.name, row)
         if any(k in seen for k in keys):
+            _upgrade_partial(state, lane, keys, row)
             continue
         seen.update(keys)
         state.rows[keys[0] if keys else ("seq", len(state.rows))] = row
@@ -110,6 +111,15 @@ def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int
     if added:
         state.by_lane[lane] = state.by_lane.get(lane, 0) + added
     return added
+
+
+def _upgrade_partial(state: TableState, lane: str, keys: list[tuple], row: dict) -> None:
+    """A whole row replaces one that an earlier lane could only rebuild in part."""
+    old = state.rows.get(keys[0]) if keys else None
+    if old is None or PARTIAL_KEY not in old or PARTIAL_KEY in row:
+        return
+    state.rows[keys[0]] = row
+    state.by_lane[lane] = state.by_lane.get(lane, 0) + 1
 
 
 def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
@@ -121,11 +131,15 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) ->
         result = LANES[name](ctx)
         report.lanes_run.append(name)
         for table, rows in result.rows.items():
-            if table in ctx.states:
-                merge_rows(ctx.states[table], name, rows, seen[table])
-        for table, gaps in result.gaps.items():
-            if table in ctx.states:
-                ctx.states[table].gaps = gaps
+            state = ctx.states.get(table)
+            if state is None:
+                continue
+            merge_rows(state, name, rows, seen[table])
+            if table in result.gaps:
+                state.gaps = result.gaps[table]
+            else:  # rows read in full are no longer missing, whoever found them
+                whole = [r[ROWID_KEY] for r in rows if PARTIAL_KEY not in r and ROWID_KEY in r]
+                state.gaps = subtract_rowids(state.gaps, whole)
         report.lost_and_found += len(result.lost_and_found)
         report.lane_stats[name] = result.stats
         report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
@@ -142,7 +156,8 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
             source_readable=health.rows if health else None,
             source_scan_complete=bool(health and health.readable),
             recovered=len(state.rows), skipped_ranges=[list(g) for g in state.gaps],
-            lanes=dict(state.by_lane), lane_used=used)
+            lanes=dict(state.by_lane), lane_used=used,
+            partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r))
 
 
 def _loss(report: RecoveryReport) -> list[str]:
@@ -150,6 +165,8 @@ def _loss(report: RecoveryReport) -> list[str]:
                for n, t in report.tables.items() if t.skipped_ranges]
     reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
                 report.tables.items() if t.quarantined]
+    reasons += [f"table {n}: {t.partial} rows rebuilt from indexes, some columns lost"
+                for n, t in report.tables.items() if t.partial]
     if report.placeholders:
         reasons.append(f"{len(report.placeholders)} session rows lost (placeholders created)")
     if report.parent_links_dropped:

@@ -39,6 +39,7 @@ class TableReport:
     recovered: int = 0
     copied: int = 0
     quarantined: int = 0
+    partial: int = 0  # rows rebuilt from indexes, with some columns lost
     skipped_ranges: list[list[int]] = field(default_factory=list)
     lanes: dict[str, int] = field(default_factory=dict)
     lane_used: str | None = None

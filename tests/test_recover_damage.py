@@ -113,11 +113,30 @@ def test_messages_interior_page_damage(pristine, store, tmp_path):
     assert report.exit_code == 3 and report.verification["ok"]
 
 
-def test_sessions_root_damage_gives_placeholders(pristine, store, tmp_path):
+def test_sessions_root_damage_rebuilds_sessions_from_indexes(pristine, store, tmp_path):
+    truth, _, stree = pristine
+    original = sql(store, "SELECT id, source, started_at, parent_session_id FROM sessions"
+                          " ORDER BY id")
+    smash_page(store, stree.root)
+    report = recover_checked(store, tmp_path)
+    out = tmp_path / "new.db.partial"
+    assert message_ids(out) == set(truth.messages)
+    assert report.placeholders == []
+    assert sql(out, "SELECT id, source, started_at, parent_session_id FROM sessions"
+                    " ORDER BY id") == original
+    assert sql(out, "SELECT DISTINCT message_count, title FROM sessions") == [(100, None)]
+    assert report.tables["sessions"].partial == 6
+    assert report.tables["sessions"].skipped_ranges == [[1, 6]]
+    assert report.lane_stats["index"]["sessions"] == {"rebuilt": 6, "unusable": 0}
+    assert any("rebuilt from indexes" in r for r in report.loss_reasons)
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_sessions_root_damage_without_index_lane_gives_placeholders(pristine, store, tmp_path):
     truth, _, stree = pristine
     smash_page(store, stree.root)
     assert recovery.inspect(store).verdict == "structural"
-    report = recover_checked(store, tmp_path)
+    report = recover_checked(store, tmp_path, lanes=["backup", "rows", "bisect"])
     out = tmp_path / "new.db.partial"
     assert message_ids(out) == set(truth.messages)
     assert sorted(report.placeholders) == truth.sessions
