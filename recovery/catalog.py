@@ -15,6 +15,9 @@ DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
 LEDGER_TABLES = ("migrations",)
 ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
 PARTIAL_KEY = "__partial__"  # present in a row dict rebuilt without some columns
+BAD_TEXT_KEY = "__bad_text__"  # column -> raw bytes of text that is not valid UTF-8
+# apsw decodes text strictly: bytes that are not UTF-8 fail a read like damage does.
+READ_ERRORS = (apsw.Error, UnicodeDecodeError)
 
 
 @dataclass
@@ -35,6 +38,31 @@ class TableSpec:
     def select_list(self) -> str:
         cols = ", ".join(quote(c) for c in self.columns)
         return f"rowid, {cols}" if self.rowid else cols
+
+    def raw_select_list(self) -> str:
+        """Like select_list, but each column as (type, text-as-bytes-or-value)."""
+        parts = [f"typeof({quote(c)}), CASE WHEN typeof({quote(c)}) = 'text' "
+                 f"THEN CAST({quote(c)} AS BLOB) ELSE {quote(c)} END" for c in self.columns]
+        return ", ".join((["rowid"] if self.rowid else []) + parts)
+
+    def raw_row_dict(self, row: tuple) -> dict:
+        """Decode a raw_select_list row; invalid UTF-8 is replaced, the raw
+        bytes kept under BAD_TEXT_KEY for the quarantine."""
+        out: dict = {ROWID_KEY: row[0]} if self.rowid else {}
+        values = row[1:] if self.rowid else row
+        bad: dict[str, bytes] = {}
+        for i, col in enumerate(self.columns):
+            kind, value = values[2 * i], values[2 * i + 1]
+            if kind == "text":
+                try:
+                    value = bytes(value).decode("utf-8")
+                except UnicodeDecodeError:
+                    bad[col] = bytes(value)
+                    value = bytes(value).decode("utf-8", "replace")
+            out[col] = value
+        if bad:
+            out[BAD_TEXT_KEY] = bad
+        return out
 
     def row_dict(self, row: tuple) -> dict:
         if self.rowid:

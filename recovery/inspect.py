@@ -19,7 +19,7 @@ import apsw
 from sessiondb import migrations
 
 from . import headers
-from .catalog import Catalog, quote, read_catalog
+from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import SourceChanging
 from .snapshot import Snapshot, take_snapshot
 
@@ -119,7 +119,7 @@ def _read_table(conn: apsw.Connection, cat: Catalog, name: str) -> TableHealth:
     try:
         for _row in conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}"):
             count += 1
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return TableHealth(name, spec.kind, False, count, _err(e))
     return TableHealth(name, spec.kind, True, count)
 
@@ -185,7 +185,7 @@ def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
                                            (f'"{word}"',))}
         ok = rowid in hits
         return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return FtsHealth(name, True, False, _err(e))
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import apsw
 
-from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog, TableSpec, quote
+from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
             _read_whole(dest, state.spec, result)
             done = len(result.rows.get(state.spec.name, []))
             ctx.report_progress(f"copying {state.spec.name}", done, done)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         result.stats["error"] = _err(e)
     finally:
         dest.close()
@@ -151,7 +151,7 @@ def _read_whole(conn: apsw.Connection, spec: TableSpec, result: LaneResult) -> N
     try:
         rows = [spec.row_dict(r) for r in
                 conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}")]
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         result.stats.setdefault("errors", {})[spec.name] = _err(e)
         return
     result.rows[spec.name] = rows
@@ -192,7 +192,7 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
             for r in ctx.conn.execute(sql, (cursor, stop, ctx.chunk)):
                 rows.append(spec.row_dict(r))
                 last, got = r[0], got + 1
-        except apsw.Error:
+        except READ_ERRORS:
             return last if last is not None else (start - 1 if forward else start + 1)
         ctx.report_progress(f"copying {spec.name}", len(rows), 0)
         if got < ctx.chunk:
@@ -256,7 +256,7 @@ def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> list[int] | 
             return [r[0] for r in ctx.conn.execute(
                 f"SELECT rowid FROM {spec.quoted()} INDEXED BY {quote(index)} "
                 "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", gap)]
-        except apsw.Error:
+        except READ_ERRORS:
             continue
     return None
 
@@ -277,6 +277,17 @@ def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> li
     try:
         return [spec.row_dict(r) for r in ctx.conn.execute(
             f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
+    except UnicodeDecodeError:
+        return _lookup_raw(ctx, spec, rowid)
+    except apsw.Error:
+        return None
+
+
+def _lookup_raw(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | None:
+    """The row whose text is not valid UTF-8, read as bytes and decoded leniently."""
+    try:
+        return [spec.raw_row_dict(r) for r in ctx.conn.execute(
+            f"SELECT {spec.raw_select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
     except apsw.Error:
         return None
 
@@ -292,7 +303,7 @@ def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
                                   "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)):
             rows.append(spec.row_dict(r))
             last = r[0]
-    except apsw.Error:
+    except READ_ERRORS:
         return last + 1
     return None
 
@@ -390,7 +401,7 @@ def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[
             try:
                 for r in ctx.conn.execute(sql, gap):
                     found.setdefault(r[0], {}).update(zip(cols, r[1:]))
-            except apsw.Error:
+            except READ_ERRORS:
                 continue
     return found
 

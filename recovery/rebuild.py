@@ -19,7 +19,7 @@ import apsw
 
 from sessiondb import SessionDB
 
-from .catalog import PARTIAL_KEY, ROWID_KEY, TableSpec, quote
+from .catalog import BAD_TEXT_KEY, PARTIAL_KEY, ROWID_KEY, TableSpec, quote
 
 PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
@@ -84,6 +84,7 @@ class Writer:
         has_alias = any(alias for _n, alias in cols)
         out = self.stats.table(table)
         for row in rows:
+            self.keep_bad_text(table, row)
             values = {k: v for k, v in row.items() if k in names}
             if keep_rowid and not has_alias and ROWID_KEY in row:
                 values = {"rowid": row[ROWID_KEY], **values}
@@ -98,6 +99,13 @@ class Writer:
                             f"rejected by the schema: {type(e).__name__}",
                             json.dumps(row, default=repr))
                 out.quarantined += 1
+
+    def keep_bad_text(self, table: str, row: dict) -> None:
+        """Raw bytes of text that was not UTF-8 go to quarantine; the row keeps
+        the leniently decoded text."""
+        for col, raw in row.get(BAD_TEXT_KEY, {}).items():
+            _quarantine(self.conn, table, row.get(ROWID_KEY), col, "invalid UTF-8", raw)
+            self.stats.quarantined_values += 1
 
     def clean_json(self, table: str, rows: list[dict]) -> list[dict]:
         """Move malformed JSON values to quarantine, leaving a neutral value."""

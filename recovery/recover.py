@@ -179,8 +179,15 @@ def _loss(report: RecoveryReport) -> list[str]:
 def _place(tmp: Path, output: Path, suffix: str) -> Path:
     """Move the finished file to its name without ever replacing a file."""
     final = Path(f"{output}{suffix}")
-    os.link(tmp, final)  # fails if ``final`` exists: no clobbering
-    os.unlink(tmp)
+    try:
+        os.link(tmp, final)  # fails if ``final`` exists: no clobbering
+        os.unlink(tmp)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links on this filesystem: check, then rename
+        if final.exists():
+            raise FileExistsError(str(final)) from None
+        os.rename(tmp, final)
     fd = os.open(final.parent, os.O_RDONLY)
     try:
         os.fsync(fd)

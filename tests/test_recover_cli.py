@@ -84,7 +84,8 @@ def test_work_dir_that_is_not_a_directory(source, tmp_path):
 def test_missing_source(tmp_path):
     res = run("--source", str(tmp_path / "nope.db"), "--inspect-only")
     assert res.exit_code == 2
-    assert last_line(res.output) == f"Error: source {tmp_path}/nope.db does not exist or is not a file"
+    assert last_line(res.output) == \
+        f"Error: source {tmp_path}/nope.db does not exist or is not a file"
 
 
 def test_healthy_inspect_and_recover_exit_0(source, tmp_path):

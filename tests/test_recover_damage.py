@@ -275,3 +275,17 @@ def test_progress_reports_rows_per_table(pristine, store, tmp_path):
     recover_checked(store, tmp_path, chunk=100, progress=lambda w, d, t: seen.append((w, d)))
     counts = [d for w, d in seen if w == "copying messages"]
     assert counts == sorted(counts) and len(counts) >= 3
+
+
+def test_text_that_is_not_utf8_is_kept_and_its_bytes_quarantined(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    sql(store, "UPDATE messages SET content = CAST(x'68656c6cff6f' AS TEXT) WHERE id = 9")
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural" and insp.table("messages").readable is False
+    report = recover_checked(store, tmp_path)
+    out = Path(report.output)
+    assert message_ids(out) == set(truth.messages)
+    assert sql(out, "SELECT content FROM messages WHERE id = 9") == [("hell\ufffdo",)]
+    assert sql(out, f"SELECT row_key, column_name, reason, value FROM {QUARANTINE}") == [
+        ("9", "content", "invalid UTF-8", b"hell\xffo")]
+    assert report.quarantined_values == 1 and report.exit_code == 3

@@ -51,7 +51,8 @@ def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
     tree = damage.TableTree(truth.path, "messages")
     leaf = tree.middle_leaf()
     damage.smash_page(truth.path, leaf)
-    spec_cols = [c for (c,) in damage.sql(pristine, "SELECT name FROM pragma_table_info('messages')")]
+    spec_cols = [c for (c,) in damage.sql(pristine,
+                                          "SELECT name FROM pragma_table_info('messages')")]
 
     def carve(ctx: LaneContext) -> LaneResult:
         assert [s.spec.name for s in ctx.pending()] == ["messages"]
