@@ -52,6 +52,8 @@ USAGE_CASES = {
     "report-exists": (lambda s, t: ["--output", str(t / "n.db"), "--report",
                                     str(t / "exists.db")],
                       "Error: report {t}/exists.db already exists; refusing to overwrite"),
+    "output-dir-missing": (lambda s, t: ["--output", str(t / "nodir" / "n.db")],
+                           "Error: the directory of --output ({t}/nodir) does not exist"),
     "report-with-inspect": (lambda s, t: ["--inspect-only", "--report", str(t / "r.json")],
                             "Error: --report, --allow-partial and --lane only apply with "
                             "--output"),

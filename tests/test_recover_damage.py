@@ -149,12 +149,19 @@ def test_sessions_root_damage_without_index_lane_gives_placeholders(pristine, st
     assert report.verification["ok"] and report.exit_code == 3
 
 
-def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_path):
+@pytest.mark.parametrize("offset,data,fix", [
+    (16, b"\xab\xcd\x7f\x7f\x00\x01\x02\x03", "page size -> 1024"),
+    (0, b"\x00" * 16, "magic string"),
+    (44, b"\x00\x00\x00\x09", "schema format -> 4"),
+], ids=["page-size-versions-fractions", "magic", "schema-format"])
+def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_path, offset,
+                                                          data, fix):
     truth, _, _ = pristine
-    damage.write_at(store, 16, b"\xab\xcd\x7f\x7f\x00\x01\x02\x03")
+    damage.write_at(store, offset, data)
     insp = recovery.inspect(store)
     assert insp.verdict == "structural"
-    assert "page size -> 1024" in insp.header_fixes
+    assert fix in insp.header_fixes
+    assert insp.header["problems"]
     assert insp.table("messages").rows == len(truth.messages)
     report = recover_checked(store, tmp_path)
     assert (report.outcome, report.exit_code) == ("recovered", 0)
@@ -289,3 +296,23 @@ def test_text_that_is_not_utf8_is_kept_and_its_bytes_quarantined(pristine, store
     assert sql(out, f"SELECT row_key, column_name, reason, value FROM {QUARANTINE}") == [
         ("9", "content", "invalid UTF-8", b"hell\xffo")]
     assert report.quarantined_values == 1 and report.exit_code == 3
+
+
+def test_wal_with_a_torn_last_frame(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": f"late {i}"} for i in range(5)])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    with open(f"{crashed}-wal", "ab") as f:  # half-written frame after the last commit
+        f.write(b"\x00\x00\x00\x02" + b"\x5a" * (24 + damage.PAGE_SIZE - 4))
+    wal = recovery.inspect(crashed).wal
+    assert wal["valid_frames"] == wal["frames"] - 1 == wal["last_commit_frame"]
+    recover_checked(crashed, tmp_path)
+    assert len(message_ids(tmp_path / "new.db")) == len(truth.messages) + 5
+
+
+def test_quick_check_is_bounded_in_time(pristine, store):
+    report = recovery.inspect(store, quick_seconds=0)
+    assert report.quick_check["timed_out"] is True
+    assert report.verdict == "healthy"  # every table still read to the end
