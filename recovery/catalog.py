@@ -77,6 +77,7 @@ class Catalog:
     tables: dict[str, TableSpec] = field(default_factory=dict)
     fts5: list[str] = field(default_factory=list)
     index_of: dict[str, str] = field(default_factory=dict)  # index name -> table name
+    tolerant: bool = False  # read with writable_schema on: the schema has bad entries
 
     def indexes(self, table: str) -> list[str]:
         return [i for i, t in self.index_of.items() if t == table]

@@ -224,13 +224,28 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
         conn.close()
 
 
-def _analyse_open(conn: apsw.Connection, report: InspectReport,
-                  quick_seconds: float) -> Catalog | None:
+def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catalog | None:
+    """The catalog; if SQLite refuses to parse the schema (a root page past
+    the end of a truncated file, say), read it again with writable_schema on,
+    which makes SQLite skip the bad entries. Only ever done on our copy."""
     try:
         cat = read_catalog(conn)
-        report.schema_readable = True
     except apsw.Error as e:
         report.schema_error = _err(e)
+        try:
+            conn.execute("PRAGMA writable_schema=ON")
+            cat = read_catalog(conn)
+            cat.tolerant = True
+        except apsw.Error:
+            return None
+    report.schema_readable = True
+    return cat
+
+
+def _analyse_open(conn: apsw.Connection, report: InspectReport,
+                  quick_seconds: float) -> Catalog | None:
+    cat = read_catalog_tolerant(conn, report)
+    if cat is None:
         return None
     for name, spec in cat.tables.items():
         if spec.kind in ("data", "ledger"):
@@ -252,7 +267,7 @@ def data_verdict(report: InspectReport) -> str:
         return "empty"
     if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
         return "not_a_database"
-    if not report.schema_readable:
+    if not report.schema_readable or report.schema_error:
         return "structural"
     data = [t for t in report.tables if t.kind == "data"]
     if not data:

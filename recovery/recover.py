@@ -266,6 +266,8 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
     if cat is not None:
         try:
             conn = open_copy(snap.db_copy)
+            if cat.tolerant:
+                conn.execute("PRAGMA writable_schema=ON")
         except apsw.Error:
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}

@@ -316,3 +316,22 @@ def test_quick_check_is_bounded_in_time(pristine, store):
     report = recovery.inspect(store, quick_seconds=0)
     assert report.quick_check["timed_out"] is True
     assert report.verdict == "healthy"  # every table still read to the end
+
+
+def test_truncation_that_cuts_off_schema_roots(tmp_path):
+    """Root pages past the end make SQLite refuse the whole schema; the copy
+    is read with the bad entries skipped and every message still comes back."""
+    truth = damage.build_store(tmp_path / "state.db", sessions=2, per_session=60,
+                               page_size=4096)
+    store = truth.path
+    size = store.stat().st_size
+    damage.add_fts(store)  # its root pages are appended after the data
+    assert max(pages_of(store, "sqlite_schema")) * 4096 <= size  # the schema itself survives
+    os.truncate(store, size)
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert "invalid rootpage" in insp.schema_error
+    assert insp.table("messages").rows == 120
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
