@@ -88,6 +88,9 @@ def print_recovery(r: RecoveryReport) -> None:
     if rows:
         table(rows, ("table", "source readable", "recovered", "copied", "quarantined",
                      "skipped ranges", "lane"))
+    for h in r.inspect.get("holders", []):
+        click.echo(f"warning: pid {h['pid']} ({h['command']}) holds {h['file']} open; "
+                   "stop it before putting the new file in place")
     if r.placeholders:
         click.echo(f"placeholder sessions (session row lost): {len(r.placeholders)}")
     for reason in r.loss_reasons:

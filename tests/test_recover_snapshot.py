@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import recovery
+from cli.main import cli
 from recovery.errors import InsufficientSpace, SourceChanging
 from recovery.snapshot import find_holders, take_snapshot
 from tests.helpers import damage
@@ -103,3 +105,11 @@ def test_free_space_is_checked_before_copying(source, work, tmp_path):
         recovery.recover(source, tmp_path / "new.db", work_dir=work, headroom=1 << 62)
     assert info.value.needed > info.value.free
     assert list(work.iterdir()) == [] and not (tmp_path / "new.db").exists()
+
+
+def test_recover_proceeds_from_a_stable_snapshot_and_names_holders(source, holder, tmp_path):
+    res = CliRunner().invoke(cli, ["sessions", "recover", "--source", str(source),
+                                   "--output", str(tmp_path / "new.db")])
+    assert res.exit_code == 0, res.output
+    assert f"warning: pid {holder.pid} " in res.output
+    assert damage.sql(tmp_path / "new.db", "SELECT count(*) FROM messages") == [(20,)]
