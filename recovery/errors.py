@@ -48,3 +48,9 @@ class SourceChanging(RecoveryError):
         super().__init__(message, **kw)
         self.changed = changed
         self.holders = holders
+
+
+class RecoveryIOError(RecoveryError):
+    """The operating system refused a read or write (disk full, permissions...)."""
+
+    code = "recovery_io_error"

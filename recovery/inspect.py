@@ -20,7 +20,7 @@ from sessiondb import migrations
 
 from . import headers
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
-from .errors import SourceChanging
+from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
 
 QUICK_CHECK_SECONDS = 20.0
@@ -336,8 +336,13 @@ def inspect(source: str | Path, *, work_dir: str | Path | None = None,
                                changed_files=e.changed)
         report.free_disk = _free_disk(source, None)
         return finish(report, None)
+    except OSError as e:
+        raise RecoveryIOError(f"cannot copy {source}: {e}", path=str(source)) from e
     try:
         return inspect_snapshot(snap, quick_seconds=quick_seconds)[0]
+    except OSError as e:
+        raise RecoveryIOError(f"inspection stopped by an I/O error: {e}",
+                              path=getattr(e, "filename", None)) from e
     finally:
         if not keep_work:
             snap.cleanup()

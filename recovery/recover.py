@@ -22,7 +22,8 @@ import apsw
 from sessiondb.paths import SIDECARS
 
 from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
-from .errors import RecoveryUsageError, SourceChanging, SourceMissing
+from .errors import (RecoveryError, RecoveryIOError, RecoveryUsageError, SourceChanging,
+                     SourceMissing)
 from .inspect import InspectReport, inspect_snapshot, open_copy
 from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, Progress,
                     TableState, subtract_rowids)
@@ -130,10 +131,11 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) ->
         started = time.monotonic()
         result = LANES[name](ctx)
         report.lanes_run.append(name)
-        for table, rows in result.rows.items():
+        for table in set(result.rows) | set(result.gaps):
             state = ctx.states.get(table)
             if state is None:
                 continue
+            rows = result.rows.get(table, [])
             merge_rows(state, name, rows, seen[table])
             if table in result.gaps:
                 state.gaps = result.gaps[table]
@@ -172,7 +174,8 @@ def _loss(report: RecoveryReport) -> list[str]:
     if report.parent_links_dropped:
         reasons.append(f"{report.parent_links_dropped} parent-session links lost")
     if report.quarantined_values:
-        reasons.append(f"{report.quarantined_values} malformed JSON values quarantined")
+        reasons.append(f"{report.quarantined_values} values quarantined (malformed JSON "
+                       "or text that is not UTF-8)")
     return reasons
 
 
@@ -183,10 +186,12 @@ def _place(tmp: Path, output: Path, suffix: str) -> Path:
         os.link(tmp, final)  # fails if ``final`` exists: no clobbering
         os.unlink(tmp)
     except FileExistsError:
-        raise
+        raise RecoveryError(f"{final} appeared while recovering; the result is kept at "
+                            f"{tmp}", path=str(final)) from None
     except OSError:  # no hard links on this filesystem: check, then rename
         if final.exists():
-            raise FileExistsError(str(final)) from None
+            raise RecoveryError(f"{final} appeared while recovering; the result is kept "
+                                f"at {tmp}", path=str(final)) from None
         os.rename(tmp, final)
     fd = os.open(final.parent, os.O_RDONLY)
     try:
@@ -307,6 +312,9 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     except SourceChanging as e:
         report.outcome = "source_changing"
         report.loss_reasons = [str(e)]
+    except OSError as e:
+        raise RecoveryIOError(f"recovery stopped by an I/O error: {e}",
+                              path=getattr(e, "filename", None)) from e
     report.timings["total_s"] = round(time.monotonic() - started, 3)
     if report_file is not None:
         write_json_exclusive(report_file, report.to_dict())

@@ -16,10 +16,10 @@ import pytest
 
 import recovery
 from recovery.rebuild import PLACEHOLDER_SOURCE, QUARANTINE
-from sessiondb import SessionDB
+from sessiondb import SessionDB, StorageError
 from tests.helpers import damage
 from tests.helpers.damage import TableTree, bundle_hashes, pages_of, smash_page, sql
-from tests.helpers.faultvfs import ZeroingVFS
+from tests.helpers.faultvfs import FailingVFS, ZeroingVFS
 
 
 @pytest.fixture(scope="module")
@@ -335,3 +335,16 @@ def test_truncation_that_cuts_off_schema_roots(tmp_path):
     report = recover_checked(store, tmp_path)
     assert (report.outcome, report.exit_code) == ("recovered", 0)
     assert message_ids(tmp_path / "new.db") == set(truth.messages)
+
+
+def test_write_failure_leaves_nothing_behind(pristine, store, tmp_path):
+    before = bundle_hashes(store)
+    vfs = FailingVFS("fail-writes", after=20)
+    try:
+        with pytest.raises(StorageError) as info:
+            recovery.recover(store, tmp_path / "new.db", vfs="fail-writes", work_dir=tmp_path)
+    finally:
+        vfs.unregister()
+    assert info.value.cause.value == "io_error"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no temp, no work
+    assert bundle_hashes(store) == before

@@ -29,3 +29,29 @@ class ZeroingVFS(apsw.VFS):
 
     def xOpen(self, name, flags):
         return ZeroingFile("", name, flags, self.from_offset)
+
+
+class FailingFile(apsw.VFSFile):
+    def __init__(self, base: str, name, flags: list[int], after: int) -> None:
+        super().__init__(base, name, flags)
+        self.main = bool(flags[0] & (apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_WAL))
+        self.after = after
+        self.writes = 0
+
+    def xWrite(self, data, offset: int) -> None:
+        if self.main:
+            self.writes += 1
+            if self.writes > self.after:
+                raise apsw.IOError("injected write failure")
+        super().xWrite(data, offset)
+
+
+class FailingVFS(apsw.VFS):
+    """Writes to the database or its WAL fail with an I/O error after ``after`` writes."""
+
+    def __init__(self, name: str, after: int) -> None:
+        self.after = after
+        super().__init__(name, "")
+
+    def xOpen(self, name, flags):
+        return FailingFile("", name, flags, self.after)
