@@ -108,6 +108,9 @@ def advice(verdict: str, source: Path) -> tuple[str, str | None]:
 def open_copy(path: Path) -> apsw.Connection:
     """Open our private copy; read-write because it is ours (WAL recovery may run)."""
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    # Keep the copy's -wal as it was found (no checkpoint on close): later
+    # lanes, the page carver in particular, read the bundle itself.
+    conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.set_busy_timeout(1000)
     conn.execute("PRAGMA trusted_schema=OFF")
     return conn

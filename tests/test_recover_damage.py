@@ -348,3 +348,20 @@ def test_write_failure_leaves_nothing_behind(pristine, store, tmp_path):
     assert info.value.cause.value == "io_error"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no temp, no work
     assert bundle_hashes(store) == before
+
+
+def test_the_copy_keeps_its_wal_for_later_lanes(pristine, store, tmp_path, monkeypatch):
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": "late"}])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    wal_bytes = Path(f"{crashed}-wal").read_bytes()
+    seen = {}
+
+    def look(ctx):
+        seen["wal"] = Path(f"{ctx.copy_path}-wal").read_bytes()
+        return recovery.LaneResult()
+
+    monkeypatch.setitem(recovery.LANES, "look", look)
+    recovery.recover(crashed, tmp_path / "new.db", lanes=["look"])
+    assert seen["wal"] == wal_bytes
