@@ -36,6 +36,14 @@ class _Progress:
             click.echo("", err=True)
 
 
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def _header_line(r: InspectReport) -> str:
     h = r.header.get("fields", {})
     if not h:
@@ -74,7 +82,7 @@ def print_inspect(r: InspectReport) -> None:
         click.echo("fts: marked stale (fts_stale)")
     for h in r.holders:
         click.echo(f"held open by pid {h['pid']} ({h['command']}): {h['file']}")
-    click.echo(f"free disk: {r.free_disk}")
+    click.echo("free disk: " + ", ".join(f"{k} {_size(v)}" for k, v in r.free_disk.items()))
     click.echo(f"{r.explanation}.")
     click.echo(f"next: {r.next_command}" if r.next_command else "next: no command to run")
 

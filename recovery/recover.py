@@ -154,16 +154,20 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
     for name, state in states.items():
         health = insp.table(name)
         used = max(state.by_lane, key=state.by_lane.get) if state.by_lane else None
+        exact = report.lane_stats.get("bisect", {}).get(name, {}).get("rowids_from_index")
         report.tables[name] = TableReport(
             source_readable=health.rows if health else None,
             source_scan_complete=bool(health and health.readable),
             recovered=len(state.rows), skipped_ranges=[list(g) for g in state.gaps],
             lanes=dict(state.by_lane), lane_used=used,
-            partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r))
+            partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r),
+            # An index listed every rowid, so the ranges hold only lost rows.
+            rows_lost=sum(hi - lo + 1 for lo, hi in state.gaps) if exact else None)
 
 
 def _loss(report: RecoveryReport) -> list[str]:
     reasons = [f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
+               + (f" ({t.rows_lost} rows, counted from an index)" if t.rows_lost else "")
                for n, t in report.tables.items() if t.skipped_ranges]
     reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
                 report.tables.items() if t.quarantined]

@@ -41,6 +41,7 @@ class TableReport:
     quarantined: int = 0
     partial: int = 0  # rows rebuilt from indexes, with some columns lost
     skipped_ranges: list[list[int]] = field(default_factory=list)
+    rows_lost: int | None = None  # exact when an intact index listed the rowids
     lanes: dict[str, int] = field(default_factory=dict)
     lane_used: str | None = None
     note: str | None = None

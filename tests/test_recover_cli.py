@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import os
 import stat
 from pathlib import Path
@@ -139,3 +140,23 @@ def test_lane_option_limits_lanes(source, tmp_path):
     assert json.loads(res.output)["lanes_run"] == ["rows"]
     res = run("--source", str(source), "--output", str(tmp_path / "m.db"), "--lane", "nope")
     assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("hurt,first,then", [
+    ("leaf", 3, 3),
+    ("fts_stale", 3, 0),
+], ids=["structural", "fts_only"])
+def test_the_next_command_inspect_prints_runs(source, hurt, first, then):
+    if hurt == "leaf":
+        damage.smash_page(source, damage.TableTree(source, "messages").middle_leaf())
+    else:
+        damage.sql(source, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+    res = run("--source", str(source), "--inspect-only")
+    assert res.exit_code == first
+    command = last_line(res.output).removeprefix("next: ")
+    args = shlex.split(command)
+    assert args[:3] == ["hermes", "sessions", "recover"]
+    res = run(*args[3:])
+    assert res.exit_code == then, res.output
+    out = source.with_name("state.recovered.db")
+    assert Path(f"{out}.partial" if then else out).exists()

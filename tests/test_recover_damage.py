@@ -110,6 +110,7 @@ def test_messages_interior_page_damage(pristine, store, tmp_path):
     stats = report.lane_stats["bisect"]["messages"]
     assert stats["rowids_from_index"] is True
     assert stats["rows_lost"] == len(truth.messages) - len(expected)
+    assert report.tables["messages"].rows_lost == len(truth.messages) - len(expected)
     assert report.exit_code == 3 and report.verification["ok"]
 
 
@@ -365,3 +366,23 @@ def test_the_copy_keeps_its_wal_for_later_lanes(pristine, store, tmp_path, monke
     monkeypatch.setitem(recovery.LANES, "look", look)
     recovery.recover(crashed, tmp_path / "new.db", lanes=["look"])
     assert seen["wal"] == wal_bytes
+
+
+def test_bisection_without_any_index_finds_rows_between_two_damaged_leaves(
+        pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    leaves = sorted(tree.leaves, key=lambda p: tree.leaves[p][0])
+    bad = {leaves[len(leaves) // 4], leaves[3 * len(leaves) // 4]}
+    for index in ("messages_in_order", "messages_by_time", "sqlite_autoindex_messages_1"):
+        bad.add(damage.root_page(store, index))
+    for page in bad:
+        smash_page(store, page)
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable(bad)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    stats = report.lane_stats["bisect"]["messages"]
+    assert stats["rowids_from_index"] is False and stats["budget_exhausted"] is False
+    assert report.tables["messages"].lanes["bisect"] > 0  # the middle came from bisection
+    lost = sorted(r for p in bad if p in tree.leaves for r in tree.leaves[p])
+    assert [r for lo, hi in report.tables["messages"].skipped_ranges
+            for r in range(lo, hi + 1)] == lost
