@@ -68,8 +68,11 @@ def check_options(source: Path, output: Path | None, report: Path | None = None,
     if output is not None:
         _check_output(source, output)
     if report is not None:
-        if report.exists():
+        if report.exists() or report.is_symlink():
             raise RecoveryUsageError(f"report {report} already exists; refusing to overwrite")
+        if not report.parent.is_dir():
+            raise RecoveryUsageError(f"the directory of --report ({report.parent}) does not "
+                                     "exist")
         if output is not None and any(_same(report, p) for p in output_names(output)):
             raise RecoveryUsageError("--report must not be the output or one of its sidecars")
         if any(_same(report, Path(f"{source}{s}")) for s in ("",) + SIDECARS):
@@ -321,7 +324,11 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
                               path=getattr(e, "filename", None)) from e
     report.timings["total_s"] = round(time.monotonic() - started, 3)
     if report_file is not None:
-        write_json_exclusive(report_file, report.to_dict())
+        try:
+            write_json_exclusive(report_file, report.to_dict())
+        except OSError as e:
+            raise RecoveryIOError(f"cannot write the report {report_file}: {e}; the output "
+                                  f"is at {report.output}", path=str(report_file)) from e
     return report
 
 

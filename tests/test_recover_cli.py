@@ -55,6 +55,12 @@ USAGE_CASES = {
                       "Error: report {t}/exists.db already exists; refusing to overwrite"),
     "output-dir-missing": (lambda s, t: ["--output", str(t / "nodir" / "n.db")],
                            "Error: the directory of --output ({t}/nodir) does not exist"),
+    "report-dir-missing": (lambda s, t: ["--output", str(t / "n.db"), "--report",
+                                         str(t / "nodir" / "r.json")],
+                           "Error: the directory of --report ({t}/nodir) does not exist"),
+    "report-is-output": (lambda s, t: ["--output", str(t / "n.db"), "--report",
+                                       str(t / "n.db.partial")],
+                         "Error: --report must not be the output or one of its sidecars"),
     "report-with-inspect": (lambda s, t: ["--inspect-only", "--report", str(t / "r.json")],
                             "Error: --report, --allow-partial and --lane only apply with "
                             "--output"),
