@@ -74,6 +74,7 @@ class LaneContext:
     structurally_sound: bool = False
     chunk: int = DEFAULT_CHUNK
     progress: Progress | None = None
+    lost_and_found: list[tuple[str, dict]] = field(default_factory=list)  # (lane, item)
 
     def report_progress(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:

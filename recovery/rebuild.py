@@ -24,6 +24,7 @@ from .catalog import BAD_TEXT_KEY, PARTIAL_KEY, ROWID_KEY, TableSpec, quote
 PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
 QUARANTINE = "recovery_quarantine"
+LOST_AND_FOUND = "lost_and_found"
 NOT_COPIED = {"leases": "turn leases belong to processes of the damaged store; not carried over"}
 META_SKIP = ("sqlite_version", "fts_stale")  # describe the old file, not the new one
 JSON_COLUMNS = {"messages": ("tool_calls", "meta")}
@@ -194,8 +195,10 @@ def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
 
 
 def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[dict]], *,
-                vfs: str | None = None) -> WriteStats:
-    """Create ``path`` with the current schema and insert the recovered rows."""
+                lost_and_found: list[tuple[str, dict]] = (), vfs: str | None = None
+                ) -> WriteStats:
+    """Create ``path`` with the current schema and insert the recovered rows,
+    plus the (lane, item) pairs no lane could attribute to a table."""
     stats = WriteStats()
     with SessionDB(path, vfs=vfs) as db:
         with db.atomic() as conn:
@@ -213,9 +216,28 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
                     stats.table(name).note = NOT_COPIED[name]
                     continue
                 _extra_table(w, spec, rows.get(name, []))
+            _lost_and_found(w, specs, lost_and_found)
             stats.per_session = dict(conn.execute(
                 "SELECT session_id, count(*) FROM messages GROUP BY session_id").fetchall())
     return stats
+
+
+def _lost_and_found(w: Writer, specs: dict[str, TableSpec],
+                    items: list[tuple[str, dict]]) -> None:
+    """Unattributed finds, one JSON document each (bytes as hex), never dropped."""
+    if not items:
+        return
+    name = LOST_AND_FOUND if LOST_AND_FOUND not in specs else f"recovery_{LOST_AND_FOUND}"
+    w.conn.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, lane TEXT NOT NULL, "
+                   "item TEXT NOT NULL)")
+    for lane, item in items:
+        w.conn.execute(f"INSERT INTO {name}(lane, item) VALUES (?, ?)",
+                       (lane, json.dumps(item, default=_jsonable, sort_keys=True)))
+    w.stats.table(name).inserted = len(items)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.hex() if isinstance(value, (bytes, bytearray, memoryview)) else repr(value)
 
 
 def _state_meta(w: Writer, rows: list[dict]) -> None:

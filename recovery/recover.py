@@ -145,7 +145,8 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) ->
             else:  # rows read in full are no longer missing, whoever found them
                 whole = [r[ROWID_KEY] for r in rows if PARTIAL_KEY not in r and ROWID_KEY in r]
                 state.gaps = subtract_rowids(state.gaps, whole)
-        report.lost_and_found += len(result.lost_and_found)
+        ctx.lost_and_found += [(name, item) for item in result.lost_and_found]
+        report.lost_and_found = len(ctx.lost_and_found)
         report.lane_stats[name] = result.stats
         report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
 
@@ -215,7 +216,7 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     specs = ctx.catalog.tables if ctx.catalog else {}
     rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
     try:
-        stats = write_store(tmp, specs, rows, vfs=vfs)
+        stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs)
     except BaseException:
         for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
             p.unlink(missing_ok=True)
@@ -351,7 +352,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
             if ctx.conn is not None:
                 ctx.conn.close()
         _tables_report(ctx.states, insp, report)
-        if not any(s.rows for s in ctx.states.values()):
+        if not any(s.rows for s in ctx.states.values()) and not ctx.lost_and_found:
             report.outcome = "not_recoverable"
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return

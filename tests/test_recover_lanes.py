@@ -60,7 +60,9 @@ def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
         rows = [dict(zip(spec_cols, r), **{ROWID_KEY: r[0]}) for r in damage.sql(
             pristine, f"SELECT * FROM messages WHERE id IN ({lost}) OR id = 1")]
         rows[-1] = {**rows[-1], ROWID_KEY: 999, "id": 999}  # id 1 again, other rowid
-        return LaneResult(rows={"messages": rows}, stats={"found": len(rows)})
+        orphan = {"page": 7, "cell": 0, "values": [1, "who knows", b"\x00\xff"]}
+        return LaneResult(rows={"messages": rows}, lost_and_found=[orphan],
+                          stats={"found": len(rows)})
 
     monkeypatch.setitem(LANES, "carve", carve)
     report = recovery.recover(truth.path, tmp_path / "new.db")
@@ -70,3 +72,6 @@ def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
     assert (report.outcome, report.exit_code) == ("recovered", 0)
     assert {r[0] for r in damage.sql(tmp_path / "new.db", "SELECT id FROM messages")} \
         == set(truth.messages)
+    assert report.lost_and_found == 1
+    assert damage.sql(tmp_path / "new.db", "SELECT lane, item FROM lost_and_found") == [
+        ("carve", '{"cell": 0, "page": 7, "values": [1, "who knows", "00ff"]}')]
