@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
@@ -25,6 +25,7 @@ PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
 QUARANTINE = "recovery_quarantine"
 LOST_AND_FOUND = "lost_and_found"
+PROGRESS_EVERY = 1000
 NOT_COPIED = {"leases": "turn leases belong to processes of the damaged store; not carried over"}
 META_SKIP = ("sqlite_version", "fts_stale")  # describe the old file, not the new one
 JSON_COLUMNS = {"messages": ("tool_calls", "meta")}
@@ -75,16 +76,20 @@ def _quarantine(conn: apsw.Connection, table: str, key: Any, column: str | None,
 class Writer:
     """Inserts rows table by table inside the caller's transaction."""
 
-    def __init__(self, conn: apsw.Connection, stats: WriteStats) -> None:
+    def __init__(self, conn: apsw.Connection, stats: WriteStats,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
         self.conn = conn
         self.stats = stats
+        self.progress = progress
 
     def insert_rows(self, table: str, rows: list[dict], *, keep_rowid: bool = True) -> None:
         cols = _columns(self.conn, table)
         names = [n for n, _alias in cols]
         has_alias = any(alias for _n, alias in cols)
         out = self.stats.table(table)
-        for row in rows:
+        for done, row in enumerate(rows, 1):
+            if self.progress is not None and (done % PROGRESS_EVERY == 0 or done == len(rows)):
+                self.progress(f"writing {table}", done, len(rows))
             self.keep_bad_text(table, row)
             values = {k: v for k, v in row.items() if k in names}
             if keep_rowid and not has_alias and ROWID_KEY in row:
@@ -195,14 +200,14 @@ def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
 
 
 def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[dict]], *,
-                lost_and_found: list[tuple[str, dict]] = (), vfs: str | None = None
-                ) -> WriteStats:
+                lost_and_found: list[tuple[str, dict]] = (), vfs: str | None = None,
+                progress: Callable[[str, int, int], None] | None = None) -> WriteStats:
     """Create ``path`` with the current schema and insert the recovered rows,
     plus the (lane, item) pairs no lane could attribute to a table."""
     stats = WriteStats()
     with SessionDB(path, vfs=vfs) as db:
         with db.atomic() as conn:
-            w = Writer(conn, stats)
+            w = Writer(conn, stats, progress)
             _sessions(w, rows.get("sessions", []))
             messages = w.clean_json("messages", rows.get("messages", []))
             _placeholders(w, messages)

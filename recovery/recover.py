@@ -216,7 +216,8 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     specs = ctx.catalog.tables if ctx.catalog else {}
     rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
     try:
-        stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs)
+        stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
+                            progress=ctx.progress)
     except BaseException:
         for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
             p.unlink(missing_ok=True)
@@ -237,6 +238,14 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     else:
         report.outcome, suffix = "recovered", ""
     report.output = str(_place(tmp, output, suffix))
+
+
+def _nothing_read(ctx: LaneContext) -> bool:
+    """No row came back and something was unreadable (a store that is simply
+    empty but sound is recovered as an empty store)."""
+    if any(s.rows for s in ctx.states.values()) or ctx.lost_and_found:
+        return False
+    return ctx.catalog is None or any(not s.complete for s in ctx.states.values())
 
 
 def _readable(report: RecoveryReport) -> dict[str, int]:
@@ -352,7 +361,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
             if ctx.conn is not None:
                 ctx.conn.close()
         _tables_report(ctx.states, insp, report)
-        if not any(s.rows for s in ctx.states.values()) and not ctx.lost_and_found:
+        if _nothing_read(ctx):
             report.outcome = "not_recoverable"
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return

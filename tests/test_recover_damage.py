@@ -283,6 +283,8 @@ def test_progress_reports_rows_per_table(pristine, store, tmp_path):
     recover_checked(store, tmp_path, chunk=100, progress=lambda w, d, t: seen.append((w, d)))
     counts = [d for w, d in seen if w == "copying messages"]
     assert counts == sorted(counts) and len(counts) >= 3
+    assert ("writing messages", len(tree.rowids()) - len(tree.leaves[tree.middle_leaf()])) \
+        in seen
 
 
 def test_text_that_is_not_utf8_is_kept_and_its_bytes_quarantined(pristine, store, tmp_path):
@@ -386,3 +388,10 @@ def test_bisection_without_any_index_finds_rows_between_two_damaged_leaves(
     lost = sorted(r for p in bad if p in tree.leaves for r in tree.leaves[p])
     assert [r for lo, hi in report.tables["messages"].skipped_ranges
             for r in range(lo, hi + 1)] == lost
+
+
+def test_sound_but_empty_store_recovers_to_an_empty_store(tmp_path, open_store):
+    open_store(tmp_path / "state.db").close()
+    report = recover_checked(tmp_path / "state.db", tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert sql(tmp_path / "new.db", "SELECT count(*) FROM sessions") == [(0,)]
