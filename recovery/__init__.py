@@ -1,4 +1,12 @@
 """Recovery tooling: inspect, salvage, repair and doctor for damaged stores."""
 from .doctor import Finding, run_doctor
+from .errors import (InsufficientSpace, RecoveryError, RecoveryUsageError, SourceChanging,
+                     SourceMissing)
+from .inspect import InspectReport, advice, inspect
+from .lanes import LANES, LaneContext, LaneResult
+from .recover import check_options, recover
+from .report import RecoveryReport
 
-__all__ = ["Finding", "run_doctor"]
+__all__ = ["Finding", "run_doctor", "inspect", "InspectReport", "recover", "RecoveryReport",
+           "check_options", "advice", "LANES", "LaneContext", "LaneResult", "RecoveryError",
+           "RecoveryUsageError", "SourceChanging", "SourceMissing", "InsufficientSpace"]

@@ -1,0 +1,351 @@
+"""`inspect`: describe a store bundle from a private snapshot and give a verdict.
+
+Everything here reads the snapshot copy in the work directory; the user's
+files are only hashed and copied by `snapshot`. The verdict names what to
+do next (`advice` holds the one verdict-to-command mapping).
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from sessiondb import migrations
+
+from . import headers
+from .catalog import READ_ERRORS, Catalog, quote, read_catalog
+from .errors import RecoveryIOError, SourceChanging
+from .snapshot import Snapshot, take_snapshot
+
+QUICK_CHECK_SECONDS = 20.0
+VERDICTS = ("healthy", "fts_only", "structural", "not_a_database", "empty", "locked",
+            "source_changing")
+
+
+@dataclass
+class TableHealth:
+    """Whether a table could be read to the end, and how many rows came back."""
+
+    name: str
+    kind: str
+    readable: bool
+    rows: int
+    error: str | None = None
+
+
+@dataclass
+class FtsHealth:
+    """One fts5 table: its integrity-check and a MATCH probe."""
+
+    name: str
+    integrity_ok: bool
+    probe_ok: bool
+    error: str | None = None
+
+
+@dataclass
+class InspectReport:
+    """Everything inspect found; ``verdict`` is the headline, ``data_verdict``
+    the health of the copy alone (ignoring processes holding the files)."""
+
+    source: str
+    verdict: str
+    data_verdict: str
+    explanation: str = ""
+    next_command: str | None = None
+    header: dict[str, Any] = field(default_factory=dict)
+    header_fixes: list[str] = field(default_factory=list)
+    wal: dict[str, Any] | None = None
+    shm_present: bool = False
+    journal_present: bool = False
+    schema_readable: bool = False
+    schema_error: str | None = None
+    migrations: dict[str, list[str]] = field(default_factory=dict)
+    tables: list[TableHealth] = field(default_factory=list)
+    fts: list[FtsHealth] = field(default_factory=list)
+    fts_stale: bool = False
+    quick_check: dict[str, Any] = field(default_factory=dict)
+    holders: list[dict[str, Any]] = field(default_factory=list)
+    changed_files: list[str] = field(default_factory=list)
+    free_disk: dict[str, int] = field(default_factory=dict)
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def table(self, name: str) -> TableHealth | None:
+        return next((t for t in self.tables if t.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def advice(verdict: str, source: Path) -> tuple[str, str | None]:
+    """The one mapping from a verdict to an explanation and the next command."""
+    src = shlex.quote(str(source))
+    out = shlex.quote(str(source.with_name(source.stem + ".recovered" + source.suffix)))
+    recover = f"hermes sessions recover --source {src} --output {out}"
+    again = f"hermes sessions recover --source {src} --inspect-only"
+    return {
+        "healthy": ("the store is readable and consistent; nothing to do", None),
+        "fts_only": ("messages are intact; only the derived search index is damaged or "
+                     "stale; a recovered copy rebuilds it", recover),
+        "structural": ("the file is damaged; copy every readable row into a new store",
+                       recover),
+        "not_a_database": ("the file is not an SQLite database; nothing can be read from "
+                           "it; restore it from a backup", None),
+        "empty": ("the file holds no data; nothing to recover", None),
+        "locked": ("processes hold the store open; stop them, then inspect again", again),
+        "source_changing": ("the store changed while it was copied; stop the process "
+                            "writing it, then inspect again", again),
+    }[verdict]
+
+
+def open_copy(path: Path) -> apsw.Connection:
+    """Open our private copy; read-write because it is ours (WAL recovery may run)."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    # Keep the copy's -wal as it was found (no checkpoint on close): later
+    # lanes, the page carver in particular, read the bundle itself.
+    conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    conn.set_busy_timeout(1000)
+    conn.execute("PRAGMA trusted_schema=OFF")
+    return conn
+
+
+def _read_table(conn: apsw.Connection, cat: Catalog, name: str) -> TableHealth:
+    spec = cat.tables[name]
+    count = 0
+    try:
+        for _row in conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}"):
+            count += 1
+    except READ_ERRORS as e:
+        return TableHealth(name, spec.kind, False, count, _err(e))
+    return TableHealth(name, spec.kind, True, count)
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _check_one(conn: apsw.Connection, name: str) -> list[str]:
+    try:
+        return [r[0] for r in conn.execute(f"PRAGMA quick_check({quote(name)})")]
+    except apsw.InterruptError:
+        raise
+    except apsw.Error as e:
+        return [_err(e)]
+
+
+def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float) -> dict[str, Any]:
+    """``PRAGMA quick_check`` table by table (so damage can be placed in data
+    or in derived tables), interrupted after ``seconds`` on large files."""
+    deadline = time.monotonic() + seconds
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+    per_table: dict[str, list[str]] = {}
+    timed_out = False
+    try:
+        for name, spec in cat.tables.items():
+            if spec.kind != "internal":
+                per_table[name] = _check_one(conn, name)
+    except apsw.InterruptError:
+        timed_out = True
+    finally:
+        conn.set_progress_handler(None)
+    bad = {n: lines[:5] for n, lines in per_table.items() if lines != ["ok"]}
+    data_bad = [n for n in bad if cat.tables[n].kind != "derived"]
+    return {"ok": None if timed_out and not bad else not bad, "timed_out": timed_out,
+            "damaged": bad, "derived_only": bool(bad) and not data_bad}
+
+
+def _probe_token(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
+    for row in conn.execute(f"SELECT rowid, * FROM {quote(name)} LIMIT 50"):
+        for value in row[1:]:
+            if isinstance(value, str):
+                m = re.search(r"[^\W_]{3,}", value)
+                if m:
+                    return row[0], m.group(0)
+    return None
+
+
+def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
+    """integrity-check, then a MATCH for a word of an indexed row must find it."""
+    q = quote(name)
+    try:
+        conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
+    except apsw.Error as e:
+        return FtsHealth(name, False, False, _err(e))
+    try:
+        probe = _probe_token(conn, name)
+        if probe is None:
+            conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1", ('"probe"',))
+            return FtsHealth(name, True, True)
+        rowid, word = probe
+        hits = {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
+                                           (f'"{word}"',))}
+        ok = rowid in hits
+        return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
+    except READ_ERRORS as e:
+        return FtsHealth(name, True, False, _err(e))
+
+
+def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
+    if "state_meta" not in cat.tables:
+        return False
+    try:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_stale'").fetchone()
+    except apsw.Error:
+        return False
+    return row is not None and str(row[0]).strip().lower() not in ("", "0", "false", "no")
+
+
+def _schema_version(conn: apsw.Connection) -> dict[str, list[str]]:
+    return {"applied": migrations.applied(conn), "pending": migrations.pending(conn),
+            "unknown": migrations.unknown(conn)}
+
+
+def analyse_copy(snap: Snapshot, report: InspectReport,
+                 quick_seconds: float = QUICK_CHECK_SECONDS) -> Catalog | None:
+    """Fill ``report`` from the snapshot copy; returns the catalog if readable."""
+    copy = snap.db_copy
+    wal = Path(f"{copy}-wal")
+    report.wal = headers.read_wal(wal).to_dict() if wal.exists() else None
+    report.header = headers.read_db_header(copy).to_dict()
+    report.header_fixes = headers.repair_header(
+        copy, (report.wal or {}).get("page_size"), wal.exists())
+    try:
+        conn = open_copy(copy)
+    except apsw.Error as e:
+        report.schema_error = _err(e)
+        return None
+    try:
+        return _analyse_open(conn, report, quick_seconds)
+    finally:
+        conn.close()
+
+
+def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catalog | None:
+    """The catalog; if SQLite refuses to parse the schema (a root page past
+    the end of a truncated file, say), read it again with writable_schema on,
+    which makes SQLite skip the bad entries. Only ever done on our copy."""
+    try:
+        cat = read_catalog(conn)
+    except apsw.Error as e:
+        report.schema_error = _err(e)
+        try:
+            conn.execute("PRAGMA writable_schema=ON")
+            cat = read_catalog(conn)
+            cat.tolerant = True
+        except apsw.Error:
+            return None
+    report.schema_readable = True
+    return cat
+
+
+def _analyse_open(conn: apsw.Connection, report: InspectReport,
+                  quick_seconds: float) -> Catalog | None:
+    cat = read_catalog_tolerant(conn, report)
+    if cat is None:
+        return None
+    for name, spec in cat.tables.items():
+        if spec.kind in ("data", "ledger"):
+            report.tables.append(_read_table(conn, cat, name))
+    try:
+        report.migrations = _schema_version(conn)
+    except apsw.Error as e:
+        report.migrations = {"error": [_err(e)]}
+    report.fts = [fts_health(conn, name) for name in cat.fts5]
+    report.fts_stale = _fts_stale(conn, cat)
+    report.quick_check = bounded_quick_check(conn, cat, quick_seconds)
+    return cat
+
+
+def data_verdict(report: InspectReport) -> str:
+    """The verdict from the copy's health alone."""
+    head = report.header
+    if (head.get("file_size", 0) == 0 or head.get("all_zero")) and not _wal_frames(report):
+        return "empty"
+    if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
+        return "not_a_database"
+    if not report.schema_readable or report.schema_error:
+        return "structural"
+    data = [t for t in report.tables if t.kind == "data"]
+    if not data:
+        return "empty"
+    qc = report.quick_check
+    if (report.header_fixes or any(not t.readable for t in report.tables)
+            or (qc.get("ok") is False and not qc.get("derived_only"))):
+        return "structural"
+    if (report.fts_stale or qc.get("derived_only")
+            or any(not (f.integrity_ok and f.probe_ok) for f in report.fts)):
+        return "fts_only"
+    return "healthy"
+
+
+def _wal_frames(report: InspectReport) -> int:
+    return (report.wal or {}).get("valid_frames", 0)
+
+
+def finish(report: InspectReport, snap: Snapshot | None) -> InspectReport:
+    """Set the headline verdict and the advice."""
+    if snap is not None and snap.holders and report.verdict != "source_changing":
+        report.verdict = "locked"
+    elif report.verdict != "source_changing":
+        report.verdict = report.data_verdict
+    report.explanation, report.next_command = advice(report.verdict, Path(report.source))
+    return report
+
+
+def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
+    out = {"source_dir": shutil.disk_usage(source.parent).free}
+    if snap is not None:
+        out["work_dir"] = shutil.disk_usage(snap.directory).free
+    return out
+
+
+def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS
+                     ) -> tuple[InspectReport, Catalog | None]:
+    """Analyse a snapshot taken by the caller (recover reuses this)."""
+    started = time.monotonic()
+    report = InspectReport(str(snap.source), "healthy", "healthy")
+    report.shm_present = snap.has("-shm")
+    report.journal_present = snap.has("-journal")
+    report.holders = [h.to_dict() for h in snap.holders]
+    report.fingerprints = snap.to_dict()
+    cat = analyse_copy(snap, report, quick_seconds)
+    report.data_verdict = data_verdict(report)
+    report.free_disk = _free_disk(snap.source, snap)
+    report.elapsed_s = round(time.monotonic() - started, 3)
+    return finish(report, snap), cat
+
+
+def inspect(source: str | Path, *, work_dir: str | Path | None = None,
+            quick_seconds: float = QUICK_CHECK_SECONDS, keep_work: bool = False,
+            **snapshot_kw: Any) -> InspectReport:
+    """Snapshot ``source`` into a private work dir and describe it.
+
+    A source that changes during the copy yields verdict ``source_changing``
+    rather than an exception; other snapshot failures raise RecoveryError.
+    """
+    source = Path(source)
+    try:
+        snap = take_snapshot(source, Path(work_dir) if work_dir else None, **snapshot_kw)
+    except SourceChanging as e:
+        report = InspectReport(str(source), "source_changing", "unknown",
+                               holders=[h.to_dict() for h in e.holders],
+                               changed_files=e.changed)
+        report.free_disk = _free_disk(source, None)
+        return finish(report, None)
+    except OSError as e:
+        raise RecoveryIOError(f"cannot copy {source}: {e}", path=str(source)) from e
+    try:
+        return inspect_snapshot(snap, quick_seconds=quick_seconds)[0]
+    except OSError as e:
+        raise RecoveryIOError(f"inspection stopped by an I/O error: {e}",
+                              path=getattr(e, "filename", None)) from e
+    finally:
+        if not keep_work:
+            snap.cleanup()

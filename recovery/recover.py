@@ -1,0 +1,371 @@
+"""`recover`: copy every readable row of a damaged store into a new, verified one.
+
+Order of work: check the options (before any I/O), snapshot the bundle,
+inspect the copy, run the lanes gentle to forceful, write the rows into a
+fresh store at a temporary name, verify it, then put it in place without
+ever overwriting anything: ``NEW`` when verified and nothing was lost (or
+loss was accepted), ``NEW.partial`` when verified with loss, and
+``NEW.unverified`` when verification failed. The report says which.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import apsw
+
+from sessiondb.paths import SIDECARS
+
+from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
+from .errors import (RecoveryError, RecoveryIOError, RecoveryUsageError, SourceChanging,
+                     SourceMissing)
+from .inspect import InspectReport, inspect_snapshot, open_copy
+from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, Progress,
+                    TableState, subtract_rowids)
+from .rebuild import write_store
+from .report import RecoveryReport, TableReport, write_json_exclusive
+from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
+from .verify import verify_output
+
+log = logging.getLogger(__name__)
+
+PARTIAL_SUFFIX = ".partial"
+UNVERIFIED_SUFFIX = ".unverified"
+UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}
+
+
+def output_names(output: Path) -> list[Path]:
+    """Every path recover may create for ``output``; none may exist beforehand."""
+    base = [output, Path(f"{output}{PARTIAL_SUFFIX}"), Path(f"{output}{UNVERIFIED_SUFFIX}")]
+    return base + [Path(f"{output}{s}") for s in SIDECARS]
+
+
+def _same(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_options(source: Path, output: Path | None, report: Path | None = None,
+                  work_dir: Path | None = None, inspect_only: bool = False) -> None:
+    """Refuse impossible or unsafe options before anything is read or copied."""
+    if inspect_only and output is not None:
+        raise RecoveryUsageError("--inspect-only and --output exclude each other")
+    if not inspect_only and output is None:
+        raise RecoveryUsageError("give --output NEW to recover, or --inspect-only")
+    if not source.is_file():
+        raise RecoveryUsageError(f"source {source} does not exist or is not a file")
+    if work_dir is not None and not work_dir.is_dir():
+        raise RecoveryUsageError(f"work dir {work_dir} is not a directory")
+    if output is not None:
+        _check_output(source, output)
+    if report is not None:
+        if report.exists() or report.is_symlink():
+            raise RecoveryUsageError(f"report {report} already exists; refusing to overwrite")
+        if not report.parent.is_dir():
+            raise RecoveryUsageError(f"the directory of --report ({report.parent}) does not "
+                                     "exist")
+        if output is not None and any(_same(report, p) for p in output_names(output)):
+            raise RecoveryUsageError("--report must not be the output or one of its sidecars")
+        if any(_same(report, Path(f"{source}{s}")) for s in ("",) + SIDECARS):
+            raise RecoveryUsageError("--report must not be the source or one of its sidecars")
+
+
+def _check_output(source: Path, output: Path) -> None:
+    for suffix in ("",) + SIDECARS:
+        if _same(output, Path(f"{source}{suffix}")):
+            raise RecoveryUsageError(f"--output must not be the source or one of its "
+                                     f"sidecars ({output})")
+    for p in output_names(output):
+        if p.exists() or p.is_symlink():
+            raise RecoveryUsageError(f"{p} already exists; refusing to overwrite")
+    if not output.parent.is_dir():
+        raise RecoveryUsageError(f"the directory of --output ({output.parent}) does not exist")
+
+
+# -- lanes ------------------------------------------------------------------
+
+def _keys(table: str, row: dict) -> list[tuple]:
+    keys = [("rowid", row.get(ROWID_KEY))] if ROWID_KEY in row else []
+    cols = UNIQUE_KEYS.get(table)
+    if cols and all(c in row for c in cols):
+        keys.append(("unique",) + tuple(row[c] for c in cols))
+    return keys
+
+
+def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int:
+    """Add rows not seen yet (by rowid, and by the table's unique key)."""
+    added = 0
+    for row in rows:
+        keys = _keys(state.spec.name, row)
+        if any(k in seen for k in keys):
+            _upgrade_partial(state, lane, keys, row)
+            continue
+        seen.update(keys)
+        state.rows[keys[0] if keys else ("seq", len(state.rows))] = row
+        added += 1
+    if added:
+        state.by_lane[lane] = state.by_lane.get(lane, 0) + added
+    return added
+
+
+def _upgrade_partial(state: TableState, lane: str, keys: list[tuple], row: dict) -> None:
+    """A whole row replaces one that an earlier lane could only rebuild in part."""
+    old = state.rows.get(keys[0]) if keys else None
+    if old is None or PARTIAL_KEY not in old or PARTIAL_KEY in row:
+        return
+    state.rows[keys[0]] = row
+    state.by_lane[lane] = state.by_lane.get(lane, 0) + 1
+
+
+def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
+    seen = {name: set() for name in ctx.states}
+    for name in names:
+        if not ctx.pending():
+            break
+        started = time.monotonic()
+        result = LANES[name](ctx)
+        report.lanes_run.append(name)
+        for table in set(result.rows) | set(result.gaps):
+            state = ctx.states.get(table)
+            if state is None:
+                continue
+            rows = result.rows.get(table, [])
+            merge_rows(state, name, rows, seen[table])
+            if table in result.gaps:
+                state.gaps = result.gaps[table]
+            else:  # rows read in full are no longer missing, whoever found them
+                whole = [r[ROWID_KEY] for r in rows if PARTIAL_KEY not in r and ROWID_KEY in r]
+                state.gaps = subtract_rowids(state.gaps, whole)
+        ctx.lost_and_found += [(name, item) for item in result.lost_and_found]
+        report.lost_and_found = len(ctx.lost_and_found)
+        report.lane_stats[name] = result.stats
+        report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
+
+
+# -- orchestration ----------------------------------------------------------
+
+def _tables_report(states: dict[str, TableState], insp: InspectReport,
+                   report: RecoveryReport) -> None:
+    for name, state in states.items():
+        health = insp.table(name)
+        used = max(state.by_lane, key=state.by_lane.get) if state.by_lane else None
+        exact = report.lane_stats.get("bisect", {}).get(name, {}).get("rowids_from_index")
+        report.tables[name] = TableReport(
+            source_readable=health.rows if health else None,
+            source_scan_complete=bool(health and health.readable),
+            recovered=len(state.rows), skipped_ranges=[list(g) for g in state.gaps],
+            lanes=dict(state.by_lane), lane_used=used,
+            partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r),
+            # An index listed every rowid, so the ranges hold only lost rows.
+            rows_lost=sum(hi - lo + 1 for lo, hi in state.gaps) if exact else None)
+
+
+def _loss(report: RecoveryReport) -> list[str]:
+    reasons = [f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
+               + (f" ({t.rows_lost} rows, counted from an index)" if t.rows_lost else "")
+               for n, t in report.tables.items() if t.skipped_ranges]
+    reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
+                report.tables.items() if t.quarantined]
+    reasons += [f"table {n}: {t.partial} rows rebuilt from indexes, some columns lost"
+                for n, t in report.tables.items() if t.partial]
+    if report.placeholders:
+        reasons.append(f"{len(report.placeholders)} session rows lost (placeholders created)")
+    if report.parent_links_dropped:
+        reasons.append(f"{report.parent_links_dropped} parent-session links lost")
+    if report.quarantined_values:
+        reasons.append(f"{report.quarantined_values} values quarantined (malformed JSON "
+                       "or text that is not UTF-8)")
+    return reasons
+
+
+def _place(tmp: Path, output: Path, suffix: str) -> Path:
+    """Move the finished file to its name without ever replacing a file."""
+    final = Path(f"{output}{suffix}")
+    try:
+        os.link(tmp, final)  # fails if ``final`` exists: no clobbering
+        os.unlink(tmp)
+    except FileExistsError:
+        raise RecoveryError(f"{final} appeared while recovering; the result is kept at "
+                            f"{tmp}", path=str(final)) from None
+    except OSError:  # no hard links on this filesystem: check, then rename
+        if final.exists():
+            raise RecoveryError(f"{final} appeared while recovering; the result is kept "
+                                f"at {tmp}", path=str(final)) from None
+        os.rename(tmp, final)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return final
+
+
+def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
+                      allow_partial: bool, vfs: str | None) -> None:
+    tmp = output.with_name(f".{output.name}.recovering-{secrets.token_hex(4)}")
+    started = time.monotonic()
+    specs = ctx.catalog.tables if ctx.catalog else {}
+    rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
+    try:
+        stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
+                            progress=ctx.progress)
+    except BaseException:
+        for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
+            p.unlink(missing_ok=True)
+        raise
+    report.timings["write_s"] = round(time.monotonic() - started, 3)
+    _fill_write_stats(report, stats)
+    started = time.monotonic()
+    expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
+    verification = verify_output(tmp, expected, _readable(report))
+    report.timings["verify_s"] = round(time.monotonic() - started, 3)
+    report.verification = verification.to_dict()
+    report.loss_reasons = _loss(report)
+    report.loss = bool(report.loss_reasons)
+    if not verification.ok:
+        report.outcome, suffix = "unverified", UNVERIFIED_SUFFIX
+    elif report.loss:
+        report.outcome, suffix = "partial", "" if allow_partial else PARTIAL_SUFFIX
+    else:
+        report.outcome, suffix = "recovered", ""
+    report.output = str(_place(tmp, output, suffix))
+
+
+def _nothing_read(ctx: LaneContext) -> bool:
+    """No row came back and something was unreadable (a store that is simply
+    empty but sound is recovered as an empty store)."""
+    if any(s.rows for s in ctx.states.values()) or ctx.lost_and_found:
+        return False
+    return ctx.catalog is None or any(not s.complete for s in ctx.states.values())
+
+
+def _readable(report: RecoveryReport) -> dict[str, int]:
+    """Rows each copied table had readable in the source, minus quarantined ones
+    (kept in the quarantine table, not in their own)."""
+    return {n: t.source_readable - t.quarantined for n, t in report.tables.items()
+            if t.source_readable is not None and t.note is None and n != "state_meta"}
+
+
+def _fill_write_stats(report: RecoveryReport, stats: Any) -> None:
+    for name, tw in stats.tables.items():
+        t = report.tables.setdefault(name, TableReport(None, False))
+        t.copied, t.quarantined, t.note = tw.inserted, tw.quarantined, tw.note
+    report.placeholders = list(stats.placeholders)
+    report.parent_links_dropped = stats.parent_links_dropped
+    report.quarantined_values = stats.quarantined_values
+    report.sessions = {sid: {"messages_recovered": n, "placeholder": sid in stats.placeholders}
+                       for sid, n in stats.per_session.items()}
+
+
+@dataclass
+class RecoverOptions:
+    """How to run a recovery; every field has a safe default."""
+
+    work_dir: Path | None = None
+    allow_partial: bool = False
+    lanes: list[str] = field(default_factory=lambda: list(LANES))
+    budget: int = DEFAULT_BUDGET
+    chunk: int = DEFAULT_CHUNK
+    headroom: int = DEFAULT_HEADROOM
+    keep_work: bool = False
+    vfs: str | None = None
+    progress: Progress | None = None
+    snapshot_kw: dict[str, Any] = field(default_factory=dict)
+
+
+def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
+             opts: RecoverOptions) -> LaneContext:
+    conn = None
+    if cat is not None:
+        try:
+            conn = open_copy(snap.db_copy)
+            if cat.tolerant:
+                conn.execute("PRAGMA writable_schema=ON")
+        except apsw.Error:
+            conn = None
+    states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
+    sound = insp.data_verdict in ("healthy", "fts_only")
+    return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
+                       structurally_sound=sound, chunk=opts.chunk, progress=opts.progress)
+
+
+def recover(source: str | Path, output: str | Path, *, report_path: str | Path | None = None,
+            work_dir: str | Path | None = None, allow_partial: bool = False,
+            lanes: Sequence[str] | None = None, budget: int = DEFAULT_BUDGET,
+            chunk: int = DEFAULT_CHUNK, headroom: int = DEFAULT_HEADROOM,
+            keep_work: bool = False, vfs: str | None = None,
+            progress: Progress | None = None, **snapshot_kw: Any) -> RecoveryReport:
+    """Recover ``source`` into ``output``; see the module docstring for names.
+
+    ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
+    ``budget`` bounds the bisection's queries per table; ``vfs`` names an
+    apsw VFS for writing the output (fault-injection tests). Raises
+    RecoveryUsageError for bad options (before any I/O) and other
+    RecoveryError subclasses for runtime failures.
+    """
+    source, output = Path(source), Path(output)
+    report_file = Path(report_path) if report_path else None
+    opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
+                          list(lanes) if lanes else list(LANES), budget, chunk, headroom,
+                          keep_work, vfs, progress, snapshot_kw)
+    check_options(source, output, report_file, opts.work_dir)
+    unknown = [n for n in opts.lanes if n not in LANES]
+    if unknown:
+        raise RecoveryUsageError(f"unknown lane(s) {unknown}; known: {list(LANES)}")
+    report = RecoveryReport(str(source), str(output),
+                            report_path=str(report_file) if report_file else None)
+    started = time.monotonic()
+    try:
+        _recover(source, output, report, opts)
+    except SourceChanging as e:
+        report.outcome = "source_changing"
+        report.loss_reasons = [str(e)]
+    except OSError as e:
+        raise RecoveryIOError(f"recovery stopped by an I/O error: {e}",
+                              path=getattr(e, "filename", None)) from e
+    report.timings["total_s"] = round(time.monotonic() - started, 3)
+    if report_file is not None:
+        try:
+            write_json_exclusive(report_file, report.to_dict())
+        except OSError as e:
+            raise RecoveryIOError(f"cannot write the report {report_file}: {e}; the output "
+                                  f"is at {report.output}", path=str(report_file)) from e
+    return report
+
+
+def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOptions) -> None:
+    t0 = time.monotonic()
+    if not source.is_file():
+        raise SourceMissing(f"{source} does not exist", path=str(source))
+    needs = {output.parent: 2 * source_bytes(source)}  # output + its WAL while writing
+    snap = take_snapshot(source, opts.work_dir, extra_needs=needs, headroom=opts.headroom,
+                         **opts.snapshot_kw)
+    try:
+        report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
+        insp, cat = inspect_snapshot(snap)
+        report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
+        report.fingerprints = snap.to_dict()
+        ctx = _context(snap, cat, insp, opts)
+        try:
+            run_lanes(ctx, opts.lanes, report)
+        finally:
+            if ctx.conn is not None:
+                ctx.conn.close()
+        _tables_report(ctx.states, insp, report)
+        if _nothing_read(ctx):
+            report.outcome = "not_recoverable"
+            report.loss, report.loss_reasons = True, ["no row could be read from the source"]
+            return
+        _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs)
+    finally:
+        if not opts.keep_work:
+            snap.cleanup()

@@ -1,0 +1,97 @@
+"""The recovery report: what was saved and what was lost, as JSON.
+
+The report holds counts, row-id ranges, session ids, fingerprints and
+timings; never message text (no row values are ever put into it). It is
+written with exclusive create at 0600, so an existing file is never
+overwritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Exit codes shared by the library's outcome and the CLI (see docs/state-db-recovery.md).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_LOSS = 3
+EXIT_NOT_RECOVERABLE = 4
+EXIT_UNVERIFIED = 5
+EXIT_SOURCE_BUSY = 6
+
+INSPECT_EXIT = {"healthy": EXIT_OK, "fts_only": EXIT_LOSS, "structural": EXIT_LOSS,
+                "not_a_database": EXIT_NOT_RECOVERABLE, "empty": EXIT_NOT_RECOVERABLE,
+                "locked": EXIT_SOURCE_BUSY, "source_changing": EXIT_SOURCE_BUSY}
+OUTCOME_EXIT = {"recovered": EXIT_OK, "partial": EXIT_LOSS,
+                "not_recoverable": EXIT_NOT_RECOVERABLE, "unverified": EXIT_UNVERIFIED,
+                "source_changing": EXIT_SOURCE_BUSY}
+
+
+@dataclass
+class TableReport:
+    """One source table: readable in the source, recovered, written, lost."""
+
+    source_readable: int | None
+    source_scan_complete: bool
+    recovered: int = 0
+    copied: int = 0
+    quarantined: int = 0
+    partial: int = 0  # rows rebuilt from indexes, with some columns lost
+    skipped_ranges: list[list[int]] = field(default_factory=list)
+    rows_lost: int | None = None  # exact when an intact index listed the rowids
+    lanes: dict[str, int] = field(default_factory=dict)
+    lane_used: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class RecoveryReport:
+    """Everything `recover` did. ``outcome`` is recovered, partial,
+    unverified, not_recoverable or source_changing."""
+
+    source: str
+    requested_output: str
+    output: str | None = None
+    outcome: str = "not_recoverable"
+    loss: bool = False
+    loss_reasons: list[str] = field(default_factory=list)
+    verdict_before: str = ""
+    inspect: dict[str, Any] = field(default_factory=dict)
+    lanes_run: list[str] = field(default_factory=list)
+    lane_stats: dict[str, Any] = field(default_factory=dict)
+    tables: dict[str, TableReport] = field(default_factory=dict)
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    placeholders: list[str] = field(default_factory=list)
+    parent_links_dropped: int = 0
+    quarantined_values: int = 0
+    lost_and_found: int = 0
+    verification: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    report_path: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return OUTCOME_EXIT[self.outcome]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["exit_code"] = self.exit_code
+        return out
+
+
+def write_json_exclusive(path: Path, document: dict[str, Any]) -> None:
+    """Create ``path`` (0600, failing if it exists), write, fsync."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,238 @@
+"""Snapshot of a store bundle: private copies, fingerprints, holders, free space.
+
+The user's files are only ever read with plain file I/O here; SQLite never
+opens them. Every file of the bundle (`db`, `-wal`, `-shm`, `-journal`) is
+fingerprinted before the first copy starts and again after the last one
+ends, so a writer that touched any file during the whole window is caught.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sessiondb.paths import SIDECARS
+
+from .errors import InsufficientSpace, SourceChanging, SourceMissing
+
+CHUNK = 1 << 20
+DEFAULT_HEADROOM = 16 << 20  # room left on every filesystem after our writes
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """Identity and content of one file at one moment."""
+
+    name: str
+    size: int
+    mtime_ns: int
+    dev: int
+    inode: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process that has one of the bundle's files open."""
+
+    pid: int
+    command: str
+    file: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Snapshot:
+    """Private copies of a bundle and what was seen while taking them."""
+
+    source: Path
+    directory: Path
+    db_copy: Path
+    before: dict[str, Fingerprint]
+    after: dict[str, Fingerprint]
+    holders: list[Holder] = field(default_factory=list)
+
+    @property
+    def bundle_bytes(self) -> int:
+        return sum(f.size for f in self.before.values())
+
+    def has(self, suffix: str) -> bool:
+        return Path(f"{self.source}{suffix}").name in self.before
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "work_dir": str(self.directory),
+                "before": {k: v.to_dict() for k, v in self.before.items()},
+                "after": {k: v.to_dict() for k, v in self.after.items()},
+                "holders": [h.to_dict() for h in self.holders]}
+
+
+def bundle_files(source: Path) -> list[Path]:
+    """The database file and whichever sidecars exist, database first."""
+    found = [source]
+    found += [Path(f"{source}{s}") for s in SIDECARS if Path(f"{source}{s}").exists()]
+    return found
+
+
+def _hash_file(path: Path, copy_to: Path | None = None) -> str:
+    digest = hashlib.sha256()
+    out = None
+    if copy_to is not None:
+        out = os.fdopen(os.open(copy_to, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(CHUNK):
+                digest.update(chunk)
+                if out is not None:
+                    out.write(chunk)
+        if out is not None:
+            out.flush()
+            os.fsync(out.fileno())
+    finally:
+        if out is not None:
+            out.close()
+    return digest.hexdigest()
+
+
+def fingerprint(path: Path, sha256: str | None = None) -> Fingerprint:
+    """Stat and hash ``path`` (the hash may be supplied when just computed)."""
+    st = os.stat(path)
+    digest = sha256 if sha256 is not None else _hash_file(path)
+    return Fingerprint(path.name, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, digest)
+
+
+def find_holders(files: list[Path], proc: Path = Path("/proc")) -> list[Holder]:
+    """Processes with any of ``files`` open, found by scanning ``/proc/*/fd``.
+
+    Processes we may not inspect are skipped silently: the scan can only
+    name holders, never prove there are none.
+    """
+    wanted: dict[tuple[int, int], str] = {}
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        wanted[(st.st_dev, st.st_ino)] = f.name
+    holders: list[Holder] = []
+    if not wanted or not proc.is_dir():
+        return holders
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            holders += _holders_of(entry, wanted)
+    return sorted(set(holders), key=lambda h: (h.pid, h.file))
+
+
+def _holders_of(pid_dir: Path, wanted: dict[tuple[int, int], str]) -> list[Holder]:
+    found = []
+    try:
+        fds = list((pid_dir / "fd").iterdir())
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            st = os.stat(fd)
+        except OSError:
+            continue
+        name = wanted.get((st.st_dev, st.st_ino))
+        if name is not None:
+            found.append(Holder(int(pid_dir.name), _command(pid_dir), name))
+    return found
+
+
+def _command(pid_dir: Path) -> str:
+    try:
+        raw = (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)[:200] or "?"
+
+
+def check_space(needs: dict[Path, int], headroom: int = DEFAULT_HEADROOM) -> None:
+    """Fail closed unless every filesystem has room for what we will write there.
+
+    ``needs`` maps a directory to the bytes we will write under it;
+    directories on the same filesystem are summed.
+    """
+    per_dev: dict[int, tuple[Path, int]] = {}
+    for directory, size in needs.items():
+        dev = os.stat(directory).st_dev
+        where, total = per_dev.get(dev, (directory, 0))
+        per_dev[dev] = (where, total + size)
+    for where, total in per_dev.values():
+        free = shutil.disk_usage(where).free
+        if total + headroom > free:
+            raise InsufficientSpace(
+                f"not enough free space on the filesystem of {where}: need {total + headroom} "
+                f"bytes (bundle, output and headroom), {free} free",
+                needed=total + headroom, free=free, mount=str(where), path=str(where))
+
+
+def private_work_dir(parent: Path | None) -> Path:
+    """A fresh 0700 directory for the copies (mkdtemp creates it 0700)."""
+    return Path(tempfile.mkdtemp(prefix="hermes-recover-", dir=parent))
+
+
+def source_bytes(source: Path) -> int:
+    return sum(os.stat(f).st_size for f in bundle_files(source))
+
+
+def take_snapshot(source: Path, work_parent: Path | None = None, *,
+                  extra_needs: dict[Path, int] | None = None,
+                  headroom: int = DEFAULT_HEADROOM,
+                  after_copy: Callable[[], None] | None = None) -> Snapshot:
+    """Copy the bundle of ``source`` into a new private work directory.
+
+    ``extra_needs`` adds bytes we will write elsewhere (the output) to the
+    free-space check. ``after_copy`` runs between the copy and the second
+    fingerprint (a seam for tests that change the source mid-copy).
+    Raises SourceChanging (after removing the copies) if any file changed.
+    """
+    source = Path(source)
+    if not source.is_file():
+        raise SourceMissing(f"{source} does not exist or is not a regular file",
+                            path=str(source))
+    files = bundle_files(source)
+    holders = find_holders(files)
+    size = sum(os.stat(f).st_size for f in files)
+    check_space({**(extra_needs or {}),
+                 **{Path(work_parent or tempfile.gettempdir()): size}}, headroom)
+    directory = private_work_dir(work_parent)
+    try:
+        return _copy_bundle(source, files, directory, holders, after_copy)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _copy_bundle(source: Path, files: list[Path], directory: Path, holders: list[Holder],
+                 after_copy: Callable[[], None] | None) -> Snapshot:
+    stats = {f.name: os.stat(f) for f in files}
+    before: dict[str, Fingerprint] = {}
+    for f in files:
+        digest = _hash_file(f, copy_to=directory / f.name)
+        st = stats[f.name]
+        before[f.name] = Fingerprint(f.name, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino,
+                                     digest)
+    if after_copy is not None:
+        after_copy()
+    after = {f.name: fingerprint(f) for f in bundle_files(source)}
+    changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+    if changed:
+        now = find_holders(bundle_files(source)) or holders
+        who = ", ".join(f"pid {h.pid} ({h.command})" for h in now) or "no process found open"
+        raise SourceChanging(f"{source} changed while it was copied ({', '.join(changed)}); "
+                             f"a process may be writing it: {who}",
+                             changed=changed, holders=now, path=str(source))
+    return Snapshot(source, directory, directory / source.name, before, after, holders)

@@ -1,0 +1,111 @@
+"""Verification of a recovered store before it is put in place.
+
+`verify_output` returns a list of findings; an empty list means verified.
+It checks SQLite's integrity and foreign keys, that the schema is the
+current one, every fts5 table present (integrity-check and a MATCH probe),
+and that each table holds exactly the rows we wrote.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from sessiondb import migrations
+
+from .catalog import quote, read_catalog
+from .inspect import fts_health
+
+
+@dataclass
+class Verification:
+    """Each check's outcome and the findings (problems) it produced."""
+
+    findings: list[str] = field(default_factory=list)
+    checks: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, **asdict(self)}
+
+
+def _integrity(conn: apsw.Connection, v: Verification) -> None:
+    lines = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+    v.checks["integrity_check"] = lines
+    if lines != ["ok"]:
+        v.findings.append(f"integrity_check: {'; '.join(lines[:3])}")
+
+
+def _foreign_keys(conn: apsw.Connection, v: Verification) -> None:
+    bad = conn.execute("PRAGMA foreign_key_check").fetchall()
+    v.checks["foreign_key_violations"] = len(bad)
+    if bad:
+        v.findings.append(f"foreign_key_check: {len(bad)} rows point at missing parents")
+
+
+def _schema(conn: apsw.Connection, v: Verification) -> None:
+    pending, unknown = migrations.pending(conn), migrations.unknown(conn)
+    v.checks["schema"] = {"applied": migrations.applied(conn), "pending": pending,
+                          "unknown": unknown}
+    if pending or unknown:
+        v.findings.append(f"schema is not current (pending {pending}, unknown {unknown})")
+
+
+def _fts(conn: apsw.Connection, v: Verification) -> None:
+    results = [fts_health(conn, name) for name in read_catalog(conn).fts5]
+    v.checks["fts"] = [asdict(r) for r in results]
+    for r in results:
+        if not (r.integrity_ok and r.probe_ok):
+            v.findings.append(f"fts table {r.name}: {r.error}")
+
+
+def _counts(conn: apsw.Connection, v: Verification, expected: dict[str, int]) -> None:
+    found = {}
+    for table, want in expected.items():
+        (have,) = conn.execute(f"SELECT count(*) FROM {quote(table)}").fetchone()
+        found[table] = have
+        if have != want:
+            v.findings.append(f"table {table}: {have} rows in the output, {want} written")
+    v.checks["counts"] = found
+
+
+def source_shortfall(readable: dict[str, int], kept: dict[str, int]) -> list[str]:
+    """Tables that kept fewer rows than the source let SQL read straight through."""
+    return [f"table {t}: {kept.get(t, 0)} rows kept, the source had {n} readable"
+            for t, n in readable.items() if kept.get(t, 0) < n]
+
+
+def verify_output(path: Path, expected: dict[str, int],
+                  readable: dict[str, int] | None = None) -> Verification:
+    """Run every check on ``path``; a check that cannot run is a finding.
+
+    ``expected`` is the rows written per table; ``readable`` (optional) the
+    rows the source had readable, which the output must not fall short of
+    (rows kept in quarantine count as kept).
+    """
+    v = Verification()
+    if readable:
+        v.findings += source_shortfall(readable, expected)
+    try:
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    except apsw.Error as e:
+        v.findings.append(f"cannot open the output: {type(e).__name__}: {e}")
+        return v
+    try:
+        for check in (_integrity, _foreign_keys, _schema, _fts):
+            try:
+                check(conn, v)
+            except apsw.Error as e:
+                v.findings.append(f"{check.__name__.strip('_')}: {type(e).__name__}: {e}")
+        try:
+            _counts(conn, v, expected)
+        except apsw.Error as e:
+            v.findings.append(f"counts: {type(e).__name__}: {e}")
+    finally:
+        conn.close()
+    return v

@@ -1,0 +1,57 @@
+"""An apsw VFS shim that damages what SQLite writes to a main database file.
+
+Registered under a name and passed to `SessionDB(..., vfs=NAME)`; writes to
+the main database file at or beyond ``from_offset`` are replaced by zeros,
+as a failing disk would. Journals and WAL files are written intact, so the
+damage lands when the WAL is checkpointed into the file.
+"""
+from __future__ import annotations
+
+import apsw
+
+
+class ZeroingFile(apsw.VFSFile):
+    def __init__(self, base: str, name, flags: list[int], from_offset: int) -> None:
+        super().__init__(base, name, flags)
+        self.main = bool(flags[0] & apsw.SQLITE_OPEN_MAIN_DB)
+        self.from_offset = from_offset
+
+    def xWrite(self, data, offset: int) -> None:
+        if self.main and offset >= self.from_offset:
+            data = bytes(len(data))
+        super().xWrite(data, offset)
+
+
+class ZeroingVFS(apsw.VFS):
+    def __init__(self, name: str, from_offset: int) -> None:
+        self.name, self.from_offset = name, from_offset
+        super().__init__(name, "")
+
+    def xOpen(self, name, flags):
+        return ZeroingFile("", name, flags, self.from_offset)
+
+
+class FailingFile(apsw.VFSFile):
+    def __init__(self, base: str, name, flags: list[int], after: int) -> None:
+        super().__init__(base, name, flags)
+        self.main = bool(flags[0] & (apsw.SQLITE_OPEN_MAIN_DB | apsw.SQLITE_OPEN_WAL))
+        self.after = after
+        self.writes = 0
+
+    def xWrite(self, data, offset: int) -> None:
+        if self.main:
+            self.writes += 1
+            if self.writes > self.after:
+                raise apsw.IOError("injected write failure")
+        super().xWrite(data, offset)
+
+
+class FailingVFS(apsw.VFS):
+    """Writes to the database or its WAL fail with an I/O error after ``after`` writes."""
+
+    def __init__(self, name: str, after: int) -> None:
+        self.after = after
+        super().__init__(name, "")
+
+    def xOpen(self, name, flags):
+        return FailingFile("", name, flags, self.after)

@@ -1,0 +1,168 @@
+"""`hermes sessions recover`: the usage contract and the exit codes."""
+from __future__ import annotations
+
+import json
+import shlex
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from tests.helpers import damage
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, ["sessions", "recover", *args])
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    src.mkdir(mode=0o700)
+    truth = damage.build_store(src / "state.db", sessions=2, per_session=60)
+    return truth.path
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+def last_line(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+USAGE_CASES = {
+    "neither": (lambda s, t: [], "Error: give --output NEW to recover, or --inspect-only"),
+    "both": (lambda s, t: ["--inspect-only", "--output", str(t / "n.db")],
+             "Error: --inspect-only and --output exclude each other"),
+    "output-is-source": (lambda s, t: ["--output", str(s)],
+                         "Error: --output must not be the source or one of its sidecars ({s})"),
+    "output-is-source-wal": (lambda s, t: ["--output", f"{s}-wal"],
+                             "Error: --output must not be the source or one of its sidecars "
+                             "({s}-wal)"),
+    "output-exists": (lambda s, t: ["--output", str(t / "exists.db")],
+                      "Error: {t}/exists.db already exists; refusing to overwrite"),
+    "output-sidecar-exists": (lambda s, t: ["--output", str(t / "side.db")],
+                              "Error: {t}/side.db-wal already exists; refusing to overwrite"),
+    "report-exists": (lambda s, t: ["--output", str(t / "n.db"), "--report",
+                                    str(t / "exists.db")],
+                      "Error: report {t}/exists.db already exists; refusing to overwrite"),
+    "output-dir-missing": (lambda s, t: ["--output", str(t / "nodir" / "n.db")],
+                           "Error: the directory of --output ({t}/nodir) does not exist"),
+    "report-dir-missing": (lambda s, t: ["--output", str(t / "n.db"), "--report",
+                                         str(t / "nodir" / "r.json")],
+                           "Error: the directory of --report ({t}/nodir) does not exist"),
+    "report-is-output": (lambda s, t: ["--output", str(t / "n.db"), "--report",
+                                       str(t / "n.db.partial")],
+                         "Error: --report must not be the output or one of its sidecars"),
+    "report-with-inspect": (lambda s, t: ["--inspect-only", "--report", str(t / "r.json")],
+                            "Error: --report, --allow-partial and --lane only apply with "
+                            "--output"),
+}
+
+
+@pytest.mark.parametrize("case", list(USAGE_CASES))
+def test_usage_errors_exit_2_before_copying(case, source, work, tmp_path):
+    (tmp_path / "exists.db").write_bytes(b"keep")
+    (tmp_path / "side.db-wal").write_bytes(b"keep")
+    args, message = USAGE_CASES[case]
+    before = damage.bundle_hashes(source)
+    res = run("--source", str(source), "--work-dir", str(work), *args(source, tmp_path))
+    assert res.exit_code == 2, res.output
+    assert last_line(res.output) == message.format(s=source, t=tmp_path)
+    assert list(work.iterdir()) == []
+    assert not (tmp_path / "n.db").exists() and not (tmp_path / "r.json").exists()
+    assert (tmp_path / "exists.db").read_bytes() == b"keep"
+    assert damage.bundle_hashes(source) == before
+
+
+def test_work_dir_that_is_not_a_directory(source, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    res = run("--source", str(source), "--inspect-only", "--work-dir", str(f))
+    assert res.exit_code == 2
+    assert last_line(res.output) == f"Error: work dir {f} is not a directory"
+
+
+def test_missing_source(tmp_path):
+    res = run("--source", str(tmp_path / "nope.db"), "--inspect-only")
+    assert res.exit_code == 2
+    assert last_line(res.output) == \
+        f"Error: source {tmp_path}/nope.db does not exist or is not a file"
+
+
+def test_healthy_inspect_and_recover_exit_0(source, tmp_path):
+    res = run("--source", str(source), "--inspect-only")
+    assert res.exit_code == 0
+    assert "verdict: healthy" in res.output
+    assert last_line(res.output) == "next: no command to run"
+    report = tmp_path / "r.json"
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--report",
+              str(report))
+    assert res.exit_code == 0, res.output
+    assert "outcome: recovered" in res.output
+    assert stat.S_IMODE(os.stat(report).st_mode) == 0o600
+    doc = json.loads(report.read_text())
+    assert doc["tables"]["messages"]["copied"] == 120 and doc["exit_code"] == 0
+    assert "lorem ipsum" not in report.read_text()
+
+
+def test_damaged_exit_3_json(source, tmp_path):
+    tree = damage.TableTree(source, "messages")
+    damage.smash_page(source, tree.middle_leaf())
+    res = run("--source", str(source), "--inspect-only", "--json")
+    assert res.exit_code == 3
+    doc = json.loads(res.output)
+    assert doc["verdict"] == "structural"
+    assert doc["next_command"].startswith(f"hermes sessions recover --source {source} --output")
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--json")
+    assert res.exit_code == 3
+    doc = json.loads(res.output)
+    assert doc["outcome"] == "partial" and doc["output"] == f"{tmp_path}/n.db.partial"
+    assert doc["tables"]["messages"]["copied"] == len(tree.reachable({tree.middle_leaf()}))
+
+
+def test_not_recoverable_exit_4(tmp_path):
+    source = tmp_path / "state.db"
+    source.write_bytes(b"\x00" * 4096)
+    res = run("--source", str(source), "--inspect-only")
+    assert res.exit_code == 4 and "verdict: empty" in res.output
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"))
+    assert res.exit_code == 4
+    assert "outcome: not_recoverable; output: none written" in res.output
+    assert not (tmp_path / "n.db").exists()
+
+
+def test_lane_option_limits_lanes(source, tmp_path):
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--lane", "rows",
+              "--json")
+    assert res.exit_code == 0
+    assert json.loads(res.output)["lanes_run"] == ["rows"]
+    res = run("--source", str(source), "--output", str(tmp_path / "m.db"), "--lane", "nope")
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("hurt,first,then", [
+    ("leaf", 3, 3),
+    ("fts_stale", 3, 0),
+], ids=["structural", "fts_only"])
+def test_the_next_command_inspect_prints_runs(source, hurt, first, then):
+    if hurt == "leaf":
+        damage.smash_page(source, damage.TableTree(source, "messages").middle_leaf())
+    else:
+        damage.sql(source, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+    res = run("--source", str(source), "--inspect-only")
+    assert res.exit_code == first
+    command = last_line(res.output).removeprefix("next: ")
+    args = shlex.split(command)
+    assert args[:3] == ["hermes", "sessions", "recover"]
+    res = run(*args[3:])
+    assert res.exit_code == then, res.output
+    out = source.with_name("state.recovered.db")
+    assert Path(f"{out}.partial" if then else out).exists()

@@ -1,0 +1,397 @@
+"""Recovery of real damaged stores: verdict, exact counts, verification, source untouched.
+
+Every case builds a real store through SessionDB, damages real pages by
+writing bytes, and compares what `recover` wrote against the ground truth
+read from the intact file's b-tree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+import recovery
+from recovery.rebuild import PLACEHOLDER_SOURCE, QUARANTINE
+from sessiondb import SessionDB, StorageError
+from tests.helpers import damage
+from tests.helpers.damage import TableTree, bundle_hashes, pages_of, smash_page, sql
+from tests.helpers.damagevfs import FailingVFS, ZeroingVFS
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory):
+    """One intact store (6 sessions x 100 messages, 1 KiB pages) and its trees."""
+    path = tmp_path_factory.mktemp("pristine") / "state.db"
+    truth = damage.build_store(path, per_session=100)
+    return truth, TableTree(path, "messages"), TableTree(path, "sessions")
+
+
+@pytest.fixture
+def store(pristine, tmp_path: Path) -> Path:
+    """A private copy of the pristine store for one test to damage."""
+    src = tmp_path / "src"
+    src.mkdir(mode=0o700)
+    shutil.copyfile(pristine[0].path, src / "state.db")
+    return src / "state.db"
+
+
+def message_ids(path: Path) -> set[int]:
+    return {r[0] for r in sql(path, "SELECT id FROM messages")}
+
+
+def recover_checked(source: Path, tmp_path: Path, **kw) -> recovery.RecoveryReport:
+    """Recover and assert the source bundle's bytes did not change."""
+    before = bundle_hashes(source)
+    report = recovery.recover(source, tmp_path / "new.db", **kw)
+    assert bundle_hashes(source) == before
+    return report
+
+
+def test_healthy_store_recovers_everything_exit_0(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    assert recovery.inspect(store).verdict == "healthy"
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code, report.loss) == ("recovered", 0, False)
+    assert report.output == str(tmp_path / "new.db")
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+    assert report.verification["ok"] is True
+    assert report.lanes_run == ["backup"]
+    with SessionDB(tmp_path / "new.db") as db:
+        s = db.get_session("s3")
+        assert (s.title, s.message_count) == ("session 3", 100)
+        got = [m["content"] for m in db.get_messages("s3")]
+    assert got == truth.texts[300:400]
+    assert stat.S_IMODE(os.stat(tmp_path / "new.db").st_mode) == 0o600
+
+
+def test_messages_leaf_damage(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    leaf = tree.middle_leaf()
+    smash_page(store, leaf)
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert insp.table("messages").readable is False
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("partial", 3)
+    assert not (tmp_path / "new.db").exists()
+    out = tmp_path / "new.db.partial"
+    assert report.output == str(out)
+    expected = tree.reachable({leaf})
+    assert message_ids(out) == expected
+    assert len(expected) == len(truth.messages) - len(tree.leaves[leaf])
+    lost = tree.leaves[leaf]
+    assert report.tables["messages"].skipped_ranges == [[min(lost), max(lost)]]
+    assert report.lane_stats["bisect"]["messages"]["rows_lost"] == len(lost)
+    assert report.tables["sessions"].copied == 6 and not report.placeholders
+    assert report.verification["ok"] is True
+
+
+def test_allow_partial_puts_lossy_result_at_output(pristine, store, tmp_path):
+    _, tree, _ = pristine
+    smash_page(store, tree.middle_leaf())
+    report = recover_checked(store, tmp_path, allow_partial=True)
+    assert (report.outcome, report.exit_code) == ("partial", 3)
+    assert report.output == str(tmp_path / "new.db")
+    assert not (tmp_path / "new.db.partial").exists()
+
+
+def test_messages_interior_page_damage(pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    inner = tree.middle_interior()
+    smash_page(store, inner)
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable({inner})
+    assert 0 < len(expected) < len(truth.messages)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    stats = report.lane_stats["bisect"]["messages"]
+    assert stats["rowids_from_index"] is True
+    assert stats["rows_lost"] == len(truth.messages) - len(expected)
+    assert report.tables["messages"].rows_lost == len(truth.messages) - len(expected)
+    assert report.exit_code == 3 and report.verification["ok"]
+
+
+def test_sessions_root_damage_rebuilds_sessions_from_indexes(pristine, store, tmp_path):
+    truth, _, stree = pristine
+    original = sql(store, "SELECT id, source, started_at, parent_session_id FROM sessions"
+                          " ORDER BY id")
+    smash_page(store, stree.root)
+    report = recover_checked(store, tmp_path)
+    out = tmp_path / "new.db.partial"
+    assert message_ids(out) == set(truth.messages)
+    assert report.placeholders == []
+    assert sql(out, "SELECT id, source, started_at, parent_session_id FROM sessions"
+                    " ORDER BY id") == original
+    assert sql(out, "SELECT DISTINCT message_count, title FROM sessions") == [(100, None)]
+    assert report.tables["sessions"].partial == 6
+    assert report.tables["sessions"].skipped_ranges == [[1, 6]]
+    assert report.lane_stats["index"]["sessions"] == {"rebuilt": 6, "unusable": 0}
+    assert any("rebuilt from indexes" in r for r in report.loss_reasons)
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_sessions_root_damage_without_index_lane_gives_placeholders(pristine, store, tmp_path):
+    truth, _, stree = pristine
+    smash_page(store, stree.root)
+    assert recovery.inspect(store).verdict == "structural"
+    report = recover_checked(store, tmp_path, lanes=["backup", "rows", "bisect"])
+    out = tmp_path / "new.db.partial"
+    assert message_ids(out) == set(truth.messages)
+    assert sorted(report.placeholders) == truth.sessions
+    assert report.tables["sessions"].skipped_ranges == [[1, 6]]
+    rows = sql(out, "SELECT id, source, started_at, message_count FROM sessions ORDER BY id")
+    for i, (sid, source, started, count) in enumerate(rows):
+        assert (sid, source, count) == (f"s{i}", PLACEHOLDER_SOURCE, 100)
+        assert started == 1_700_000_000 + i * 1000  # its earliest message
+    assert report.sessions["s2"] == {"messages_recovered": 100, "placeholder": True}
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+@pytest.mark.parametrize("offset,data,fix", [
+    (16, b"\xab\xcd\x7f\x7f\x00\x01\x02\x03", "page size -> 1024"),
+    (0, b"\x00" * 16, "magic string"),
+    (44, b"\x00\x00\x00\x09", "schema format -> 4"),
+], ids=["page-size-versions-fractions", "magic", "schema-format"])
+def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_path, offset,
+                                                          data, fix):
+    truth, _, _ = pristine
+    damage.write_at(store, offset, data)
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert fix in insp.header_fixes
+    assert insp.header["problems"]
+    assert insp.table("messages").rows == len(truth.messages)
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+
+
+def test_truncated_file(pristine, store, tmp_path):
+    truth, tree, stree = pristine
+    pages = damage.page_count(store)
+    cut = int(pages * 0.7)
+    os.truncate(store, cut * damage.PAGE_SIZE)
+    gone = set(range(cut + 1, pages + 1))
+    assert recovery.inspect(store).verdict == "structural"
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable(gone)
+    assert 0 < len(expected) < len(truth.messages)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    assert report.tables["sessions"].copied == len(stree.reachable(gone))
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_fts_shadow_damage_is_fts_only_and_rebuilt(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    damage.add_fts(store)
+    smash_page(store, pages_of(store, "messages_fts_data", "leaf")[0])
+    insp = recovery.inspect(store)
+    assert insp.verdict == "fts_only"
+    assert insp.quick_check["derived_only"] is True
+    assert [f.integrity_ok for f in insp.fts] == [False]
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+    assert "messages_fts_data" not in report.tables  # derived data is never copied
+
+
+def test_fts_stale_marker_is_fts_only_and_not_carried_over(pristine, store, tmp_path):
+    sql(store, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+    insp = recovery.inspect(store)
+    assert (insp.verdict, insp.fts_stale) == ("fts_only", True)
+    recover_checked(store, tmp_path)
+    assert sql(tmp_path / "new.db", "SELECT value FROM state_meta WHERE key='fts_stale'") == []
+
+
+@pytest.mark.parametrize("with_shm", [True, False], ids=["with-shm", "without-shm"])
+def test_wal_with_uncheckpointed_commits(pristine, store, tmp_path, with_shm):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": f"late {i}"} for i in range(40)])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=with_shm)
+    assert Path(f"{crashed}-wal").stat().st_size > 0
+    insp = recovery.inspect(crashed)
+    assert (insp.verdict, insp.shm_present) == ("healthy", with_shm)
+    wal = insp.wal
+    assert wal["frames"] > 0 and wal["valid_frames"] == wal["frames"]
+    assert wal["last_commit_frame"] == wal["frames"]
+    report = recover_checked(crashed, tmp_path)
+    assert report.exit_code == 0
+    ids = message_ids(tmp_path / "new.db")
+    assert len(ids) == len(truth.messages) + 40
+    assert sql(tmp_path / "new.db", "SELECT count(*) FROM messages WHERE session_id='late'") \
+        == [(40,)]
+
+
+@pytest.mark.parametrize("content,verdict", [
+    (b"\x00" * 8192, "empty"),
+    (b"name,value\n" * 500, "not_a_database"),
+], ids=["zero-filled", "not-a-database"])
+def test_nothing_to_recover(tmp_path, content, verdict):
+    source = tmp_path / "state.db"
+    source.write_bytes(content)
+    insp = recovery.inspect(source)
+    assert (insp.verdict, insp.next_command) == (verdict, None)
+    report = recover_checked(source, tmp_path)
+    assert (report.outcome, report.exit_code, report.output) == ("not_recoverable", 4, None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+def test_malformed_json_is_quarantined_never_reported(pristine, store, tmp_path):
+    sql(store, "UPDATE messages SET meta = '{\"secret-value: broken' WHERE id = 7")
+    report = recover_checked(store, tmp_path, report_path=tmp_path / "r.json")
+    out = Path(report.output)
+    assert report.quarantined_values == 1 and report.exit_code == 3
+    assert sql(out, "SELECT meta FROM messages WHERE id = 7") == [("{}",)]
+    assert sql(out, f"SELECT table_name, row_key, column_name, value FROM {QUARANTINE}") == [
+        ("messages", "7", "meta", '{"secret-value: broken')]
+    text = (tmp_path / "r.json").read_text()
+    assert "secret-value" not in text and "lorem ipsum" not in text
+    assert json.loads(text)["quarantined_values"] == 1
+
+
+def test_unknown_extra_table_is_copied(pristine, store, tmp_path):
+    sql(store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"
+               "INSERT INTO notes(body) VALUES ('a'), ('b'), ('c')")
+    report = recover_checked(store, tmp_path)
+    assert report.exit_code == 0
+    assert sql(tmp_path / "new.db", "SELECT id, body FROM notes") == [(1, "a"), (2, "b"),
+                                                                       (3, "c")]
+    assert report.tables["notes"].copied == 3
+
+
+def test_failed_verification_keeps_unverified_exit_5(pristine, store, tmp_path):
+    vfs = ZeroingVFS("zero-after-page-1", from_offset=4096)
+    try:
+        report = recover_checked(store, tmp_path, vfs="zero-after-page-1")
+    finally:
+        vfs.unregister()
+    assert (report.outcome, report.exit_code) == ("unverified", 5)
+    assert report.output == str(tmp_path / "new.db.unverified")
+    assert Path(report.output).exists() and not (tmp_path / "new.db").exists()
+    assert report.verification["ok"] is False and report.verification["findings"]
+
+
+def test_progress_reports_rows_per_table(pristine, store, tmp_path):
+    _, tree, _ = pristine
+    smash_page(store, tree.middle_leaf())
+    seen: list[tuple[str, int]] = []
+    recover_checked(store, tmp_path, chunk=100, progress=lambda w, d, t: seen.append((w, d)))
+    counts = [d for w, d in seen if w == "copying messages"]
+    assert counts == sorted(counts) and len(counts) >= 3
+    assert ("writing messages", len(tree.rowids()) - len(tree.leaves[tree.middle_leaf()])) \
+        in seen
+
+
+def test_text_that_is_not_utf8_is_kept_and_its_bytes_quarantined(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    sql(store, "UPDATE messages SET content = CAST(x'68656c6cff6f' AS TEXT) WHERE id = 9")
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural" and insp.table("messages").readable is False
+    report = recover_checked(store, tmp_path)
+    out = Path(report.output)
+    assert message_ids(out) == set(truth.messages)
+    assert sql(out, "SELECT content FROM messages WHERE id = 9") == [("hell\ufffdo",)]
+    assert sql(out, f"SELECT row_key, column_name, reason, value FROM {QUARANTINE}") == [
+        ("9", "content", "invalid UTF-8", b"hell\xffo")]
+    assert report.quarantined_values == 1 and report.exit_code == 3
+
+
+def test_wal_with_a_torn_last_frame(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": f"late {i}"} for i in range(5)])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    with open(f"{crashed}-wal", "ab") as f:  # half-written frame after the last commit
+        f.write(b"\x00\x00\x00\x02" + b"\x5a" * (24 + damage.PAGE_SIZE - 4))
+    wal = recovery.inspect(crashed).wal
+    assert wal["valid_frames"] == wal["frames"] - 1 == wal["last_commit_frame"]
+    recover_checked(crashed, tmp_path)
+    assert len(message_ids(tmp_path / "new.db")) == len(truth.messages) + 5
+
+
+def test_quick_check_is_bounded_in_time(pristine, store):
+    report = recovery.inspect(store, quick_seconds=0)
+    assert report.quick_check["timed_out"] is True
+    assert report.verdict == "healthy"  # every table still read to the end
+
+
+def test_truncation_that_cuts_off_schema_roots(tmp_path):
+    """Root pages past the end make SQLite refuse the whole schema; the copy
+    is read with the bad entries skipped and every message still comes back."""
+    truth = damage.build_store(tmp_path / "state.db", sessions=2, per_session=60,
+                               page_size=4096)
+    store = truth.path
+    size = store.stat().st_size
+    damage.add_fts(store)  # its root pages are appended after the data
+    assert max(pages_of(store, "sqlite_schema")) * 4096 <= size  # the schema itself survives
+    os.truncate(store, size)
+    insp = recovery.inspect(store)
+    assert insp.verdict == "structural"
+    assert "invalid rootpage" in insp.schema_error
+    assert insp.table("messages").rows == 120
+    report = recover_checked(store, tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert message_ids(tmp_path / "new.db") == set(truth.messages)
+
+
+def test_write_failure_leaves_nothing_behind(pristine, store, tmp_path):
+    before = bundle_hashes(store)
+    vfs = FailingVFS("fail-writes", after=20)
+    try:
+        with pytest.raises(StorageError) as info:
+            recovery.recover(store, tmp_path / "new.db", vfs="fail-writes", work_dir=tmp_path)
+    finally:
+        vfs.unregister()
+    assert info.value.cause.value == "io_error"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no temp, no work
+    assert bundle_hashes(store) == before
+
+
+def test_the_copy_keeps_its_wal_for_later_lanes(pristine, store, tmp_path, monkeypatch):
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": "late"}])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    wal_bytes = Path(f"{crashed}-wal").read_bytes()
+    seen = {}
+
+    def look(ctx):
+        seen["wal"] = Path(f"{ctx.copy_path}-wal").read_bytes()
+        return recovery.LaneResult()
+
+    monkeypatch.setitem(recovery.LANES, "look", look)
+    recovery.recover(crashed, tmp_path / "new.db", lanes=["look"])
+    assert seen["wal"] == wal_bytes
+
+
+def test_bisection_without_any_index_finds_rows_between_two_damaged_leaves(
+        pristine, store, tmp_path):
+    truth, tree, _ = pristine
+    leaves = sorted(tree.leaves, key=lambda p: tree.leaves[p][0])
+    bad = {leaves[len(leaves) // 4], leaves[3 * len(leaves) // 4]}
+    for index in ("messages_in_order", "messages_by_time", "sqlite_autoindex_messages_1"):
+        bad.add(damage.root_page(store, index))
+    for page in bad:
+        smash_page(store, page)
+    report = recover_checked(store, tmp_path)
+    expected = tree.reachable(bad)
+    assert message_ids(tmp_path / "new.db.partial") == expected
+    stats = report.lane_stats["bisect"]["messages"]
+    assert stats["rowids_from_index"] is False and stats["budget_exhausted"] is False
+    assert report.tables["messages"].lanes["bisect"] > 0  # the middle came from bisection
+    lost = sorted(r for p in bad if p in tree.leaves for r in tree.leaves[p])
+    assert [r for lo, hi in report.tables["messages"].skipped_ranges
+            for r in range(lo, hi + 1)] == lost
+
+
+def test_sound_but_empty_store_recovers_to_an_empty_store(tmp_path, open_store):
+    open_store(tmp_path / "state.db").close()
+    report = recover_checked(tmp_path / "state.db", tmp_path)
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert sql(tmp_path / "new.db", "SELECT count(*) FROM sessions") == [(0,)]

@@ -1,0 +1,77 @@
+"""The lane plug point: merging rows from several lanes, gaps, partial rows."""
+from __future__ import annotations
+
+import shutil
+
+
+import recovery
+from recovery.catalog import PARTIAL_KEY, ROWID_KEY, TableSpec
+from recovery.lanes import (LANES, LaneContext, LaneResult, TableState, merge_ranges,
+                            subtract_rowids)
+from recovery.recover import merge_rows
+from tests.helpers import damage
+
+
+def test_merge_and_subtract_ranges():
+    assert merge_ranges([(5, 6), (1, 2), (3, 3), (10, 12), (11, 20)]) == [(1, 3), (5, 6),
+                                                                          (10, 20)]
+    assert subtract_rowids([(1, 10), (20, 20)], [1, 5, 20, 30]) == [(2, 4), (6, 10)]
+
+
+def test_rows_are_deduplicated_by_rowid_and_session_uid():
+    spec = TableSpec("messages", ["id", "session_id", "uid"])
+    state, seen = TableState(spec), set()
+    first = [{ROWID_KEY: 1, "session_id": "s", "uid": "a"},
+             {ROWID_KEY: 2, "session_id": "s", "uid": "b"}]
+    assert merge_rows(state, "rows", first, seen) == 2
+    again = [{ROWID_KEY: 2, "session_id": "s", "uid": "b"},   # same rowid
+             {ROWID_KEY: 9, "session_id": "s", "uid": "a"},   # same (session, uid)
+             {ROWID_KEY: 3, "session_id": "s", "uid": "c"}]
+    assert merge_rows(state, "carve", again, seen) == 1
+    assert sorted(r[ROWID_KEY] for r in state.rows.values()) == [1, 2, 3]
+    assert state.by_lane == {"rows": 2, "carve": 1}
+
+
+def test_whole_row_replaces_partial_row():
+    spec = TableSpec("sessions", ["id", "title"])
+    state, seen = TableState(spec), set()
+    merge_rows(state, "index", [{ROWID_KEY: 1, "id": "s", PARTIAL_KEY: ["title"]}], seen)
+    merge_rows(state, "carve", [{ROWID_KEY: 1, "id": "s", "title": "T"}], seen)
+    assert list(state.rows.values()) == [{ROWID_KEY: 1, "id": "s", "title": "T"}]
+
+
+def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
+    """A last lane (as the page carver will be) that returns the lost rows,
+    plus a duplicate under another rowid: the output ends up complete."""
+    src = tmp_path / "src"
+    src.mkdir()
+    truth = damage.build_store(src / "state.db", sessions=2, per_session=60)
+    pristine = tmp_path / "pristine.db"
+    shutil.copyfile(truth.path, pristine)
+    tree = damage.TableTree(truth.path, "messages")
+    leaf = tree.middle_leaf()
+    damage.smash_page(truth.path, leaf)
+    spec_cols = [c for (c,) in damage.sql(pristine,
+                                          "SELECT name FROM pragma_table_info('messages')")]
+
+    def carve(ctx: LaneContext) -> LaneResult:
+        assert [s.spec.name for s in ctx.pending()] == ["messages"]
+        lost = ",".join(str(r) for r in tree.leaves[leaf])
+        rows = [dict(zip(spec_cols, r), **{ROWID_KEY: r[0]}) for r in damage.sql(
+            pristine, f"SELECT * FROM messages WHERE id IN ({lost}) OR id = 1")]
+        rows[-1] = {**rows[-1], ROWID_KEY: 999, "id": 999}  # id 1 again, other rowid
+        orphan = {"page": 7, "cell": 0, "values": [1, "who knows", b"\x00\xff"]}
+        return LaneResult(rows={"messages": rows}, lost_and_found=[orphan],
+                          stats={"found": len(rows)})
+
+    monkeypatch.setitem(LANES, "carve", carve)
+    report = recovery.recover(truth.path, tmp_path / "new.db")
+    assert report.lanes_run == ["backup", "rows", "bisect", "index", "carve"]
+    assert report.tables["messages"].lanes["carve"] == len(tree.leaves[leaf])
+    assert report.tables["messages"].skipped_ranges == []
+    assert (report.outcome, report.exit_code) == ("recovered", 0)
+    assert {r[0] for r in damage.sql(tmp_path / "new.db", "SELECT id FROM messages")} \
+        == set(truth.messages)
+    assert report.lost_and_found == 1
+    assert damage.sql(tmp_path / "new.db", "SELECT lane, item FROM lost_and_found") == [
+        ("carve", '{"cell": 0, "page": 7, "values": [1, "who knows", "00ff"]}')]
