@@ -1,0 +1,46 @@
+"""`hermes demo`: the offline tour (no API key, no network)."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+from .main import AppContext, cli
+
+
+@cli.command()
+@click.option("--home", "demo_home", type=click.Path(file_okay=False, path_type=Path),
+              help="Run in this (new or empty) directory instead of a fresh temp home.")
+@click.pass_obj
+def demo(app: AppContext, demo_home: Path | None) -> None:
+    """Run a scripted tour: chat, search, damage a copy, recover it, doctor.
+
+    Uses the local scripted model on 127.0.0.1 (not a language model) and a
+    fresh temporary home unless --home is given. Every step prints the
+    command a user would type.
+
+    \b
+    Example:
+      hermes demo
+      hermes demo --home ./demo-home
+    """
+    from .demo import run_tour
+    from .main import cli as root
+    home = demo_home or Path(tempfile.mkdtemp(prefix="hermes-demo-"))
+    if home.exists() and any(home.iterdir()):
+        raise click.UsageError(f"{home} is not empty; the demo needs a new or empty directory")
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    home.chmod(0o700)
+    click.echo(f"Demo home: {home}")
+
+    def invoke(argv: list[str]) -> int:
+        try:
+            code = root.main(argv, prog_name="hermes", standalone_mode=False)
+        except click.ClickException as e:
+            e.show()
+            return e.exit_code
+        except SystemExit as e:
+            return int(e.code or 0)
+        return code if isinstance(code, int) else 0
+    run_tour(home, invoke)
