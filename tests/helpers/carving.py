@@ -45,9 +45,10 @@ def message(i: int, big: int = 0) -> dict[str, Any]:
 
 def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_size: int = 4096,
                 auto_vacuum: bool = False, delete_sessions: int = 0,
-                big_every: int = 0) -> list[str]:
+                big_every: int = 0, before_delete: Path | None = None) -> list[str]:
     """A store with ``sessions`` x ``per_session`` messages; the first
-    ``delete_sessions`` sessions are deleted afterwards (rows on freelist pages)."""
+    ``delete_sessions`` sessions are deleted afterwards (rows on freelist pages);
+    ``before_delete`` gets a checkpointed copy of the file from before that."""
     init_file(path, page_size, auto_vacuum)
     ids = []
     with SessionDB(path) as db:
@@ -58,6 +59,9 @@ def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_si
                                                 else 0)) for i in range(per_session)]
             db.append_messages(sid, batch)
             ids.append(sid)
+        db.checkpoint()
+        if before_delete is not None:
+            shutil.copyfile(path, before_delete)
         for sid in ids[:delete_sessions]:
             db.delete_session(sid)
         db.checkpoint()
@@ -84,9 +88,13 @@ def read_truth(path: Path) -> Truth:
     """Rows by key per table (SQLite), and pages per row (our parser)."""
     scratch = path.with_name(path.name + ".truth")
     shutil.copyfile(path, scratch)
+    wal = Path(f"{path}-wal")
+    if wal.exists():
+        shutil.copyfile(wal, f"{scratch}-wal")
     truth = Truth()
-    conn = apsw.Connection(str(scratch), flags=apsw.SQLITE_OPEN_READONLY)
+    conn = apsw.Connection(str(scratch))
     try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         truth.page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         for name, root in conn.execute("SELECT name, rootpage FROM sqlite_schema "
                                        "WHERE type='table'").fetchall():
@@ -101,7 +109,8 @@ def read_truth(path: Path) -> Truth:
     finally:
         conn.close()
     _map_pages(scratch, truth)
-    scratch.unlink()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{scratch}{suffix}").unlink(missing_ok=True)
     return truth
 
 
