@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .fileformat import (LEGAL_PAGE_SIZES, MISSING, TABLE_INTERIOR, TABLE_LEAF, BTreePage,
-                         FormatError, decode_record, is_ptrmap_page, lock_byte_page,
+                         FormatError, content_accounted, decode_record, is_ptrmap_page, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, best_fit, is_derived,
@@ -205,9 +205,9 @@ def estimate(db_path: str | os.PathLike[str],
 
 
 def probe_page_size(image: DatabaseImage, sample: int = 4096) -> int | None:
-    """Guess the page size of a file whose header is gone: the smallest legal
-    size under which (nearly) as many bytes look like b-tree pages as under
-    the best one. Larger multiples also parse, smaller ones mostly do not."""
+    """Guess the page size of a file whose header is gone: the legal size
+    under which the most bytes are b-tree pages whose content area is exactly
+    accounted for (see `content_accounted`); sampled on large files."""
     size = image.file_size
     covered: dict[int, int] = {}
     for ps in LEGAL_PAGE_SIZES:
@@ -217,16 +217,17 @@ def probe_page_size(image: DatabaseImage, sample: int = 4096) -> int | None:
         step = max(1, pages // sample)
         good = 0
         for pgno in range(2 if pages > 1 else 1, pages + 1, step):
+            data = image.raw_file_page(pgno, ps)
             try:
-                page = parse_page_header(image.raw_file_page(pgno, ps), pgno, ps)
+                page = parse_page_header(data, pgno, ps)
+                good += page.bad_pointers == 0 and content_accounted(data, page, ps)
             except BAD_BYTES:
                 continue
-            good += page.bad_pointers == 0
         covered[ps] = good * step * ps
     best = max(covered.values(), default=0)
     if best == 0:
         return None
-    return min(ps for ps, c in covered.items() if c >= 0.9 * best)
+    return min(ps for ps, c in covered.items() if c == best)
 
 
 class _Carver:

@@ -404,6 +404,7 @@ class Cell:
 
     index: int
     offset: int
+    size: int = 0
     left_child: int = 0
     rowid: int | None = None
     payload_size: int = 0
@@ -421,8 +422,8 @@ def parse_cell(data: bytes, page: BTreePage, index: int, usable: int) -> Cell:
         left = int.from_bytes(data[pos:pos + 4], "big")
         pos += 4
     if page.page_type == TABLE_INTERIOR:
-        key, _ = read_varint(data, pos, usable)
-        return Cell(index, off, left_child=left, rowid=signed64(key))
+        key, end = read_varint(data, pos, usable)
+        return Cell(index, off, max(4, end - off), left_child=left, rowid=signed64(key))
     size, pos = read_varint(data, pos, usable)
     rowid = None
     if page.page_type == TABLE_LEAF:
@@ -437,7 +438,29 @@ def parse_cell(data: bytes, page: BTreePage, index: int, usable: int) -> Cell:
         overflow = int.from_bytes(data[end:end + 4], "big")
     elif end > usable:
         raise FormatError("cell payload runs past the page")
-    return Cell(index, off, left, rowid, size, bytes(data[pos:end]), overflow)
+    cell_end = end + (4 if overflow or local < size else 0)
+    return Cell(index, off, max(4, cell_end - off), left, rowid, size, bytes(data[pos:end]),
+                overflow)
+
+
+def content_accounted(data: bytes, page: BTreePage, usable: int) -> bool:
+    """Whether cells, freeblocks and fragments exactly fill the content area,
+    as in every page SQLite writes. Read at the wrong page size, a real page
+    fails this (its content area seems to stop short of the page end)."""
+    content = page.content_start_raw or 65536
+    used = page.fragmented_bytes
+    for i in range(page.cell_count):
+        used += parse_cell(data, page, i, usable).size
+    block, blocks = page.first_freeblock, 0
+    while block:
+        if block + 4 > usable or blocks > usable // 4:
+            return False
+        nxt = int.from_bytes(data[block:block + 2], "big")
+        used += int.from_bytes(data[block + 2:block + 4], "big")
+        if nxt and nxt <= block:
+            return False
+        block, blocks = nxt, blocks + 1
+    return used == usable - content
 
 
 PageReader = Callable[[int], "bytes | None"]

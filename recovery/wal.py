@@ -198,6 +198,7 @@ def _scan_frames(f, hdr: WalHeader, out: WalScan) -> None:
     for fr in pending:
         out.ignored.append(IgnoredFrame(fr.index, fr.pgno, UNCOMMITTED))
     out.uncommitted[:0] = pending
+    out.ignored.sort(key=lambda f: f.index)
 
 
 def _salts_match(fr: Frame, hdr: WalHeader) -> bool:

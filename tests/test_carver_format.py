@@ -19,7 +19,8 @@ from recovery.fileformat import (LEGAL_PAGE_SIZES, FormatError, decode_record, e
                                  is_ptrmap_page, parse_cell, parse_header, parse_page_header,
                                  parse_ptrmap, read_overflow, read_varint, signed64,
                                  walk_freelist)
-from tests.helpers.carving import (build_store, carved_by_key, randomize_page, read_truth)
+from tests.helpers.carving import (build_store, carved_by_key, randomize_page, read_truth,
+                                   zero_page)
 
 VARINTS = [
     (0, b"\x00"), (127, b"\x7f"), (128, b"\x81\x00"), (16383, b"\xff\x7f"),
@@ -190,6 +191,12 @@ def test_every_page_size_and_auto_vacuum(tmp_path: Path, page_size: int,
     again = carve(damaged)
     assert carved_by_key(again, "messages") == truth.rows["messages"]
     assert set(again.stats.bad_pages) == set(truth.interior["messages"])
+    # and with page 1 zeroed too: the page size is found by probing
+    zero_page(damaged, 1, page_size)
+    blind = carve(damaged)
+    assert (blind.stats.page_size, blind.stats.page_size_source) == (page_size, "probe")
+    assert carved_by_key(blind, "messages") == truth.rows["messages"]
+    assert carved_by_key(blind, "sessions") == truth.rows["sessions"]
 
 
 def test_pointer_map_matches_dbstat(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_si
         for s in range(sessions):
             sid = db.create_session(f"20250101_0000{s:02d}_abcd{s:04d}", source="test",
                                     model="m", title=f"title {s}")
-            batch = [message(s * 1000 + i, big=(40 * 20 if big_every and i % big_every == 0
+            batch = [message(s * 1000 + i, big=(1500 if big_every and i % big_every == 0
                                                 else 0)) for i in range(per_session)]
             db.append_messages(sid, batch)
             ids.append(sid)
