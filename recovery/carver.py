@@ -255,6 +255,11 @@ class _Carver:
         if not self._settle_page_size():
             return
         schema = self._read_schema()
+        if schema is None and self.image.info.page_size_source == "header":
+            if self._recheck_page_size():
+                self.owned.clear()
+                self.stats.bad_pages.clear()
+                schema = self._read_schema()
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
             self._walk(root, layout)
@@ -282,6 +287,19 @@ class _Carver:
             self.encoding = info.header.encoding
         return True
 
+    def _recheck_page_size(self) -> bool:
+        """Page 1 does not parse at the header's page size: the size field
+        itself may be damaged, so trust a probe that disagrees (True then)."""
+        ps = probe_page_size(self.image)
+        if not ps or ps == self.image.page_size:
+            return False
+        self.stats.notes.append(f"header page size {self.image.page_size} looks wrong; "
+                                f"probed {ps}")
+        self.image.set_page_size(ps, "probe")
+        self.stats.page_size, self.stats.page_size_source = ps, "probe"
+        self.stats.page_count = self.image.page_count
+        return True
+
     def _read_schema(self) -> list[SchemaEntry] | None:
         """sqlite_schema rows, or None when page 1 (the schema root) is unusable."""
         if self.image.info.header is None:
@@ -294,7 +312,7 @@ class _Carver:
             if len(v) == 5 and all(isinstance(x, str) for x in v[:3]) and isinstance(v[3], int):
                 entries.append(SchemaEntry(v[0], v[1], v[2], v[3], v[4]
                                            if isinstance(v[4], str) else None))
-        if 1 in self.stats.bad_pages:
+        if 1 in self.stats.bad_pages or not any(e.type == "table" for e in entries):
             return None
         self.stats.schema_readable = True
         return entries
@@ -332,6 +350,9 @@ class _Carver:
                 continue
             self.roots[e.rootpage] = layout
             layouts.append(layout)
+        # a damaged schema page may have lost tables we still know by shape
+        named = {lay.table for lay in layouts}
+        layouts += [lay for lay in KNOWN_LAYOUTS if lay.table not in named]
         self.layouts = tuple(layouts)
 
     def _load_ptrmap(self) -> None:
@@ -461,6 +482,10 @@ class _Carver:
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
         cells = list(self._records(pgno, data, page))
         agreement = 1.0
+        if layout is not None and lane == TREE and not self._mostly_fits(cells, layout):
+            # a damaged parent pointed into another table: let the page vote
+            self.stats.notes.append(f"page {pgno} reached from {layout.table} fits it poorly")
+            layout, lane = None, ORPHAN
         if layout is None:
             layout, agreement = self._vote(cells)
         for cell, record, err in cells:
@@ -478,6 +503,12 @@ class _Carver:
                                round(score * agreement, 3))
             self.found.append(_Found(layout.table, layout.to_row(record.values, cell.rowid),
                                      origin, record.values))
+
+    @staticmethod
+    def _mostly_fits(cells: list, layout: Layout) -> bool:
+        decoded = [r for _, r, err in cells if r is not None and not err]
+        fits = sum(1 for r in decoded if layout.score(r.values, r.classes()) > 0)
+        return not decoded or 2 * fits >= len(decoded)
 
     def _vote(self, cells: list) -> tuple[Layout | None, float]:
         """The layout most records of one page fit (all cells of a leaf belong

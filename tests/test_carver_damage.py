@@ -218,3 +218,14 @@ def test_zero_filled_file_yields_nothing(tmp_path: Path) -> None:
     result = carve(path)
     assert result.tables == {} and result.lost_and_found == []
     assert result.stats.notes
+
+
+def test_wrong_page_size_in_header(store, tmp_path: Path) -> None:
+    path, truth, _ = store
+    damaged = _copy(path, tmp_path)
+    patch(damaged, 16, (1024).to_bytes(2, "big"))
+    result = carve(damaged)
+    assert (result.stats.page_size, result.stats.page_size_source) == (4096, "probe")
+    assert result.stats.schema_readable
+    for table, rows in truth.rows.items():
+        assert carved_by_key(result, table) == rows
