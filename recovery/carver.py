@@ -91,6 +91,7 @@ class CarveStats:
     frames_ignored: dict[str, int] = field(default_factory=dict)
     wal_problem: str | None = None
     derived_records: int = 0
+    unknown_columns: int = 0  # rows carved with trailing columns no layout names
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -499,6 +500,8 @@ class _Carver:
             if score == 0.0:
                 self._lose(pgno, cell, record, f"does not fit {layout.table}", lane, wal)
                 continue
+            if len(record.values) > len(layout.columns):
+                self.stats.unknown_columns += 1
             origin = RowOrigin(pgno, cell.index, cell.rowid, lane, wal,
                                round(score * agreement, 3))
             self.found.append(_Found(layout.table, layout.to_row(record.values, cell.rowid),

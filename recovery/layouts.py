@@ -9,7 +9,8 @@ carver a new table or column, add a `Layout` or `Column` here.
 
 A fit is scored in [0, 1]: 0 when a storage class or the column count is
 impossible for the table, otherwise 0.5 plus half the share of passed shape
-checks; a message whose stored fingerprint matches its content scores 1.
+checks; for messages, one check is that the stored fingerprint matches the
+content (see sessiondb/codec.py). Extra unknown trailing columns cost 10%.
 """
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ class Layout:
     min_columns: int | None = None
     ignore: bool = False
     strict: bool = True  # False for layouts derived from unknown schema SQL
+    # Trailing columns a later migration may have added that this table does
+    # not know yet; only for wide tables whose shape checks are specific.
+    max_extra: int = 0
 
     @property
     def oldest(self) -> int:
@@ -106,7 +110,7 @@ class Layout:
 
     def score(self, values: list[Any], classes: list[str]) -> float:
         """How well a record's values fit this layout (see module docstring)."""
-        if not self.oldest <= len(values) <= len(self.columns):
+        if not self.oldest <= len(values) <= len(self.columns) + self.max_extra:
             return 0.0
         if not self.strict:
             return self._loose_score(values, classes)
@@ -125,9 +129,13 @@ class Layout:
             if col.check is not None and value is not None:
                 total += 1
                 passed += bool(col.check(value))
-        if self.table == "messages" and _message_fingerprint_ok(self, values):
-            return 1.0
-        return 0.5 + 0.5 * (passed / total if total else 1.0)
+        # unknown extra columns: a fit, but never as sure as an exact one
+        unknown = 0.9 if len(values) > len(self.columns) else 1.0
+        if self.table == "messages":
+            # the stored fingerprint hashes role, content, tool calls and meta
+            total += 1
+            passed += _message_fingerprint_ok(self, values)
+        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0))
 
     def _loose_score(self, values: list[Any], classes: list[str]) -> float:
         """Layouts parsed from unknown schema SQL only know declared types;
@@ -145,7 +153,9 @@ class Layout:
 
     def to_row(self, values: list[Any], rowid: int | None) -> dict[str, Any]:
         """The row as a dict by column name: rowid alias filled, REAL columns
-        stored as integers turned back into floats, absent columns defaulted."""
+        stored as integers turned back into floats, absent columns defaulted.
+        Values of unknown extra columns are not part of the row (counted by
+        the carver as ``unknown_columns``)."""
         row: dict[str, Any] = {}
         for i, col in enumerate(self.columns):
             value = values[i] if i < len(values) else col.default
@@ -182,7 +192,7 @@ SESSIONS = Layout("sessions", (
     *(C(n, INT, check=non_negative, default=0) for n in (
         "message_count", "tool_call_count", "input_tokens", "output_tokens",
         "cache_read_tokens", "cache_write_tokens")),
-))
+), max_extra=8)
 
 MESSAGES = Layout("messages", (
     C("id", INT, True),
@@ -203,7 +213,7 @@ MESSAGES = Layout("messages", (
     C("state", TEXT, check=one_of("active", "archived", "rewound"), default="active"),
     C("compaction_id", TEXT, True),
     C("kind", TEXT, check=non_empty, default="message"),
-), rowid_column="id")
+), rowid_column="id", max_extra=8)
 
 STATE_META = Layout("state_meta", (C("key", TEXT, check=non_empty), C("value", TEXT)))
 
