@@ -17,113 +17,29 @@ import os
 import struct
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
+                          CarveResult, CarveStats, LostRecord, RowOrigin)
 from .fileformat import (LEGAL_PAGE_SIZES, MISSING, TABLE_INTERIOR, TABLE_LEAF, BTreePage,
-                         FormatError, content_accounted, decode_record, is_ptrmap_page, lock_byte_page,
+                         FormatError, content_accounted, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, best_fit, is_derived,
                       layout_for_schema)
 from .wal import DatabaseImage
 
+__all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
+           "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "carve", "estimate",
+           "probe_page_size"]
+_LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
+
 log = logging.getLogger(__name__)
 
-TREE, ORPHAN, FREELIST, UNCOMMITTED = "tree", "orphan", "freelist", "uncommitted"
-_LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
 # Errors that mean "these bytes are not what the format says": skip, count, go on.
 BAD_BYTES = (FormatError, struct.error, IndexError, ValueError, OverflowError)
-
-
-class CarveError(Exception):
-    """The carver cannot start (the database file cannot be opened)."""
-
-    def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
-
-
-@dataclass(frozen=True)
-class RowOrigin:
-    """Where a carved row came from. ``lane`` is tree, orphan, freelist or
-    uncommitted; ``from_wal`` when its page was read from a WAL frame."""
-
-    page: int
-    cell: int
-    rowid: int | None
-    lane: str
-    from_wal: bool
-    confidence: float
-
-
-@dataclass
-class LostRecord:
-    """A record no layout claimed, or whose payload was cut short; ``values``
-    are raw (bytes for blobs and undecodable text, None for lost bytes)."""
-
-    page: int
-    cell: int
-    rowid: int | None
-    values: list[Any]
-    reason: str
-    lane: str
-    from_wal: bool = False
-
-
-@dataclass
-class CarveStats:
-    """What the carver read and skipped. ``bad_pages`` maps page -> reason."""
-
-    page_size: int = 0
-    page_size_source: str = ""
-    page_count: int = 0
-    schema_readable: bool = False
-    pages_read: int = 0
-    bytes_read: int = 0
-    seconds: float = 0.0
-    bad_pages: dict[int, str] = field(default_factory=dict)
-    bad_cells: int = 0
-    orphan_pages: list[int] = field(default_factory=list)
-    freelist_pages: int = 0
-    frames_applied: int = 0
-    frames_ignored: dict[str, int] = field(default_factory=dict)
-    wal_problem: str | None = None
-    derived_records: int = 0
-    unknown_columns: int = 0  # rows carved with trailing columns no layout names
-    duplicates: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
-
-    def bad_page_reasons(self) -> dict[str, int]:
-        return dict(Counter(r.split(":")[0] for r in self.bad_pages.values()))
-
-
-@dataclass
-class CarveResult:
-    """Rows per table (dicts by column name, rowid alias filled in), with a
-    parallel list of `RowOrigin` per table, the lost-and-found records, stats."""
-
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    origins: dict[str, list[RowOrigin]] = field(default_factory=dict)
-    lost_and_found: list[LostRecord] = field(default_factory=list)
-    stats: CarveStats = field(default_factory=CarveStats)
-
-    def rows(self, table: str) -> Iterator[tuple[dict[str, Any], RowOrigin]]:
-        return zip(self.tables.get(table, []), self.origins.get(table, []))
-
-    def counts_by_lane(self) -> dict[str, dict[str, int]]:
-        """table -> lane -> rows; WAL-sourced rows also counted under ``wal``."""
-        out: dict[str, dict[str, int]] = {}
-        for table, origins in self.origins.items():
-            c = Counter(o.lane for o in origins)
-            c["wal"] = sum(o.from_wal for o in origins)
-            out[table] = dict(c)
-        return out
 
 
 @dataclass(frozen=True)
@@ -171,23 +87,6 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
         result = carver.result()
     result.stats.seconds = time.perf_counter() - started
     return result
-
-
-@dataclass
-class CarveEstimate:
-    """What `carve()` would find, from page headers only: rows per table
-    (tree-walked or attributed by a leaf's first record), cells no layout
-    claimed, and the pages that could not be read."""
-
-    rows: dict[str, int] = field(default_factory=dict)
-    unattributed: int = 0
-    schema_readable: bool = False
-    page_count: int = 0
-    bad_pages: int = 0
-
-    @property
-    def total(self) -> int:
-        return sum(self.rows.values())
 
 
 def estimate(db_path: str | os.PathLike[str],

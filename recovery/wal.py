@@ -159,34 +159,24 @@ def scan_wal(path: Path, expect_page_size: int | None = None) -> WalScan:
 
 def _scan_frames(f, hdr: WalHeader, out: WalScan) -> None:
     size = hdr.page_size + FRAME_HEADER_SIZE
-    s0, s1 = hdr.checksum1, hdr.checksum2
+    sums = (hdr.checksum1, hdr.checksum2)
     pending: list[Frame] = []
-    broken: str | None = None
+    broken = False
     index = 0
-    while True:
-        raw = f.read(size)
-        if not raw:
-            break
-        pgno = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else 0
+    while raw := f.read(size):
         if len(raw) < size:
+            pgno = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else 0
             out.ignored.append(IgnoredFrame(index, pgno, TORN))
             index += 1
             break
         fr = Frame(index=index, data_offset=WAL_HEADER_SIZE + index * size + FRAME_HEADER_SIZE,
                    **read_fields(FRAME_HEADER_FIELDS, raw))
         index += 1
-        reason = None
-        if broken:
-            reason = AFTER_BREAK if _salts_match(fr, hdr) else SALT_MISMATCH
-        else:
-            reason, sums = _check_frame(fr, raw, hdr, s0, s1)
-            if reason:
-                broken = reason
-            else:
-                s0, s1 = sums
+        reason, sums = _frame_verdict(fr, raw, hdr, sums, broken)
         if reason:
+            broken = True
             out.ignored.append(IgnoredFrame(fr.index, fr.pgno, reason))
-            if reason in (CHECKSUM, AFTER_BREAK) and _salts_match(fr, hdr) and 0 < fr.pgno:
+            if reason in (CHECKSUM, AFTER_BREAK) and fr.pgno > 0:
                 out.uncommitted.append(fr)  # salvageable with a flag, never applied
             continue
         pending.append(fr)
@@ -195,10 +185,18 @@ def _scan_frames(f, hdr: WalHeader, out: WalScan) -> None:
             out.db_size = fr.commit_size
             pending = []
     out.frame_count = index
-    for fr in pending:
-        out.ignored.append(IgnoredFrame(fr.index, fr.pgno, UNCOMMITTED))
+    out.ignored.extend(IgnoredFrame(fr.index, fr.pgno, UNCOMMITTED) for fr in pending)
     out.uncommitted[:0] = pending
-    out.ignored.sort(key=lambda f: f.index)
+    out.ignored.sort(key=lambda fr: fr.index)
+
+
+def _frame_verdict(fr: Frame, raw: bytes, hdr: WalHeader, sums: tuple[int, int],
+                   broken: bool) -> tuple[str | None, tuple[int, int]]:
+    """Why SQLite would not apply this frame (None: it would), and the
+    running checksum after it. After the first bad frame nothing is applied."""
+    if broken:
+        return (AFTER_BREAK if _salts_match(fr, hdr) else SALT_MISMATCH), sums
+    return _check_frame(fr, raw, hdr, *sums)
 
 
 def _salts_match(fr: Frame, hdr: WalHeader) -> bool:

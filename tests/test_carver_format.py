@@ -11,7 +11,7 @@ from pathlib import Path
 
 import apsw
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from recovery.carver import carve
