@@ -27,7 +27,7 @@ from .fileformat import (LEGAL_PAGE_SIZES, MISSING, TABLE_INTERIOR, TABLE_LEAF, 
                          FormatError, content_accounted, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
-from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, best_fit, is_derived,
+from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, is_derived,
                       layout_for_schema)
 from .wal import DatabaseImage
 
@@ -104,7 +104,7 @@ def estimate(db_path: str | os.PathLike[str],
     return est
 
 
-def probe_page_size(image: DatabaseImage, sample: int = 4096) -> int | None:
+def probe_page_size(image: DatabaseImage, sample: int = 512) -> int | None:
     """Guess the page size of a file whose header is gone: the legal size
     under which the most bytes are b-tree pages whose content area is exactly
     accounted for (see `content_accounted`); sampled on large files."""
@@ -381,51 +381,54 @@ class _Carver:
         """Map every record of one table leaf, to ``layout`` or by page vote."""
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
         cells = list(self._records(pgno, data, page))
+        decoded = [r for _, r, err in cells if r is not None and not err]
         agreement = 1.0
-        if layout is not None and lane == TREE and not self._mostly_fits(cells, layout):
-            # a damaged parent pointed into another table: let the page vote
-            self.stats.notes.append(f"page {pgno} reached from {layout.table} fits it poorly")
-            layout, lane = None, ORPHAN
+        scores: list[float] = []
+        if layout is not None:
+            scores = [layout.score(r.values, r.classes()) for r in decoded]
+            if lane == TREE and 2 * sum(1 for x in scores if x > 0) < len(decoded):
+                # a damaged parent pointed into another table: let the page vote
+                self.stats.notes.append(f"page {pgno} reached from {layout.table} "
+                                        "fits it poorly")
+                layout, lane = None, ORPHAN
         if layout is None:
-            layout, agreement = self._vote(cells)
+            layout, scores = self._vote(decoded)
+            agreement = sum(1 for x in scores if x > 0) / max(1, len(cells))
+        score_of = {id(r): x for r, x in zip(decoded, scores)}
         for cell, record, err in cells:
             if record is None or err or layout is None:
                 self._lose(pgno, cell, record, err or "no layout fits this page", lane, wal)
-                continue
-            if layout.ignore:
+            elif layout.ignore:
                 self.stats.derived_records += 1
-                continue
-            score = layout.score(record.values, record.classes())
-            if score == 0.0:
+            elif score_of[id(record)] == 0.0:
                 self._lose(pgno, cell, record, f"does not fit {layout.table}", lane, wal)
-                continue
-            if len(record.values) > len(layout.columns):
-                self.stats.unknown_columns += 1
-            origin = RowOrigin(pgno, cell.index, cell.rowid, lane, wal,
-                               round(score * agreement, 3))
-            self.found.append(_Found(layout.table, layout.to_row(record.values, cell.rowid),
-                                     origin, record.values))
+            else:
+                self._keep(layout, cell, record, RowOrigin(
+                    pgno, cell.index, cell.rowid, lane, wal,
+                    round(score_of[id(record)] * agreement, 3)))
 
-    @staticmethod
-    def _mostly_fits(cells: list, layout: Layout) -> bool:
-        decoded = [r for _, r, err in cells if r is not None and not err]
-        fits = sum(1 for r in decoded if layout.score(r.values, r.classes()) > 0)
-        return not decoded or 2 * fits >= len(decoded)
+    def _keep(self, layout: Layout, cell: Any, record: Any, origin: RowOrigin) -> None:
+        if len(record.values) > len(layout.columns):
+            self.stats.unknown_columns += 1
+        self.found.append(_Found(layout.table, layout.to_row(record.values, cell.rowid),
+                                 origin, record.values))
 
-    def _vote(self, cells: list) -> tuple[Layout | None, float]:
-        """The layout most records of one page fit (all cells of a leaf belong
-        to one table), and the share of records that fit it."""
+    def _vote(self, decoded: list) -> tuple[Layout | None, list[float]]:
+        """The layout most records of one page fit best (all cells of a leaf
+        belong to one table), and each record's score under it."""
         totals: Counter[int] = Counter()
-        decoded = [r for _, r, err in cells if r is not None and not err]
+        vectors = []
         for record in decoded:
-            layout, score = best_fit(record.values, record.classes(), self.layouts)
-            if layout is not None:
-                totals[self.layouts.index(layout)] += score
+            classes = record.classes()
+            vec = [lay.score(record.values, classes) for lay in self.layouts]
+            vectors.append(vec)
+            top = max(vec, default=0.0)
+            if top > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
+                totals[vec.index(top)] += top
         if not totals:
-            return None, 0.0
-        best = self.layouts[totals.most_common(1)[0][0]]
-        fits = sum(1 for r in decoded if best.score(r.values, r.classes()) > 0)
-        return best, fits / max(1, len(cells))
+            return None, []
+        best = totals.most_common(1)[0][0]
+        return self.layouts[best], [vec[best] for vec in vectors]
 
     def _lose(self, pgno: int, cell: Any, record: Any, reason: str, lane: str,
               wal: bool) -> None:
@@ -458,7 +461,9 @@ class _Carver:
     def _count_orphan(self, pgno: int, data: bytes, page: BTreePage,
                       layout: Layout | None) -> None:
         if layout is None:
-            layout, _ = self._vote(list(self._records(pgno, data, page, limit=1)))
+            first = [r for _, r, err in self._records(pgno, data, page, limit=1)
+                     if r is not None and not err]
+            layout, _ = self._vote(first)
         cells = page.cell_count - page.bad_pointers
         if layout is None:
             self.counts_lost += cells
