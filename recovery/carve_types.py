@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 TREE, ORPHAN, FREELIST, UNCOMMITTED = "tree", "orphan", "freelist", "uncommitted"
+MAX_NOTES = 200
 
 
 class CarveError(Exception):
@@ -70,6 +71,14 @@ class CarveStats:
     unknown_columns: int = 0  # rows carved with trailing columns no layout names
     duplicates: int = 0
     notes: list[str] = field(default_factory=list)
+    notes_dropped: int = 0
+
+    def note(self, text: str) -> None:
+        """Keep a finding; damage can repeat one, so at most MAX_NOTES kept."""
+        if len(self.notes) < MAX_NOTES:
+            self.notes.append(text)
+        else:
+            self.notes_dropped += 1
 
     @property
     def mb_per_s(self) -> float:

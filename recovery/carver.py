@@ -58,7 +58,6 @@ class _Found:
     table: str
     row: dict[str, Any]
     origin: RowOrigin
-    values: list[Any]
 
 
 def _check_paths(db_path: str | os.PathLike[str]) -> Path:
@@ -307,7 +306,7 @@ class _Carver:
             pgno = stack.pop()
             if pgno in self.owned or pgno in self.skip or not 1 <= pgno <= n:
                 if not 1 <= pgno <= n:
-                    self.stats.notes.append(f"child pointer to page {pgno} outside the file")
+                    self.stats.note(f"child pointer to page {pgno} outside the file")
                 continue
             self.owned.add(pgno)
             loaded = self._load(pgno)
@@ -388,12 +387,13 @@ class _Carver:
             scores = [layout.score(r.values, r.classes()) for r in decoded]
             if lane == TREE and 2 * sum(1 for x in scores if x > 0) < len(decoded):
                 # a damaged parent pointed into another table: let the page vote
-                self.stats.notes.append(f"page {pgno} reached from {layout.table} "
-                                        "fits it poorly")
+                self.stats.note(f"page {pgno} reached from {layout.table} fits it poorly")
                 layout, lane = None, ORPHAN
         if layout is None:
             layout, scores = self._vote(decoded)
             agreement = sum(1 for x in scores if x > 0) / max(1, len(cells))
+            if layout is not None:  # outside its tree, a loose fit is no fit
+                scores = [x if x >= layout.orphan_min else 0.0 for x in scores]
         score_of = {id(r): x for r, x in zip(decoded, scores)}
         for cell, record, err in cells:
             if record is None or err or layout is None:
@@ -411,7 +411,7 @@ class _Carver:
         if len(record.values) > len(layout.columns):
             self.stats.unknown_columns += 1
         self.found.append(_Found(layout.table, layout.to_row(record.values, cell.rowid),
-                                 origin, record.values))
+                                 origin))
 
     def _vote(self, decoded: list) -> tuple[Layout | None, list[float]]:
         """The layout most records of one page fit best (all cells of a leaf
@@ -424,7 +424,9 @@ class _Carver:
             vectors.append(vec)
             top = max(vec, default=0.0)
             if top > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
-                totals[vec.index(top)] += top
+                best = vec.index(top)
+                if top >= self.layouts[best].orphan_min:
+                    totals[best] += top
         if not totals:
             return None, []
         best = totals.most_common(1)[0][0]

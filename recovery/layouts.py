@@ -103,6 +103,9 @@ class Layout:
     # Trailing columns a later migration may have added that this table does
     # not know yet; only for wide tables whose shape checks are specific.
     max_extra: int = 0
+    # Least score a record found outside its table's tree must reach. Narrow
+    # tables demand every shape check: a few columns fit too many records.
+    orphan_min: float = 0.75
 
     @property
     def oldest(self) -> int:
@@ -215,19 +218,20 @@ MESSAGES = Layout("messages", (
     C("kind", TEXT, check=non_empty, default="message"),
 ), rowid_column="id", max_extra=8)
 
-STATE_META = Layout("state_meta", (C("key", TEXT, check=non_empty), C("value", TEXT)))
+STATE_META = Layout("state_meta", (C("key", TEXT, check=non_empty), C("value", TEXT)),
+                    orphan_min=1.0)
 
 MIGRATIONS = Layout("migrations", (
     C("name", TEXT, check=lambda v: bool(_MIGRATION_RE.match(v))),
     C("applied_at", REAL, check=timestamp_shape),
-))
+), orphan_min=1.0)
 
 LEASES = Layout("leases", (
     C("session_id", TEXT, check=session_id_shape),
     C("holder", TEXT, check=non_empty),
     C("expires_at", REAL, check=timestamp_shape),
     C("acquired_at", REAL, check=timestamp_shape),
-))
+), orphan_min=1.0)
 
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
@@ -276,6 +280,21 @@ def _classes_for(decltype: str) -> tuple[str, ...]:
     return ANY
 
 
+def _literal(sql: str | None) -> Any:
+    """The value of a column's DEFAULT clause when it is a plain literal
+    (what rows written before ``ALTER TABLE ... ADD COLUMN`` read as)."""
+    if sql is None or sql.upper() == "NULL":
+        return None
+    if len(sql) >= 2 and sql[0] == sql[-1] == "'":
+        return sql[1:-1].replace("''", "'")
+    for number in (int, float):
+        try:
+            return number(sql)
+        except ValueError:
+            continue
+    return None
+
+
 def layout_from_sql(table: str, sql: str) -> Layout | None:
     """A layout from a CREATE TABLE statement found in sqlite_schema.
 
@@ -290,8 +309,8 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
         conn = apsw.Connection(":memory:")
         try:
             conn.execute(sql)
-            cols = list(conn.execute("SELECT name, type, pk FROM pragma_table_xinfo(?)",
-                                     (table,)))
+            cols = list(conn.execute("SELECT name, type, pk, dflt_value "
+                                     "FROM pragma_table_xinfo(?)", (table,)))
         finally:
             conn.close()
     except apsw.Error:
@@ -300,9 +319,11 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
         return None
     pks = [c for c in cols if c[2]]
     alias = pks[0][0] if len(pks) == 1 and pks[0][1].upper() == "INTEGER" else None
-    columns = tuple(Column(name, _classes_for(decl) if name != alias else INT, True)
-                    for name, decl, _ in cols)
-    return Layout(table, columns, rowid_column=alias, min_columns=1, strict=False)
+    columns = tuple(Column(name, _classes_for(decl) if name != alias else INT, True,
+                           default=_literal(dflt))
+                    for name, decl, _, dflt in cols)
+    return Layout(table, columns, rowid_column=alias, min_columns=1, strict=False,
+                  orphan_min=0.1)
 
 
 def layout_for_schema(table: str, sql: str | None) -> Layout | None:

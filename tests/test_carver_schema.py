@@ -67,6 +67,14 @@ def test_unknown_table_from_the_schema(tmp_path: Path) -> None:
            for r in result.tables["compactions"]]
     assert got == rows
     assert all(o.confidence <= 0.4 for _, o in result.rows("compactions"))
+    # without page 1 nothing says what these records are: kept, unattributed
+    zero_page(path, 1, 4096)
+    blind = carve(path)
+    assert "compactions" not in blind.tables and len(blind.tables["messages"]) == 5
+    lost = sorted((r.rowid, tuple(r.values)) for r in blind.lost_and_found)
+    assert lost == [(i + 1, row) for i, row in enumerate(rows)]
+    assert len({r.page for r in blind.lost_and_found}) == 1
+    assert sorted(r.cell for r in blind.lost_and_found) == list(range(10))
 
 
 def test_columns_added_by_a_later_migration(tmp_path: Path) -> None:
@@ -75,11 +83,12 @@ def test_columns_added_by_a_later_migration(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     ids = build_store(path, sessions=1, per_session=10)
     conn = apsw.Connection(str(path))
-    conn.execute("ALTER TABLE messages ADD COLUMN generation TEXT")
+    conn.execute("ALTER TABLE messages ADD COLUMN generation TEXT NOT NULL DEFAULT 'g0'")
     conn.close()
     with SessionDB(path) as db:
         db.append_messages(ids[0], [message(100 + i) for i in range(5)])
     truth = read_truth(path)
+    assert {row["generation"] for row in truth.rows["messages"].values()} == {"g0"}
     result = carve(path)
     assert carved_by_key(result, "messages") == truth.rows["messages"]
     zero_page(path, 1, truth.page_size)
