@@ -110,6 +110,25 @@ class CarveResult:
             out[table] = dict(c)
         return out
 
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready account of the carve for reports: counts per table and
+        lane, lost records by reason, and the stats; never any row values."""
+        st = self.stats
+        return {
+            "rows": self.counts_by_lane(),
+            "lost_and_found": dict(Counter(r.reason.split(":")[0]
+                                           for r in self.lost_and_found)),
+            "page_size": st.page_size, "page_size_source": st.page_size_source,
+            "page_count": st.page_count, "schema_readable": st.schema_readable,
+            "pages_read": st.pages_read, "bad_pages": st.bad_page_reasons(),
+            "bad_cells": st.bad_cells, "orphan_pages": len(st.orphan_pages),
+            "freelist_pages": st.freelist_pages, "frames_applied": st.frames_applied,
+            "frames_ignored": st.frames_ignored, "wal_problem": st.wal_problem,
+            "derived_records": st.derived_records, "unknown_columns": st.unknown_columns,
+            "duplicates": st.duplicates, "seconds": round(st.seconds, 3),
+            "mb_per_s": round(st.mb_per_s, 1), "notes": st.notes[:20],
+        }
+
 
 @dataclass
 class CarveEstimate:

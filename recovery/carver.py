@@ -206,8 +206,7 @@ class _Carver:
                                     + "; ".join(self.image.info.header_problems))
             return None
         entries: list[SchemaEntry] = []
-        for found in self._walk_records(1, SQLITE_SCHEMA):
-            v = found
+        for v in self._walk_records(1):
             if len(v) == 5 and all(isinstance(x, str) for x in v[:3]) and isinstance(v[3], int):
                 entries.append(SchemaEntry(v[0], v[1], v[2], v[3], v[4]
                                            if isinstance(v[4], str) else None))
@@ -307,6 +306,8 @@ class _Carver:
             if pgno in self.owned or pgno in self.skip or not 1 <= pgno <= n:
                 if not 1 <= pgno <= n:
                     self.stats.note(f"child pointer to page {pgno} outside the file")
+                elif pgno in self.skip:
+                    self.stats.note(f"tree points at page {pgno}, a free or map page")
                 continue
             self.owned.add(pgno)
             loaded = self._load(pgno)
@@ -330,7 +331,7 @@ class _Carver:
                 continue
         return out
 
-    def _walk_records(self, root: int, layout: Layout) -> Iterator[list[Any]]:
+    def _walk_records(self, root: int) -> Iterator[list[Any]]:
         """Decoded values of every record in a tree (used for sqlite_schema)."""
         for pgno, data, page in self._tree_leaves(root):
             for cell, record, _err in self._records(pgno, data, page):

@@ -20,6 +20,7 @@ MAGIC = b"SQLite format 3\x00"
 HEADER_SIZE = 100
 LEGAL_PAGE_SIZES = tuple(1 << n for n in range(9, 17))  # 512 .. 65536
 PENDING_BYTE = 0x40000000  # the lock-byte page holds this offset; never a b-tree page
+MAX_PAYLOAD = 0x7FFFFFFF  # SQLite's hard upper bound on a string or blob (2^31 - 1)
 
 # b-tree page types (first byte of the page header)
 INDEX_INTERIOR, TABLE_INTERIOR, INDEX_LEAF, TABLE_LEAF = 2, 5, 10, 13
@@ -51,11 +52,9 @@ def _u8(b: bytes) -> int:
     return b[0]
 
 
-def _u16(b: bytes) -> int:
+def _uint(b: bytes) -> int:
+    """A big-endian unsigned integer of any width."""
     return int.from_bytes(b, "big")
-
-
-_u32 = _u16  # big-endian unsigned of any width
 
 
 def _raw(b: bytes) -> bytes:
@@ -87,27 +86,27 @@ def read_fields(table: Iterable[Field], buf: bytes, base: int = 0) -> dict[str, 
 
 DB_HEADER_FIELDS = (
     Field("magic", 0, 16, _raw),
-    Field("page_size_raw", 16, 2, _u16),
+    Field("page_size_raw", 16, 2, _uint),
     Field("write_version", 18, 1, _u8),
     Field("read_version", 19, 1, _u8),
     Field("reserved_bytes", 20, 1, _u8),
     Field("max_payload_fraction", 21, 1, _u8),
     Field("min_payload_fraction", 22, 1, _u8),
     Field("leaf_payload_fraction", 23, 1, _u8),
-    Field("change_counter", 24, 4, _u32),
-    Field("page_count", 28, 4, _u32),
-    Field("first_freelist_trunk", 32, 4, _u32),
-    Field("freelist_count", 36, 4, _u32),
-    Field("schema_cookie", 40, 4, _u32),
-    Field("schema_format", 44, 4, _u32),
-    Field("default_cache_size", 48, 4, _u32),
-    Field("largest_root_page", 52, 4, _u32),
-    Field("text_encoding", 56, 4, _u32),
-    Field("user_version", 60, 4, _u32),
-    Field("incremental_vacuum", 64, 4, _u32),
-    Field("application_id", 68, 4, _u32),
-    Field("version_valid_for", 92, 4, _u32),
-    Field("sqlite_version_number", 96, 4, _u32),
+    Field("change_counter", 24, 4, _uint),
+    Field("page_count", 28, 4, _uint),
+    Field("first_freelist_trunk", 32, 4, _uint),
+    Field("freelist_count", 36, 4, _uint),
+    Field("schema_cookie", 40, 4, _uint),
+    Field("schema_format", 44, 4, _uint),
+    Field("default_cache_size", 48, 4, _uint),
+    Field("largest_root_page", 52, 4, _uint),
+    Field("text_encoding", 56, 4, _uint),
+    Field("user_version", 60, 4, _uint),
+    Field("incremental_vacuum", 64, 4, _uint),
+    Field("application_id", 68, 4, _uint),
+    Field("version_valid_for", 92, 4, _uint),
+    Field("sqlite_version_number", 96, 4, _uint),
 )
 
 
@@ -321,12 +320,12 @@ def decode_record(payload: bytes, total_size: int | None = None,
 
 PAGE_HEADER_FIELDS = (
     Field("page_type", 0, 1, _u8),
-    Field("first_freeblock", 1, 2, _u16),
-    Field("cell_count", 3, 2, _u16),
-    Field("content_start_raw", 5, 2, _u16),
+    Field("first_freeblock", 1, 2, _uint),
+    Field("cell_count", 3, 2, _uint),
+    Field("content_start_raw", 5, 2, _uint),
     Field("fragmented_bytes", 7, 1, _u8),
 )
-RIGHT_CHILD_FIELD = (Field("right_child", 8, 4, _u32),)
+RIGHT_CHILD_FIELD = (Field("right_child", 8, 4, _uint),)
 
 
 @dataclass(frozen=True)
@@ -425,6 +424,8 @@ def parse_cell(data: bytes, page: BTreePage, index: int, usable: int) -> Cell:
         key, end = read_varint(data, pos, usable)
         return Cell(index, off, max(4, end - off), left_child=left, rowid=signed64(key))
     size, pos = read_varint(data, pos, usable)
+    if size > MAX_PAYLOAD:
+        raise FormatError(f"cell claims a payload of {size} bytes")
     rowid = None
     if page.page_type == TABLE_LEAF:
         key, pos = read_varint(data, pos, usable)
@@ -464,6 +465,7 @@ def content_accounted(data: bytes, page: BTreePage, usable: int) -> bool:
 
 
 PageReader = Callable[[int], "bytes | None"]
+BROKEN_CHAIN = "broken overflow chain"
 
 
 @dataclass
@@ -483,22 +485,24 @@ def read_overflow(cell: Cell, read_page: PageReader, usable: int,
     remaining = cell.payload_size - len(cell.local)
     nxt = cell.overflow_page
     seen: set[int] = set()
+    if remaining > page_count * (usable - 4):
+        return OverflowResult(cell.local, pages, f"{BROKEN_CHAIN}: payload larger than the file")
     while remaining > 0:
         if not 2 <= nxt <= page_count:
-            return OverflowResult(b"".join(parts), pages, f"overflow link to page {nxt}")
+            return OverflowResult(b"".join(parts), pages, f"{BROKEN_CHAIN}: link to page {nxt}")
         if nxt in seen:
-            return OverflowResult(b"".join(parts), pages, f"overflow cycle at page {nxt}")
+            return OverflowResult(b"".join(parts), pages, f"{BROKEN_CHAIN}: cycle at page {nxt}")
         seen.add(nxt)
         data = read_page(nxt)
         if data is None:
-            return OverflowResult(b"".join(parts), pages, f"overflow page {nxt} unreadable")
+            return OverflowResult(b"".join(parts), pages, f"{BROKEN_CHAIN}: page {nxt} unreadable")
         pages.append(nxt)
         take = min(usable - 4, remaining)
         parts.append(data[4:4 + take])
         remaining -= take
         nxt = int.from_bytes(data[:4], "big")
     if cell.overflow_page and nxt != 0:
-        return OverflowResult(b"".join(parts), pages, "overflow chain does not end")
+        return OverflowResult(b"".join(parts), pages, f"{BROKEN_CHAIN}: it does not end where the payload does")
     return OverflowResult(b"".join(parts), pages)
 
 

@@ -17,28 +17,28 @@ from pathlib import Path
 from typing import Iterator
 
 from .fileformat import (HEADER_SIZE, LEGAL_PAGE_SIZES, MAGIC, DatabaseHeader, Field,
-                         FormatError, _u32, parse_header, read_fields)
+                         FormatError, _uint, parse_header, read_fields)
 
 WAL_MAGIC_LE, WAL_MAGIC_BE = 0x377F0682, 0x377F0683
 WAL_HEADER_SIZE, FRAME_HEADER_SIZE = 32, 24
 
 WAL_HEADER_FIELDS = (
-    Field("magic", 0, 4, _u32),
-    Field("format_version", 4, 4, _u32),
-    Field("page_size", 8, 4, _u32),
-    Field("checkpoint_seq", 12, 4, _u32),
-    Field("salt1", 16, 4, _u32),
-    Field("salt2", 20, 4, _u32),
-    Field("checksum1", 24, 4, _u32),
-    Field("checksum2", 28, 4, _u32),
+    Field("magic", 0, 4, _uint),
+    Field("format_version", 4, 4, _uint),
+    Field("page_size", 8, 4, _uint),
+    Field("checkpoint_seq", 12, 4, _uint),
+    Field("salt1", 16, 4, _uint),
+    Field("salt2", 20, 4, _uint),
+    Field("checksum1", 24, 4, _uint),
+    Field("checksum2", 28, 4, _uint),
 )
 FRAME_HEADER_FIELDS = (
-    Field("pgno", 0, 4, _u32),
-    Field("commit_size", 4, 4, _u32),
-    Field("salt1", 8, 4, _u32),
-    Field("salt2", 12, 4, _u32),
-    Field("checksum1", 16, 4, _u32),
-    Field("checksum2", 20, 4, _u32),
+    Field("pgno", 0, 4, _uint),
+    Field("commit_size", 4, 4, _uint),
+    Field("salt1", 8, 4, _uint),
+    Field("salt2", 12, 4, _uint),
+    Field("checksum1", 16, 4, _uint),
+    Field("checksum2", 20, 4, _uint),
 )
 
 # Why a frame was not applied.

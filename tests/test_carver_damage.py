@@ -7,6 +7,7 @@ crossed a damaged page land in lost_and_found, deleted rows stay deleted.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -155,7 +156,8 @@ def test_broken_overflow_link(store, tmp_path: Path) -> None:
     result = carve(damaged)
     assert set(carved_by_key(result, "messages")) == set(truth.rows["messages"]) - {rowid}
     (lost,) = result.lost_and_found
-    assert lost.rowid == rowid and "overflow link" in lost.reason
+    assert lost.rowid == rowid and lost.reason == (
+        "broken overflow chain: link to page 4294967040")
     assert lost.values[1] == truth.rows["messages"][rowid]["session_id"]
 
 
@@ -167,7 +169,7 @@ def test_overflow_cycle(store, tmp_path: Path) -> None:
     result = carve(damaged)
     assert set(carved_by_key(result, "messages")) == set(truth.rows["messages"]) - {rowid}
     (lost,) = result.lost_and_found
-    assert lost.rowid == rowid and "cycle" in lost.reason
+    assert lost.rowid == rowid and lost.reason.startswith("broken overflow chain: cycle")
 
 
 def test_deleted_rows_only_on_request(store, tmp_path: Path) -> None:
@@ -229,3 +231,15 @@ def test_wrong_page_size_in_header(store, tmp_path: Path) -> None:
     assert result.stats.schema_readable
     for table, rows in truth.rows.items():
         assert carved_by_key(result, table) == rows
+
+
+def test_summary_counts_without_text(store, tmp_path: Path) -> None:
+    path, truth, _ = store
+    damaged = _copy(path, tmp_path)
+    rowid, pages = _leaf_with_overflow(path, truth, 2)
+    patch(damaged, (pages[0] - 1) * truth.page_size, (0xFFFFFF00).to_bytes(4, "big"))
+    summary = carve(damaged).summary()
+    assert summary["rows"]["messages"] == {"tree": len(truth.rows["messages"]) - 1, "wal": 0}
+    assert summary["lost_and_found"] == {"broken overflow chain": 1}
+    text = json.dumps(summary)
+    assert truth.rows["messages"][rowid]["uid"] not in text and "lorem" not in text
