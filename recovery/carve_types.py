@@ -110,6 +110,22 @@ class CarveResult:
             out[table] = dict(c)
         return out
 
+    def orphaned_sessions(self) -> dict[str, float | None]:
+        """Session ids that carved messages name but no carved session row
+        has, each with its messages' earliest timestamp: what a placeholder
+        session needs (messages are never dropped for lack of a session)."""
+        known = {row.get("id") for row in self.tables.get("sessions", [])}
+        out: dict[str, float | None] = {}
+        for row in self.tables.get("messages", []):
+            sid, ts = row.get("session_id"), row.get("timestamp")
+            if sid in known or not isinstance(sid, str):
+                continue
+            if not isinstance(ts, (int, float)):
+                out.setdefault(sid, None)
+            elif out.get(sid) is None or ts < out[sid]:
+                out[sid] = float(ts)
+        return out
+
     def summary(self) -> dict[str, Any]:
         """A JSON-ready account of the carve for reports: counts per table and
         lane, lost records by reason, and the stats; never any row values."""

@@ -83,6 +83,12 @@ def test_sessions_root_destroyed(store, tmp_path: Path) -> None:
     by_id = carved_by_key(result, "messages")
     assert {k: m["session_id"] for k, m in by_id.items()} == {
         k: m["session_id"] for k, m in truth.rows["messages"].items()}
+    earliest: dict[str, float] = {}
+    for m in truth.rows["messages"].values():
+        earliest[m["session_id"]] = min(earliest.get(m["session_id"], m["timestamp"]),
+                                        m["timestamp"])
+    assert result.orphaned_sessions() == earliest == {
+        sid: earliest[sid] for sid in ids[1:]}
 
 
 def test_interior_pages_destroyed(store, tmp_path: Path) -> None:

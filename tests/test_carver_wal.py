@@ -179,3 +179,23 @@ def test_garbage_wal_is_ignored(wal_store, tmp_path: Path) -> None:
     result = carve(copy, _wal(copy))
     assert result.stats.wal_problem == "bad WAL magic"
     _assert_tables(result, wal_store["base"])
+
+
+def test_restarted_wal_ignores_the_stale_tail(tmp_path: Path) -> None:
+    """After a checkpoint the next writer restarts the WAL from its start with
+    new salts; the longer tail of the previous generation must not be applied."""
+    path = tmp_path / "live" / "state.db"
+    path.parent.mkdir()
+    ids = build_store(path, sessions=2, per_session=10)
+    with SessionDB(path) as db:
+        db.append_messages(ids[0], [message(700 + j, big=300) for j in range(30)])
+        assert db.checkpoint()[0] == db.checkpoint()[1]  # every frame copied back
+        db.set_title(ids[1], "after the restart")
+        snap = _snapshot(path, tmp_path / "snap")
+    truth = read_truth(snap)
+    scan = scan_wal(_wal(snap))
+    assert scan.committed and {f.reason for f in scan.ignored} == {"salt_mismatch"}
+    result = carve(snap, _wal(snap), include_uncommitted=True)
+    _assert_tables(result, truth)
+    assert result.stats.frames_ignored["salt_mismatch"] == len(scan.ignored)
+    assert carved_by_key(result, "sessions")[2]["title"] == "after the restart"
