@@ -225,6 +225,8 @@ class _Carver:
             self.stats.notes.extend(fl.errors)
             self.free_leaves = fl.leaves
             self.skip |= fl.pages
+            if fl.errors or len(fl.pages) < hdr.freelist_count:
+                self._guess_freelist()  # a broken chain: find the other trunks by shape
             if hdr.auto_vacuum:
                 self._load_ptrmap()
         else:
@@ -262,6 +264,9 @@ class _Carver:
             if data is not None:
                 self.ptrmap.update(parse_ptrmap(data, pgno, usable, n))
             pgno += usable // 5 + 1
+        free = {p for p, (kind, _) in self.ptrmap.items() if kind == 2}  # type 2: free
+        self.free_leaves += sorted(free - self.skip)  # the map knows free pages too
+        self.skip |= free
 
     def _guess_freelist(self) -> None:
         """Without page 1 the freelist head is lost; find trunk pages by shape
@@ -277,8 +282,8 @@ class _Carver:
                 continue
             if leaves and nxt <= n and len(set(leaves)) == len(leaves):
                 self.skip.add(pgno)
+                self.free_leaves.extend(p for p in leaves if p not in self.skip)
                 self.skip.update(leaves)
-                self.free_leaves.extend(leaves)
 
     # -- tree walks ------------------------------------------------------------
 

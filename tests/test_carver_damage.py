@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from recovery.carver import FREELIST, ORPHAN, TREE, carve, estimate
-from recovery.fileformat import parse_cell, parse_header, parse_page_header
+from recovery.fileformat import parse_cell, parse_header, parse_page_header, walk_freelist
 from tests.helpers.carving import (Truth, build_store, carved_by_key, expected_after_damage,
                                    patch, randomize_page, read_truth, zero_page)
 
@@ -249,3 +249,38 @@ def test_summary_counts_without_text(store, tmp_path: Path) -> None:
     assert summary["lost_and_found"] == {"broken overflow chain": 1}
     text = json.dumps(summary)
     assert truth.rows["messages"][rowid]["uid"] not in text and "lorem" not in text
+
+
+def test_damaged_freelist_trunk_chain(tmp_path: Path) -> None:
+    """The header's freelist head is gone: the trunks are found by shape, so
+    the deleted sessions' leaves still stay deleted."""
+    path = tmp_path / "state.db"
+    ids = build_store(path, sessions=5, per_session=120, page_size=1024, delete_sessions=3,
+                      big_every=5)
+    truth = read_truth(path)
+    hdr = parse_header(path.read_bytes()[:100])
+    assert hdr.freelist_count > 0
+    patch(path, 32, (0).to_bytes(4, "big"))  # first freelist trunk pointer
+    result = carve(path)
+    assert carved_by_key(result, "messages") == truth.rows["messages"]
+    assert {m["session_id"] for m in result.tables["messages"]} == set(ids[3:])
+
+
+def test_pointer_map_knows_free_pages(tmp_path: Path) -> None:
+    """Incremental auto_vacuum keeps free pages and marks them in the pointer
+    map: with the freelist trunks destroyed, deleted rows still stay deleted."""
+    path = tmp_path / "state.db"
+    ids = build_store(path, sessions=4, per_session=100, page_size=1024, auto_vacuum=2,
+                      delete_sessions=2, big_every=5)
+    truth = read_truth(path)
+    data = path.read_bytes()
+    hdr = parse_header(data[:100])
+    assert hdr.auto_vacuum and hdr.incremental_vacuum and hdr.freelist_count > 0
+    fl = walk_freelist(hdr.first_freelist_trunk, lambda n: data[(n - 1) * 1024:n * 1024],
+                       1024, hdr.page_count)
+    for trunk in fl.trunks:
+        zero_page(path, trunk, 1024)
+    patch(path, 32, bytes(8))  # first trunk and freelist count
+    result = carve(path)
+    assert carved_by_key(result, "messages") == truth.rows["messages"]
+    assert {m["session_id"] for m in result.tables["messages"]} == set(ids[2:])

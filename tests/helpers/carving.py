@@ -21,10 +21,11 @@ from recovery.fileformat import (TABLE_INTERIOR, TABLE_LEAF, parse_cell, parse_h
 from sessiondb import SessionDB
 
 
-def init_file(path: Path, page_size: int = 4096, auto_vacuum: bool = False) -> None:
-    """Create an empty database with a chosen page size before SessionDB opens it."""
+def init_file(path: Path, page_size: int = 4096, auto_vacuum: bool | int = False) -> None:
+    """Create an empty database with a chosen page size and auto_vacuum mode
+    (0 none, 1 or True full, 2 incremental) before SessionDB opens it."""
     conn = apsw.Connection(str(path))
-    conn.execute(f"PRAGMA page_size={page_size}; PRAGMA auto_vacuum={1 if auto_vacuum else 0}")
+    conn.execute(f"PRAGMA page_size={page_size}; PRAGMA auto_vacuum={int(auto_vacuum)}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.close()
     os.chmod(path, 0o600)
@@ -44,7 +45,7 @@ def message(i: int, big: int = 0) -> dict[str, Any]:
 
 
 def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_size: int = 4096,
-                auto_vacuum: bool = False, delete_sessions: int = 0,
+                auto_vacuum: bool | int = False, delete_sessions: int = 0,
                 big_every: int = 0, before_delete: Path | None = None) -> list[str]:
     """A store with ``sessions`` x ``per_session`` messages; the first
     ``delete_sessions`` sessions are deleted afterwards (rows on freelist pages);
