@@ -284,3 +284,16 @@ def test_pointer_map_knows_free_pages(tmp_path: Path) -> None:
     result = carve(path)
     assert carved_by_key(result, "messages") == truth.rows["messages"]
     assert {m["session_id"] for m in result.tables["messages"]} == set(ids[2:])
+
+
+@pytest.mark.parametrize("content", [
+    bytes(random.Random(3).getrandbits(8) for _ in range(96 * 1024)),
+    b'{"not": "a database"}\n' * 3000,
+    b"",
+], ids=["random", "text", "empty"])
+def test_not_a_database(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "other.db"
+    path.write_bytes(content)
+    result = carve(path)
+    assert result.tables == {} and not result.stats.schema_readable
+    assert estimate(path).total == 0
