@@ -32,8 +32,10 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from recovery.carver import carve  # noqa: E402
-from tests.helpers.carving import (build_store, expected_after_damage, randomize_page,  # noqa: E402
-                                   read_truth, zero_page)
+from recovery.fileformat import parse_cell, parse_page_header  # noqa: E402
+from sessiondb import SessionDB  # noqa: E402
+from tests.helpers.carving import (build_store, expected_after_damage, message,  # noqa: E402
+                                   patch, randomize_page, read_truth, zero_page)
 
 BUILD = Path(__file__).resolve().parent / ".build"
 
@@ -86,33 +88,59 @@ def correct(rows: dict[int, dict], truth: dict[int, dict]) -> int:
     return sum(1 for k, row in rows.items() if truth.get(k) == row)
 
 
-Damage = Callable[[Path, Any, random.Random], set]
+Damage = Callable[[Path, Any, random.Random], tuple[set, set]]
+SAMPLE = 20  # rows hit by each cell-level damage class
 
 
 def _random(fraction: float) -> Damage:
-    def damage(path: Path, truth: Any, rng: random.Random) -> set:
+    def damage(path: Path, truth: Any, rng: random.Random) -> tuple[set, set]:
         pages = path.stat().st_size // truth.page_size
         hit = set(rng.sample(range(2, pages + 1), max(1, round(pages * fraction))))
         for p in hit:
             randomize_page(path, p, truth.page_size, rng)
-        return hit
+        return hit, set()
     return damage
 
 
-def _truncate(path: Path, truth: Any, rng: random.Random) -> set:
+def _truncate(path: Path, truth: Any, rng: random.Random) -> tuple[set, set]:
     pages = path.stat().st_size // truth.page_size
     keep = pages * 6 // 10
     os.truncate(path, keep * truth.page_size)
-    return set(range(keep + 1, pages + 1))
+    return set(range(keep + 1, pages + 1)), set()
 
 
 def _pages(pick: Callable[[Any], list[int]], zero: bool = False) -> Damage:
-    def damage(path: Path, truth: Any, rng: random.Random) -> set:
+    def damage(path: Path, truth: Any, rng: random.Random) -> tuple[set, set]:
         hit = set(pick(truth))
         for p in hit:
             (zero_page(path, p, truth.page_size) if zero else
              randomize_page(path, p, truth.page_size, rng))
-        return hit
+        return hit, set()
+    return damage
+
+
+def _cell_pointers(path: Path, truth: Any, rng: random.Random) -> tuple[set, set]:
+    """The first cell pointer of SAMPLE message leaves points outside the page."""
+    ps, data = truth.page_size, path.read_bytes()
+    leaves = sorted(set(truth.leaf_of["messages"].values()))
+    lost = set()
+    for leaf in rng.sample(leaves, min(SAMPLE, len(leaves))):
+        buf = data[(leaf - 1) * ps:leaf * ps]
+        page = parse_page_header(buf, leaf, ps)
+        lost.add(parse_cell(buf, page, 0, ps).rowid)
+        patch(path, (leaf - 1) * ps + 8, (0xFFF0).to_bytes(2, "big"))
+    return set(), lost
+
+
+def _overflow(cycle: bool) -> Damage:
+    def damage(path: Path, truth: Any, rng: random.Random) -> tuple[set, set]:
+        chains = [(r, p) for r, p in truth.overflow_of["messages"].items() if len(p) >= 3]
+        lost = set()
+        for rowid, pages in rng.sample(chains, min(SAMPLE, len(chains))):
+            link = pages[0].to_bytes(4, "big") if cycle else (0xFFFFFF00).to_bytes(4, "big")
+            patch(path, (pages[1] - 1) * truth.page_size, link)
+            lost.add(rowid)
+        return set(), lost
     return damage
 
 
@@ -123,26 +151,62 @@ CLASSES: dict[str, Damage] = {
     "random_1pct": _random(0.01),
     "random_5pct": _random(0.05),
     "truncated_60pct": _truncate,
+    "cell_pointer_outside": _cell_pointers,
+    "overflow_broken_link": _overflow(cycle=False),
+    "overflow_cycle": _overflow(cycle=True),
 }
+
+
+def measure(name: str, damaged: Path, wal: Path | None, truth: dict[int, dict],
+            recoverable: int, cli: Path, work: Path) -> dict:
+    size_mb = (damaged.stat().st_size + (wal.stat().st_size if wal else 0)) / 1e6
+    started = time.perf_counter()
+    result = carve(damaged, wal)
+    ours_s = time.perf_counter() - started
+    ours = {row["id"]: row for row in result.tables.get("messages", [])}
+    theirs, recover_s = run_recover(cli, damaged, work)
+    return {"class": name, "messages": len(truth), "recoverable": recoverable,
+            "ours": correct(ours, truth), "recover": correct(theirs, truth),
+            "ours_s": round(ours_s, 3), "recover_s": round(recover_s, 3),
+            "time_ratio": round(ours_s / recover_s, 2) if recover_s else None,
+            "ours_mb_s": round(size_mb / ours_s, 1)}
 
 
 def bench_class(name: str, pristine: Path, truth: Any, cli: Path, work: Path) -> dict:
     damaged = work / f"{name}.db"
     shutil.copyfile(pristine, damaged)
-    hit = CLASSES[name](damaged, truth, random.Random(name))
+    hit, lost = CLASSES[name](damaged, truth, random.Random(name))
     whole, _ = expected_after_damage(truth, "messages", hit)
-    size_mb = damaged.stat().st_size / 1e6
-    started = time.perf_counter()
-    result = carve(damaged)
-    ours_s = time.perf_counter() - started
-    ours = {row["id"]: row for row in result.tables.get("messages", [])}
-    theirs, recover_s = run_recover(cli, damaged, work)
-    t = truth.rows["messages"]
-    return {"class": name, "messages": len(t), "recoverable": len(whole),
-            "ours": correct(ours, t), "recover": correct(theirs, t),
-            "ours_s": round(ours_s, 3), "recover_s": round(recover_s, 3),
-            "time_ratio": round(ours_s / recover_s, 2) if recover_s else None,
-            "ours_mb_s": round(size_mb / ours_s, 1)}
+    return measure(name, damaged, None, truth.rows["messages"], len(whole - lost), cli, work)
+
+
+def bench_wal(pristine: Path, cli: Path, work: Path, rng: random.Random) -> list[dict]:
+    """Uncheckpointed commits in the WAL (no -shm), then the same with its
+    last frame torn: SQLite and the carver must both drop that commit."""
+    live = work / "live"
+    live.mkdir()
+    shutil.copyfile(pristine, live / "state.db")
+    with SessionDB(live / "state.db") as db:
+        sid = db.list_sessions(limit=1)[0].id
+        for k in range(10):
+            db.append_messages(sid, [message(90_000 + 20 * k + j) for j in range(20)])
+            if k == 8:
+                before = _snap(live / "state.db", work / "wal_before.db")
+        full = _snap(live / "state.db", work / "wal_uncheckpointed.db")
+    torn = _snap(full, work / "wal_torn.db")
+    wal = Path(f"{torn}-wal")
+    os.truncate(wal, wal.stat().st_size - 100)
+    rows = []
+    for name, path, truth_of in (("wal_uncheckpointed", full, full), ("wal_torn", torn, before)):
+        t = read_truth(truth_of).rows["messages"]
+        rows.append(measure(name, path, Path(f"{path}-wal"), t, len(t), cli, work))
+    return rows
+
+
+def _snap(src: Path, dst: Path) -> Path:
+    shutil.copyfile(src, dst)
+    shutil.copyfile(f"{src}-wal", f"{dst}-wal")
+    return dst
 
 
 def main() -> None:
@@ -160,6 +224,7 @@ def main() -> None:
                     big_every=25)
         truth = read_truth(pristine)
         rows = [bench_class(name, pristine, truth, cli, work) for name in CLASSES]
+        rows += bench_wal(pristine, cli, work, random.Random(0))
     if args.json:
         print(json.dumps(rows, indent=2))
         return
