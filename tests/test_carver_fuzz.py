@@ -5,6 +5,7 @@ still come back exactly, wherever the damage landed (page 1 excepted).
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recovery.carver import carve, estimate
+from sessiondb import SessionDB
 from tests.helpers.carving import (Truth, build_store, carved_by_key, expected_after_damage,
-                                   patch, read_truth)
+                                   message, patch, read_truth)
 
 PAGE = 1024
 
@@ -64,32 +66,33 @@ def test_random_bytes_in_random_pages(pristine, mutations) -> None:
         assert all(got[k] == truth.rows[table][k] for k in whole), table
 
 
-@FUZZ
-@given(offset=st.integers(min_value=0, max_value=40_000), data=st.binary(min_size=1,
-                                                                          max_size=64))
-def test_random_bytes_in_the_wal(tmp_path_factory, offset: int, data: bytes) -> None:
-    base = tmp_path_factory.getbasetemp() / "fuzzwal"
-    src = base / "state.db"
-    if not src.exists():
-        _make_wal_store(src)
-    with tempfile.TemporaryDirectory() as d:
-        copy = Path(d) / "state.db"
-        shutil.copyfile(src, copy)
-        shutil.copyfile(f"{src}-wal", f"{copy}-wal")
-        wal = Path(f"{copy}-wal")
-        patch(wal, offset % max(1, wal.stat().st_size), data)
-        result = carve(copy, wal, include_uncommitted=True)
-    assert result.stats.frames_applied + sum(result.stats.frames_ignored.values()) >= 0
-
-
-def _make_wal_store(path: Path) -> None:
-    from sessiondb import SessionDB
-    from tests.helpers.carving import message
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ids = build_store(path.with_name("base.db"), sessions=2, per_session=10, page_size=PAGE)
-    shutil.copyfile(path.with_name("base.db"), path)
+@pytest.fixture(scope="module")
+def wal_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store whose last commits live only in its -wal (copied while open)."""
+    base = tmp_path_factory.mktemp("fuzzwal")
+    path = base / "state.db"
+    ids = build_store(path, sessions=2, per_session=10, page_size=PAGE)
     with SessionDB(path) as db:
         for k in range(4):
             db.append_messages(ids[k % 2], [message(900 + k * 3 + j) for j in range(3)])
-        shutil.copyfile(f"{path}-wal", path.with_name("saved-wal"))
-    shutil.copyfile(path.with_name("saved-wal"), f"{path}-wal")
+        shutil.copyfile(f"{path}-wal", base / "saved-wal")
+    shutil.copyfile(base / "saved-wal", f"{path}-wal")
+    return path
+
+
+@FUZZ
+@given(offset=st.integers(min_value=0, max_value=40_000),
+       data=st.binary(min_size=1, max_size=64), cut=st.integers(min_value=0, max_value=4096))
+def test_random_bytes_in_the_wal(wal_source: Path, offset: int, data: bytes, cut: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        copy = Path(d) / "state.db"
+        shutil.copyfile(wal_source, copy)
+        wal = Path(f"{copy}-wal")
+        shutil.copyfile(f"{wal_source}-wal", wal)
+        size = wal.stat().st_size
+        patch(wal, offset % size, data)
+        os.truncate(wal, size - cut)
+        result = carve(copy, wal, include_uncommitted=True)
+        estimate(copy, wal)
+    st_ = result.stats
+    assert st_.wal_problem or st_.frames_applied + sum(st_.frames_ignored.values()) > 0
