@@ -295,6 +295,10 @@ def _literal(sql: str | None) -> Any:
     return None
 
 
+def _deny_attach(op: int, *_: Any) -> int:
+    return apsw.SQLITE_DENY if op == apsw.SQLITE_ATTACH else apsw.SQLITE_OK
+
+
 def layout_from_sql(table: str, sql: str) -> Layout | None:
     """A layout from a CREATE TABLE statement found in sqlite_schema.
 
@@ -303,10 +307,11 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
     """
     if not isinstance(sql, str) or not sql.lstrip().upper().startswith("CREATE TABLE"):
         return None
-    if "WITHOUT ROWID" in sql.upper():
-        return None
+    if "WITHOUT ROWID" in sql.upper() or ";" in sql:
+        return None  # one statement only: the text comes from a damaged file
     try:
         conn = apsw.Connection(":memory:")
+        conn.authorizer = _deny_attach
         try:
             conn.execute(sql)
             cols = list(conn.execute("SELECT name, type, pk, dflt_value "

@@ -226,3 +226,16 @@ def test_pointer_map_matches_dbstat(tmp_path: Path) -> None:
             assert kind in (3, 4), (p, pgno)
         else:
             assert kind == 5, (p, pgno)
+
+
+@pytest.mark.parametrize("encoding", ["UTF-16le", "UTF-16be"])
+def test_utf16_databases(tmp_path: Path, encoding: str) -> None:
+    path = tmp_path / "u16.db"
+    conn = apsw.Connection(str(path))
+    conn.execute(f"PRAGMA encoding='{encoding}'; CREATE TABLE t(v TEXT)")
+    words = ["héllo", "日本語", "", "x" * 3000]
+    conn.executemany("INSERT INTO t(v) VALUES (?)", [(w,) for w in words])
+    conn.close()
+    assert parse_header(path.read_bytes()[:100]).encoding == encoding.lower().replace(
+        "utf-16", "utf-16-")
+    assert [r["v"] for r in carve(path).tables["t"]] == words

@@ -145,3 +145,7 @@ def test_layout_scores() -> None:
     assert MESSAGES.score(values, as_int) == 0.0
     assert layout_from_sql("t", "CREATE TABLE t(a) WITHOUT ROWID") is None
     assert layout_from_sql("t", "not sql") is None
+    # schema text from a damaged file runs as one statement, never more
+    evil = "CREATE TABLE t(a); ATTACH DATABASE 'x.db' AS x"
+    assert layout_from_sql("t", evil) is None
+    assert [c.name for c in layout_from_sql("t", "CREATE TABLE t(a, b)").columns] == ["a", "b"]
