@@ -52,25 +52,25 @@ def test_fts_shadow_tables_are_never_mapped(fts_store: Path, tmp_path: Path) -> 
 
 
 def test_unknown_table_from_the_schema(tmp_path: Path) -> None:
-    """A table a parallel branch adds (say `compactions`) is carved by the
-    layout its own CREATE TABLE gives, while page 1 is readable."""
+    """A table the carver has no layout for is carved by the layout its own
+    CREATE TABLE gives, while page 1 is readable."""
     path = tmp_path / "state.db"
     build_store(path, sessions=1, per_session=5)
     conn = apsw.Connection(str(path))
-    conn.execute("CREATE TABLE compactions (id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
+    conn.execute("CREATE TABLE extra_notes (id TEXT PRIMARY KEY, session_id TEXT NOT NULL,"
                  " created_at REAL NOT NULL, absorbed INTEGER NOT NULL)")
     rows = [(f"c{i}", "s", 1.7e9 + i, i) for i in range(10)]
-    conn.executemany("INSERT INTO compactions VALUES (?, ?, ?, ?)", rows)
+    conn.executemany("INSERT INTO extra_notes VALUES (?, ?, ?, ?)", rows)
     conn.close()
     result = carve(path)
     got = [(r["id"], r["session_id"], r["created_at"], r["absorbed"])
-           for r in result.tables["compactions"]]
+           for r in result.tables["extra_notes"]]
     assert got == rows
-    assert all(o.confidence <= 0.4 for _, o in result.rows("compactions"))
+    assert all(o.confidence <= 0.4 for _, o in result.rows("extra_notes"))
     # without page 1 nothing says what these records are: kept, unattributed
     zero_page(path, 1, 4096)
     blind = carve(path)
-    assert "compactions" not in blind.tables and len(blind.tables["messages"]) == 5
+    assert "extra_notes" not in blind.tables and len(blind.tables["messages"]) == 5
     lost = sorted((r.rowid, tuple(r.values)) for r in blind.lost_and_found)
     assert lost == [(i + 1, row) for i, row in enumerate(rows)]
     assert len({r.page for r in blind.lost_and_found}) == 1
