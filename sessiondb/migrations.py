@@ -11,6 +11,8 @@ from typing import Callable
 
 import apsw
 
+from . import search_index
+
 Migration = Callable[[apsw.Connection], None]
 
 
@@ -80,7 +82,12 @@ def m002_leases(conn: apsw.Connection) -> None:
     """)
 
 
-MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases)
+def m004_search_index(conn: apsw.Connection) -> None:
+    """Word and trigram FTS5 indexes over message text, filled, with sync triggers."""
+    search_index.install(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m004_search_index)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:
