@@ -73,4 +73,4 @@ def main() -> None:
 
 
 # Command modules register themselves on `cli`; import them last.
-from . import doctor_cmd, sessions_cmd  # noqa: E402,F401
+from . import doctor_cmd, search_cmd, sessions_cmd  # noqa: E402,F401

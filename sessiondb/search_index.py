@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import time
-from typing import Callable, TypeVar
+from typing import Callable, ContextManager, TypeVar
 
 import apsw
 
@@ -218,6 +218,38 @@ def _retry_detached(conn: apsw.Connection, fn: Callable[[], T], first: apsw.Erro
     log.warning("full-text index damaged (%s); triggers detached, search falls back to "
                 "scanning until `hermes sessions reindex`", first)
     return result
+
+
+def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
+                    body: Callable[[apsw.Connection], T], *, nested: bool) -> T:
+    """Run ``body`` in its own transaction; if it fails with corruption, in a
+    fresh transaction detach the triggers, write the marker and run ``body``
+    again, committing all three together.
+
+    This is the outer half of fail-open. `guarded_write` handles FTS5-level
+    damage (SQLITE_CORRUPT_VTAB) inside the caller's transaction, but damage
+    at the b-tree level poisons the whole transaction for further writes,
+    so only a new transaction can retry. If the retry also hits corruption,
+    everything rolls back (triggers and marker included) and that error is
+    raised: the damage was not only in the index. Inside someone else's
+    transaction (``nested``) no retry is possible; the inner guard is all.
+    """
+    if nested:
+        with atomic() as conn:
+            return body(conn)
+    try:
+        with atomic() as conn:
+            return body(conn)
+    except Exception as e:
+        if not isinstance(e.__cause__, apsw.CorruptError):
+            raise
+        first = e
+    with atomic() as conn:
+        if triggers_attached(conn):
+            mark_stale(conn, f"write failed: {first}", _code(first.__cause__))
+            log.warning("full-text index damaged (%s); triggers detached, search falls back "
+                        "to scanning until `hermes sessions reindex`", first)
+        return body(conn)
 
 
 def shadow_tables_damaged(conn: apsw.Connection) -> bool:

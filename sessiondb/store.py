@@ -295,8 +295,8 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        with self.atomic() as conn:
-            return self.index_guarded(conn, lambda: sessions.delete(conn, session_id))
+        return self.write_fail_open(
+            lambda conn: self.index_guarded(conn, lambda: sessions.delete(conn, session_id)))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -340,8 +340,8 @@ class SessionDB:
         if not isinstance(batch, list):
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
-        with self.atomic() as conn:
-            ids = self.insert_encoded(conn, session_id, encoded, holder=holder)
+        ids = self.write_fail_open(
+            lambda conn: self.insert_encoded(conn, session_id, encoded, holder=holder))
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
@@ -395,6 +395,13 @@ class SessionDB:
         detached and marked stale, and ``fn`` is run again. ``fn`` must be
         safe to re-run after a rollback to the guard's savepoint."""
         return search_index.guarded_write(conn, fn)
+
+    def write_fail_open(self, body: Callable[[apsw.Connection], Any]) -> Any:
+        """Run ``body(conn)`` in one write transaction that damage to the
+        search index cannot fail: on index-scoped corruption the index is
+        detached and marked stale in a fresh transaction and ``body`` runs
+        again there (see search_index.write_fail_open)."""
+        return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,
