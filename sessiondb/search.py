@@ -169,6 +169,13 @@ def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: i
             for mid, sid, role, ts, state, title, body in rows]
 
 
+def _any_match(conn: apsw.Connection, table: str, match: str | None) -> bool:
+    """Whether the index holds any document for ``match`` (no filters): the
+    cheapest FTS5 query, so every page of a query takes the same path."""
+    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT 1",
+                        (match,)).fetchone() is not None
+
+
 def fallback_plan(p: Plan) -> Plan:
     """The scan that stands in for ``p`` while the index is stale."""
     if p.kind == "raw":
@@ -184,6 +191,8 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
     """Execute ``p`` on a healthy index."""
     if p.kind == "scan":
         return _scan(conn, p, filters, order, limit, offset, "scan")
+    if p.alt is not None and not _any_match(conn, search_index.FTS_TABLE, p.match):
+        return run(conn, p.alt, filters, order, limit, offset)
     table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
     try:
         return _indexed(conn, p, table, filters, order, limit, offset)

@@ -9,7 +9,9 @@ to FTS5 unchanged, for experts.
 
 The plan picks one of:
 
-- ``words``: the word index (``messages_fts``), terms AND-ed;
+- ``words``: the word index (``messages_fts``), terms AND-ed; when the
+  index holds no match at all, the same terms run as a substring plan
+  (so ``onnectio`` finds "connection");
 - ``substring``: the trigram index (``messages_trigram``) for CJK text and
   for queries with no word characters, terms of 3+ characters AND-ed,
   shorter terms checked with LIKE on the candidates;
@@ -49,6 +51,7 @@ class Plan:
     match: str | None = None        # FTS5 expression for the chosen index
     likes: list[str] = field(default_factory=list)   # LIKE patterns checked on candidates
     terms: list[str] = field(default_factory=list)   # plain terms, for scan snippets
+    alt: "Plan | None" = None       # words only: the substring plan used when no word matches
 
 
 def _is_cjk(ch: str) -> bool:
@@ -118,7 +121,9 @@ def split_terms(text: str) -> list[Term]:
 def _words_plan(terms: list[Term]) -> Plan:
     words = [t for t in terms if t.has_word_chars]
     parts = [fts_string(t.text) + ("*" if t.prefix else "") for t in words]
-    return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words])
+    alt = _substring_plan([t.text for t in words])
+    return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words],
+                alt=alt if alt.kind == "substring" else None)
 
 
 def _substring_plan(pieces: list[str]) -> Plan:

@@ -248,3 +248,12 @@ def test_migration_indexes_existing_rows(tmp_path):
         assert "m004_search_index" not in db.pending_migrations()
         assert len(db.search("preexisting")) == 1
         assert migrations.MIGRATIONS[-1].__name__ == "m004_search_index"
+
+
+def test_word_fragments_fall_back_to_substrings(db, corpus):
+    hits = db.search("onnectio")
+    assert {h.message_id for h in hits} == {corpus["dense"], corpus["tool"], corpus["old"]}
+    assert {h.via for h in hits} == {"trigram"}
+    assert ids(db.search("onnectio", session_id="trip")) == [corpus["dense"]]
+    assert set(ids(db.search('"tion refu"'))) == {corpus["dense"], corpus["tool"]}
+    assert db.search("connection zzzqqq") == []      # every substring must match too
