@@ -44,6 +44,9 @@ TRIGGERS = ("messages_search_ai", "messages_search_ad", "messages_search_au")
 # cap is in characters and applies to tool_result blocks and to whole
 # messages with role 'tool'. The fallback scan searches the same text.
 TOOL_TEXT_CAP = 16_384
+# Any other message is indexed up to this many characters (a pasted 20 MB
+# log would otherwise cost seconds of tokenizing and megabytes of trigrams).
+TEXT_CAP = 262_144
 
 _TOKENIZERS = {
     FTS_TABLE: "unicode61 remove_diacritics 2",
@@ -75,7 +78,8 @@ def text_expr(row: str) -> str:
     raw = (f"CASE WHEN {row}.content_kind = 'text' THEN {row}.content"
            f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
            f" THEN {_blocks_text(row)} END")
-    return f"(CASE WHEN {row}.role = 'tool' THEN substr({raw}, 1, {TOOL_TEXT_CAP}) ELSE {raw} END)"
+    return (f"substr({raw}, 1, CASE WHEN {row}.role = 'tool' THEN {TOOL_TEXT_CAP}"
+            f" ELSE {TEXT_CAP} END)")
 
 
 def _create_tables(conn: apsw.Connection) -> None:
@@ -285,6 +289,7 @@ def rebuild(conn: apsw.Connection) -> dict[str, int]:
     drop_triggers(conn)
     for table in INDEXES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"DROP VIEW IF EXISTS {TEXT_VIEW}")  # the text rules may have changed
     _create_tables(conn)
     _fill(conn)
     attach_triggers(conn)

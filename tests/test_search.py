@@ -7,7 +7,7 @@ import pytest
 
 from sessiondb import InvalidInput, InvalidQuery, SessionDB, StorageError
 from sessiondb.errors import Cause
-from sessiondb.search_index import TOOL_TEXT_CAP
+from sessiondb.search_index import TEXT_CAP, TOOL_TEXT_CAP
 
 
 def ids(hits):
@@ -100,6 +100,14 @@ def test_tool_output_is_indexed_up_to_the_cap(db, sid):
                                   "content": head + " " * 40 + "beyondcap"})
     assert ids(db.search("visiblehead")) == [rid]
     assert db.search("beyondcap") == []
+
+
+def test_other_messages_are_indexed_up_to_the_general_cap(db, sid):
+    rid = db.append_message(sid, {"role": "user",
+                                  "content": "starthere " + "y " * (TEXT_CAP // 2) + "tailword"})
+    assert ids(db.search("starthere")) == [rid]
+    assert db.search("tailword") == []
+    assert db.get_messages(sid)[0]["content"].endswith("tailword")
 
 
 @pytest.mark.parametrize("query", [
