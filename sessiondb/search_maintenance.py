@@ -80,11 +80,11 @@ def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
 def rebuild_on_open(db: "SessionDB") -> None:
     """Open-time repair: rebuild a stale index only when this process is the
     only holder (and the lock table can say so). Never fails the open."""
-    if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
-        return
-    if holders.other_holders(db.path) != []:
-        return
     try:
+        if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
+            return
+        if holders.other_holders(db.path) != []:
+            return
         stats = rebuild(db)
         log.warning("rebuilt the stale search index on open (%d messages)", stats["messages"])
     except StorageError as e:

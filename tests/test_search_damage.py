@@ -142,6 +142,8 @@ def test_canonical_damage_is_not_mistaken_for_index_damage(tmp_path, open_store)
     db = open_store(path)
     with pytest.raises(StoreCorrupt):
         db.append_message("shared", {"role": "user", "content": "cannot land"})
+    with pytest.raises(StoreCorrupt):
+        db.search("alpha", limit=1000)
     assert db.meta("fts_stale") is None
     with db._read() as conn:
         assert triggers_attached(conn)
@@ -187,3 +189,20 @@ def test_two_processes_one_detaches_the_other_follows(tmp_path, open_store):
         assert [h.message_id for h in alone.search("kilowatt")] == [report["rid"]]
         assert rid in [h.message_id for h in alone.search("first")]
         assert alone.search_health().ok
+
+
+def test_guard_inside_a_callers_transaction(tmp_path, open_store):
+    """insert_encoded in someone else's transaction (compaction, imports):
+    FTS5-level damage is handled in place and the caller's other writes commit."""
+    from sessiondb.codec import encode
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_fts_blocks(path)
+    db = open_store(path)
+    with db.atomic() as conn:
+        conn.execute("INSERT INTO state_meta(key, value) VALUES ('caller', 'kept')")
+        (rid,) = db.insert_encoded(conn, "shared", [encode({"role": "user",
+                                                           "content": "nested alpha"})])
+    assert db.meta("caller") == "kept"
+    assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
+    assert rid in [h.message_id for h in db.search("nested")]
