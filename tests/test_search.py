@@ -265,3 +265,39 @@ def test_word_fragments_fall_back_to_substrings(db, corpus):
     assert ids(db.search("onnectio", session_id="trip")) == [corpus["dense"]]
     assert set(ids(db.search('"tion refu"'))) == {corpus["dense"], corpus["tool"]}
     assert db.search("connection zzzqqq") == []      # every substring must match too
+
+
+def test_any_text_is_a_result_or_invalid_query(open_store):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+    db = open_store()
+    db.create_session("h", source="t")
+    db.append_messages("h", [{"role": "user", "content": "alpha (beta) \"gamma\" 東京タワー * - : ."}])
+
+    @settings(max_examples=150, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=60)
+           | st.text(alphabet='()*":-.^+ NEARORANDNOT{}abc東京', max_size=40))
+    def check(text):
+        for raw in (False, True):
+            try:
+                hits = db.search(text, raw=raw)
+            except InvalidQuery:
+                continue
+            assert all(h.session_id == "h" for h in hits)
+
+    check()
+
+
+def test_health_catches_an_index_out_of_step(db, corpus):
+    from sessiondb.search_index import drop_triggers
+    with db.atomic() as conn:
+        drop_triggers(conn)          # no marker: the kind of drift health must catch
+    db.append_message("code", {"role": "user", "content": "unindexed newcomer"})
+    health = db.search_health()
+    assert not health.ok and not health.triggers_attached and health.stale is None
+    for index in health.indexes:
+        assert index.integrity == "index out of step: 1 messages not indexed, 0 stale documents"
+        assert index.probe.startswith("message ") and index.probe.endswith("missing from the index")
+    assert health.to_dict()["ok"] is False
+    db.rebuild_search_index()
+    assert db.search_health().ok
