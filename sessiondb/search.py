@@ -79,6 +79,12 @@ class Filters:
     until: float | None = None
     include_archived: bool = False
 
+    @property
+    def narrowing(self) -> bool:
+        """Filters beyond row state (those can exclude most matches)."""
+        return any(v is not None for v in (self.session_id, self.role, self.source,
+                                           self.since, self.until))
+
     def sql(self) -> tuple[str, list[Any]]:
         where, args = ["1"], []
         if not self.include_archived:
@@ -111,6 +117,63 @@ def _check_args(filters: Filters, limit: int, offset: int, order: str) -> None:
 
 # -- indexed paths -----------------------------------------------------------
 
+def _snippet_sql(table: str) -> str:
+    return (f"snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
+            f" {SNIPPET_TOKENS})")
+
+
+def _window_floor(conn: apsw.Connection, table: str, p: Plan, filters: Filters, base: str,
+                  params: list[Any]) -> int | None:
+    """The oldest rowid among the RANK_WINDOW most recent matches. Without
+    narrowing filters the index alone answers (no join per candidate); the
+    state filter is left to the ranked pass, as few rows are not active."""
+    if filters.narrowing or p.likes:
+        sql, args = f"SELECT f.rowid AS id{base}", params
+    else:
+        sql, args = f"SELECT rowid AS id FROM {table} WHERE {table} MATCH ?", [p.match]
+    (floor,) = conn.execute(f"SELECT min(id) FROM ({sql} ORDER BY id DESC"
+                            f" LIMIT {RANK_WINDOW})", args).fetchone()
+    return floor
+
+
+def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
+                   rows: list[tuple]) -> list[tuple]:
+    """Snippets for the final page only (a ranked query would build one for
+    every row it sorts). One pass over the page's rowid range, so a prefix
+    or trigram expression is expanded once, not once per hit."""
+    if not rows:
+        return rows
+    wanted = [r[0] for r in rows]
+    marks = ",".join("?" * len(wanted))
+    found = dict(conn.execute(
+        f"SELECT rowid, {_snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
+        f" AND rowid BETWEEN ? AND ? AND +rowid IN ({marks})",
+        (match, min(wanted), max(wanted), *wanted)))
+    return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
+
+
+def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters, floor: int,
+                   limit: int, offset: int) -> list[tuple] | None:
+    """Rank the window on the index alone, then join only the best rows.
+
+    Exact whenever enough of the best rows pass the state filter (nearly
+    always: few rows are not active); None otherwise, and the caller runs
+    the joined query."""
+    want = offset + limit
+    best = list(conn.execute(
+        f"SELECT rowid, bm25({table}) AS score FROM {table} WHERE {table} MATCH ?"
+        f" AND rowid >= ? ORDER BY score, rowid DESC LIMIT ?", (p.match, floor, 2 * want)))
+    where, args = filters.sql()
+    marks = ",".join("?" * len(best))
+    rows = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+        f" WHERE m.id IN ({marks}) AND {where}", (*[b[0] for b in best], *args))}
+    kept = [(*rows[rid], score) for rid, score in best if rid in rows]
+    if len(kept) < want and len(best) == 2 * want:
+        return None
+    return kept[offset:want]
+
+
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
              limit: int, offset: int) -> list[SearchHit]:
     where, args = filters.sql()
@@ -119,23 +182,24 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ? AND {where}{likes}")
     params = [p.match, *args, *p.likes]
-    snippet = (f"snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
-               f" {SNIPPET_TOKENS})")
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     if order == "rank":
-        (floor,) = conn.execute(f"SELECT min(id) FROM (SELECT f.rowid AS id{base}"
-                                f" ORDER BY f.rowid DESC LIMIT {RANK_WINDOW})",
-                                params).fetchone()
+        floor = _window_floor(conn, table, p, filters, base, params)
         if floor is None:
             return []
-        sql = (f"SELECT {_COLS}, {snippet}, bm25({table}) AS score{base} AND f.rowid >= ?"
-               f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
-        rows = conn.execute(sql, (*params, floor, limit, offset))
+        rows = None
+        if not (filters.narrowing or p.likes):
+            rows = _rank_unjoined(conn, table, p, filters, floor, limit, offset)
+        if rows is None:
+            sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
+                   f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
+            rows = list(conn.execute(sql, (*params, floor, limit, offset)))
+        rows = _with_snippets(conn, table, p.match, rows)
     else:
         direction = "DESC" if order == "newest" else "ASC"
-        sql = (f"SELECT {_COLS}, {snippet}, NULL{base}"
+        sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
                f" ORDER BY f.rowid {direction} LIMIT ? OFFSET ?")
-        rows = conn.execute(sql, (*params, limit, offset))
+        rows = list(conn.execute(sql, (*params, limit, offset)))
     return [SearchHit(sid, mid, role, ts, snip or "", title, state, via, score)
             for mid, sid, role, ts, state, title, snip, score in rows]
 

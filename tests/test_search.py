@@ -301,3 +301,17 @@ def test_health_catches_an_index_out_of_step(db, corpus):
     assert health.to_dict()["ok"] is False
     db.rebuild_search_index()
     assert db.search_health().ok
+
+
+def test_rank_when_the_best_matches_are_mostly_archived(db, sid):
+    active = db.append_messages(sid, [{"role": "user", "content": f"topic plain {i}"}
+                                      for i in range(3)])
+    archived = db.append_messages(sid, [{"role": "user", "content": "topic topic topic"}
+                                        for _ in range(30)])
+    with db.atomic() as conn:
+        conn.execute(f"UPDATE messages SET state = 'archived' WHERE id IN "
+                     f"({','.join(map(str, archived))})")
+    assert sorted(ids(db.search("topic", limit=5))) == active
+    top = db.search("topic", limit=5, include_archived=True)
+    assert len(top) == 5 and set(ids(top)) <= set(archived)
+    assert all(h.snippet.startswith("**topic**") for h in top)
