@@ -106,12 +106,13 @@ def build(path: Path, n: int, gen: Generator) -> float:
     return time.perf_counter() - started
 
 
-def query_set(path: Path, gen: Generator) -> dict[str, list[str]]:
+def query_set(path: Path, gen: Generator) -> dict[str, list]:
     """Fixed queries per class, chosen from the vocabulary by frequency rank."""
     rng = random.Random(7)
     w = gen.words
     with SessionDB(path) as db:
         with db._read() as conn:
+            (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()
             texts = [r[0] for r in conn.execute(
                 "SELECT content FROM messages WHERE role != 'tool' AND content_kind = 'text'"
                 " ORDER BY id LIMIT 2000")]
@@ -121,6 +122,7 @@ def query_set(path: Path, gen: Generator) -> dict[str, list[str]]:
         at = rng.randrange(len(words) - 1)
         phrases.append(f'"{words[at]} {words[at + 1]}"')
     vocab = set(w)
+    sessions = max(1, count // SESSION_SIZE)
     fragments = [x[1:6] for x in w[200:5000] if len(x) >= 7 and x[1:6] not in vocab]
     return {
         "rare": [w[i] for i in range(20_000, 50_000, 3_000)],
@@ -131,6 +133,11 @@ def query_set(path: Path, gen: Generator) -> dict[str, list[str]]:
         "substring": fragments[:10],
         "cjk": [k for k in gen.kana_words if len(k) >= 3][:10],
         "short": ["ba", "zu", "ko", "q", "é", "a", "ti", "x", "lo", "ne"],
+        # very common and medium terms inside one session (an agent searching
+        # its own session); floor: the same MATCH joined to messages
+        "in session": [(t, f"bench_{rng.randrange(sessions):07d}")
+                       for t in [x for x in w[:40] if len(x) >= 3][:5]
+                       + [x for x in w[300:800] if len(x) >= 3][:5]],
     }
 
 
@@ -161,21 +168,28 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def run_class(db: SessionDB, queries: list[str], order: str) -> dict[str, list[float]]:
+SESSION_FLOOR = ("SELECT f.rowid FROM messages_fts AS f JOIN messages AS m ON m.id = f.rowid"
+                 f" WHERE f.messages_fts MATCH ? AND m.session_id = ? LIMIT {LIMIT}")
+
+
+def run_class(db: SessionDB, queries: list, order: str) -> dict[str, list[float]]:
     ours, floor, naive, hits = [], [], [], []
     with db._read() as conn:
-        for q in queries:
+        for item in queries:
+            q, sid = item if isinstance(item, tuple) else (item, None)
             p = make_plan(q)
             if p.alt is not None and not search_mod._any_match(conn, "messages_fts", p.match):
                 p = p.alt
-            arg = p.likes[0] if p.kind == "scan" else p.match
-            fsql, nsql = floor_sql(p.kind), naive_rank_sql(p.kind)
-            db.search(q, limit=LIMIT, order=order)        # warm the cache once per query
+            args = (p.likes[0] if p.kind == "scan" else p.match,) + ((sid,) if sid else ())
+            fsql, nsql = floor_sql(p.kind), None if sid else naive_rank_sql(p.kind)
+            fsql = SESSION_FLOOR if sid else fsql
+            kw = {"limit": LIMIT, "order": order, "session_id": sid}
+            db.search(q, **kw)                             # warm the cache once per query
             for _ in range(REPEATS):
-                ours.append(timed(lambda: hits.append(len(db.search(q, limit=LIMIT, order=order)))))
-                floor.append(timed(lambda: conn.execute(fsql, (arg,)).fetchall()))
+                ours.append(timed(lambda: hits.append(len(db.search(q, **kw)))))
+                floor.append(timed(lambda: conn.execute(fsql, args).fetchall()))
                 if nsql:
-                    naive.append(timed(lambda: conn.execute(nsql, (arg,)).fetchall()))
+                    naive.append(timed(lambda: conn.execute(nsql, args).fetchall()))
     return {"ours": ours, "floor": floor, "naive": naive, "hits": hits}
 
 

@@ -174,14 +174,28 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
     return kept[offset:want]
 
 
+def _session_bounds(conn: apsw.Connection, session_id: str | None) -> tuple[int, int] | None:
+    """The rowid range a session's messages occupy, so FTS5 seeks inside it
+    instead of walking every match of a common term to find the session's
+    few (None when the session has no messages)."""
+    if session_id is None:
+        return (-(2 ** 63), 2 ** 63 - 1)
+    lo, hi = conn.execute("SELECT min(id), max(id) FROM messages WHERE session_id = ?",
+                          (session_id,)).fetchone()
+    return None if lo is None else (lo, hi)
+
+
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
              limit: int, offset: int) -> list[SearchHit]:
     where, args = filters.sql()
+    bounds = _session_bounds(conn, filters.session_id)
+    if bounds is None:
+        return []
     likes = "".join(f" AND {search_index.text_expr('m')} LIKE ? ESCAPE '\\'" for _ in p.likes)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
-            f" WHERE f.{table} MATCH ? AND {where}{likes}")
-    params = [p.match, *args, *p.likes]
+            f" WHERE f.{table} MATCH ? AND f.rowid BETWEEN ? AND ? AND {where}{likes}")
+    params = [p.match, *bounds, *args, *p.likes]
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     if order == "rank":
         floor = _window_floor(conn, table, p, filters, base, params)
