@@ -5,7 +5,8 @@ table still missing rows (``ctx.pending()``) with the rowid ranges nobody
 has read yet, and returns the rows it found per table (dicts keyed by
 column name plus ``rowid``), the ranges still unread after it, and stats.
 The orchestrator merges rows by rowid (first lane wins), so adding a lane
-(the page carver, say) is one entry in ``LANES``.
+is one entry in ``LANES``; the last one, the page carver, is in
+`recovery.carve_lane`.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class TableState:
     gaps: list[Range] = field(default_factory=lambda: [EVERYTHING])
     by_lane: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    partial_from: dict[Any, str] = field(default_factory=dict)  # key of a partial row -> lane
 
     @property
     def complete(self) -> bool:
@@ -75,6 +77,7 @@ class LaneContext:
     chunk: int = DEFAULT_CHUNK
     progress: Progress | None = None
     lost_and_found: list[tuple[str, dict]] = field(default_factory=list)  # (lane, item)
+    include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
 
     def report_progress(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -109,14 +112,30 @@ def merge_ranges(ranges: list[Range]) -> list[Range]:
     return out
 
 
-def subtract_rowids(ranges: list[Range], rowids: list[int]) -> list[Range]:
-    """``ranges`` without the given rowids (which split the ranges they hit)."""
-    out = list(ranges)
+def subtract_rowids(ranges: list[Range], rowids: Any) -> list[Range]:
+    """``ranges`` without the given rowids (which split the ranges they hit);
+    O(n log n), as the carver may return every row of a large table."""
+    ordered = sorted(set(rowids))
+    out: list[Range] = []
+    for lo, hi in ranges:
+        start = lo
+        for rowid in ordered[bisect.bisect_left(ordered, lo):bisect.bisect_right(ordered, hi)]:
+            if rowid > start:
+                out.append((start, rowid - 1))
+            start = rowid + 1
+        if start <= hi:
+            out.append((start, hi))
+    return out
+
+
+def runs(rowids: Any) -> list[Range]:
+    """Sorted rowids as ranges of consecutive values (each range holds only them)."""
+    out: list[Range] = []
     for rowid in sorted(set(rowids)):
-        for i, (lo, hi) in enumerate(out):
-            if lo <= rowid <= hi:
-                out[i:i + 1] = [r for r in ((lo, rowid - 1), (rowid + 1, hi)) if r[0] <= r[1]]
-                break
+        if out and rowid == out[-1][1] + 1:
+            out[-1] = (out[-1][0], rowid)
+        else:
+            out.append((rowid, rowid))
     return out
 
 
@@ -407,9 +426,13 @@ def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[
     return found
 
 
+# The page carver's lane lives in its own module (it imports this one).
+from .carve_lane import carve_lane  # noqa: E402
+
 LANES: dict[str, Lane] = {
     "backup": backup_lane,
     "rows": row_copy_lane,
     "bisect": bisect_lane,
     "index": index_lane,
+    "carve": carve_lane,
 }
