@@ -191,10 +191,24 @@ def row_copy_lane(ctx: LaneContext) -> LaneResult:
             _read_whole(ctx.conn, state.spec, result)
             continue
         rows: list[dict] = []
-        result.gaps[state.spec.name] = [
-            g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
+        gaps = [g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
+        result.gaps[state.spec.name] = audit_gaps(ctx, state, rows, gaps)
         result.rows[state.spec.name] = rows
     return result
+
+
+def audit_gaps(ctx: LaneContext, state: TableState, rows: list[dict],
+               gaps: list[Range]) -> list[Range]:
+    """``gaps`` plus every rowid an intact index lists that no lane returned.
+    SQLite's search can step over a damaged cell without an error (a lookup
+    finds nothing, a range scan starts after it): such rows are not absent,
+    they are unread, and a later lane must look for them."""
+    listed = _index_rowids(ctx, state.spec, EVERYTHING)
+    if not listed:
+        return gaps
+    have = {r.get(ROWID_KEY) for r in rows} | {r.get(ROWID_KEY) for r in state.rows.values()}
+    missing = [rowid for rowid in listed if rowid not in have]
+    return merge_ranges(gaps + runs(missing)) if missing else gaps
 
 
 def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: bool,
@@ -258,11 +272,12 @@ def bisect_lane(ctx: LaneContext) -> LaneResult:
                 continue
             skipped += _bisect(ctx, state.spec, gap, rows, budget, candidates)
         result.rows[state.spec.name] = rows
-        result.gaps[state.spec.name] = merge_ranges(skipped)
+        result.gaps[state.spec.name] = (audit_gaps(ctx, state, rows, merge_ranges(skipped))
+                                        if known else merge_ranges(skipped))
         stats = {"queries": budget.used, "budget_exhausted": budget.left <= 0,
                  "rowids_from_index": known}
         if known:  # every skipped rowid was listed by an index: an exact count
-            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in skipped)
+            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in result.gaps[state.spec.name])
         result.stats[state.spec.name] = stats
     return result
 
@@ -344,7 +359,8 @@ def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict], bud
         if budget.left <= 0:
             skipped.append((lo, hi))
         elif (inside is not None and len(inside) < SINGLES_BELOW) or hi - lo < SINGLES_BELOW:
-            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget)
+            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget,
+                                listed=inside is not None)
         else:
             resume = _read_range(ctx, spec, lo, hi, rows, budget)
             if resume is not None and resume <= hi:
@@ -363,11 +379,14 @@ def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
 
 
 def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, rows: list[dict],
-             budget: Budget) -> list[Range]:
+             budget: Budget, listed: bool = False) -> list[Range]:
+    """Look rowids up one by one. A rowid an index ``listed`` that the table
+    lookup does not find is unreadable (a damaged cell SQLite's search steps
+    over), not absent."""
     skipped: list[Range] = []
     for rowid in rowids:
         found = _lookup(ctx, spec, rowid, budget)
-        if found is None:
+        if found is None or (listed and not found):
             skipped.append((rowid, rowid))
         else:
             rows += found

@@ -564,3 +564,20 @@ def test_unattributed_records_go_to_lost_and_found_never_the_report(pristine, st
                                                                   [None, "secret-note-2"]]
     assert report.lost_and_found == 2
     assert "secret-note" not in (tmp_path / "r.json").read_text()
+
+
+def test_a_cell_sqlite_steps_over_is_counted_lost_not_dropped(pristine, store, tmp_path):
+    """A cell pointer aimed outside its page: SQLite's lookups and range scans
+    can step over that row without any error. The intact index says it
+    existed, so it is reported lost (exactly), and the carver still reads
+    the leaf's other cells."""
+    truth, tree, _ = pristine
+    leaf = tree.middle_leaf()
+    damage.write_at(store, (leaf - 1) * damage.PAGE_SIZE + 8, (0xFFF0).to_bytes(2, "big"))
+    lost = tree.leaves[leaf][0]  # cell 0
+    report = recover_checked(store, tmp_path)
+    out = tmp_path / "new.db.partial"
+    assert attribution(out) == {r: s for r, s in truth.messages.items() if r != lost}
+    t = report.tables["messages"]
+    assert (t.skipped_ranges, t.rows_lost) == ([[lost, lost]], 1)
+    assert report.verification["ok"] and report.exit_code == 3
