@@ -7,6 +7,7 @@ read from the intact file's b-tree.
 from __future__ import annotations
 
 import json
+import random
 import os
 import shutil
 import stat
@@ -581,3 +582,28 @@ def test_a_cell_sqlite_steps_over_is_counted_lost_not_dropped(pristine, store, t
     t = report.tables["messages"]
     assert (t.skipped_ranges, t.rows_lost) == ([[lost, lost]], 1)
     assert report.verification["ok"] and report.exit_code == 3
+
+
+@pytest.mark.parametrize("fraction,seed", [(0.01, 1), (0.05, 2)], ids=["1pct", "5pct"])
+def test_random_page_damage_recovers_every_surviving_leaf(pristine, store, tmp_path,
+                                                           fraction, seed):
+    """Random pages (never page 1) overwritten with random bytes: exactly the
+    messages and sessions whose leaf survived come back, each attributed to
+    its own session; a session whose row was lost gets a placeholder."""
+    truth, tree, stree = pristine
+    rng = random.Random(seed)
+    pages = damage.page_count(store)
+    hit = set(rng.sample(range(2, pages + 1), max(2, round(pages * fraction))))
+    for page in hit:
+        damage.write_at(store, (page - 1) * damage.PAGE_SIZE, rng.randbytes(damage.PAGE_SIZE))
+    report = recover_checked(store, tmp_path, allow_partial=True)
+    out = Path(report.output)
+    expected = surviving(tree, hit)
+    assert len(tree.reachable(hit)) <= len(expected) < len(truth.messages)
+    assert "carve" in report.lanes_run
+    assert attribution(out) == {r: truth.messages[r] for r in expected}
+    kept = {truth.sessions[r - 1] for r in surviving(stree, hit)}
+    got = dict(sql(out, "SELECT id, source FROM sessions"))
+    assert {s for s, src in got.items() if src != PLACEHOLDER_SOURCE} == kept
+    assert set(report.placeholders) == {truth.messages[r] for r in expected} - kept
+    assert report.verification["ok"]

@@ -47,7 +47,7 @@ def test_whole_row_replaces_partial_row():
 
 
 def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
-    """A last lane (as the page carver will be) that returns the lost rows,
+    """A last lane (put in the carver's place) that returns the lost rows,
     plus a duplicate under another rowid: the output ends up complete."""
     src = tmp_path / "src"
     src.mkdir()
