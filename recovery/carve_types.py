@@ -70,6 +70,9 @@ class CarveStats:
     derived_records: int = 0
     unknown_columns: int = 0  # rows carved with trailing columns no layout names
     duplicates: int = 0
+    # table -> damage met walking its tree from the schema's root (bad pages,
+    # child pointers out of the file); a table walked with 0 was read whole
+    tree_damage: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     notes_dropped: int = 0
 

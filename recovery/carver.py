@@ -147,6 +147,7 @@ class _Carver:
         self.counts: Counter[str] = Counter()
         self.counts_lost = 0
         self.encoding = "utf-8"
+        self.damage_seen = 0  # bad pages, bad child pointers, misfit leaves met so far
 
     # -- the passes ----------------------------------------------------------
 
@@ -288,6 +289,7 @@ class _Carver:
     # -- tree walks ------------------------------------------------------------
 
     def _bad(self, pgno: int, reason: str) -> None:
+        self.damage_seen += 1
         self.stats.bad_pages.setdefault(pgno, reason)
 
     def _load(self, pgno: int) -> tuple[bytes, BTreePage] | None:
@@ -301,6 +303,7 @@ class _Carver:
             self._bad(pgno, f"malformed: {e}")
             return None
         self.stats.bad_cells += page.bad_pointers
+        self.damage_seen += page.bad_pointers
         return data, page
 
     def _tree_leaves(self, root: int) -> Iterator[tuple[int, bytes, BTreePage]]:
@@ -310,8 +313,10 @@ class _Carver:
             pgno = stack.pop()
             if pgno in self.owned or pgno in self.skip or not 1 <= pgno <= n:
                 if not 1 <= pgno <= n:
+                    self.damage_seen += 1
                     self.stats.note(f"child pointer to page {pgno} outside the file")
                 elif pgno in self.skip:
+                    self.damage_seen += 1
                     self.stats.note(f"tree points at page {pgno}, a free or map page")
                 continue
             self.owned.add(pgno)
@@ -344,6 +349,13 @@ class _Carver:
                     yield record.values
 
     def _walk(self, root: int, layout: Layout) -> None:
+        before = self.damage_seen
+        self._walk_leaves(root, layout)
+        if not layout.ignore:  # what a caller needs to trust a clean walk as complete
+            trees = self.stats.tree_damage
+            trees[layout.table] = trees.get(layout.table, 0) + self.damage_seen - before
+
+    def _walk_leaves(self, root: int, layout: Layout) -> None:
         for pgno, data, page in self._tree_leaves(root):
             if layout.ignore:
                 continue
@@ -365,6 +377,7 @@ class _Carver:
                 cell = parse_cell(data, page, i, usable)
             except BAD_BYTES as e:
                 self.stats.bad_cells += 1
+                self.damage_seen += 1
                 log.debug("page %d cell %d: %s", pgno, i, e)
                 continue
             payload, err = cell.local, None
@@ -394,6 +407,7 @@ class _Carver:
             if lane == TREE and 2 * sum(1 for x in scores if x > 0) < len(decoded):
                 # a damaged parent pointed into another table: let the page vote
                 self.stats.note(f"page {pgno} reached from {layout.table} fits it poorly")
+                self.damage_seen += 1
                 layout, lane = None, ORPHAN
         if layout is None:
             layout, scores = self._vote(decoded)
@@ -440,6 +454,7 @@ class _Carver:
 
     def _lose(self, pgno: int, cell: Any, record: Any, reason: str, lane: str,
               wal: bool) -> None:
+        self.damage_seen += 1
         values = [None if v is MISSING else v for v in record.values] if record else []
         self.lost.append(LostRecord(pgno, cell.index, cell.rowid, values, reason, lane, wal))
 

@@ -233,6 +233,15 @@ LEASES = Layout("leases", (
     C("acquired_at", REAL, check=timestamp_shape),
 ), orphan_min=1.0)
 
+COMPACTIONS = Layout("compactions", (  # m003_compactions
+    C("id", TEXT, check=lambda v: isinstance(v, str) and bool(_HEX_RE.match(v))),
+    C("session_id", TEXT, check=session_id_shape),
+    C("summary_id", INT, check=non_negative),
+    C("absorbed_count", INT, check=non_negative),
+    C("created_at", REAL, check=timestamp_shape),
+    C("restored_at", REAL, True, timestamp_shape),
+))
+
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
@@ -244,7 +253,7 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 ), ignore=True)
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
-                                     FTS_SHADOW, SQLITE_SCHEMA)
+                                     COMPACTIONS, FTS_SHADOW, SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
 

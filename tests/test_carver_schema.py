@@ -8,7 +8,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from recovery.carver import carve
+from recovery.carver import carve, estimate
 from recovery.fileformat import (INDEX_INTERIOR, INDEX_LEAF, decode_record, parse_cell,
                                  parse_header, parse_page_header, read_overflow)
 from recovery.layouts import KNOWN_LAYOUTS, MESSAGES, best_fit, layout_from_sql
@@ -149,3 +149,30 @@ def test_layout_scores() -> None:
     evil = "CREATE TABLE t(a); ATTACH DATABASE 'x.db' AS x"
     assert layout_from_sql("t", evil) is None
     assert [c.name for c in layout_from_sql("t", "CREATE TABLE t(a, b)").columns] == ["a", "b"]
+
+
+def test_compactions_are_carved_without_page_1(tmp_path: Path) -> None:
+    """Every table our migrations create has a known layout (FTS excluded):
+    compaction rows come back by shape even when the schema page is gone,
+    and none of them is mistaken for another table or lost."""
+    path = tmp_path / "state.db"
+    sids = build_store(path, sessions=2, per_session=30)
+    with SessionDB(path) as db:
+        for n, sid in enumerate(sids):
+            ids = [m["_db_persisted"].id for m in db.get_messages(sid)]
+            done = [db.archive_and_compact(sid, ids[5 * k:5 * k + 4],
+                                           {"role": "system", "content": f"summary {n}.{k}"})
+                    for k in range(3)]
+        db.restore_compaction(done[-1].compaction_id)
+        db.checkpoint()
+    truth = read_truth(path)
+    rows = apsw.Connection(str(path)).execute("SELECT rowid, * FROM compactions").fetchall()
+    assert len(rows) == 6 and sum(r[6] is not None for r in rows) == 1
+    zero_page(path, 1, truth.page_size)
+    blind = carve(path)
+    got = sorted((o.rowid, *row.values()) for row, o in blind.rows("compactions"))
+    assert got == sorted(tuple(r) for r in rows)
+    assert blind.lost_and_found == []
+    assert carved_by_key(blind, "messages") == truth.rows["messages"]
+    est = estimate(path)
+    assert est.rows["compactions"] == 6 and est.unattributed == 0
