@@ -56,7 +56,8 @@ def reindex_cmd(app: AppContext, force: bool, as_json: bool) -> None:
       hermes sessions reindex --json
     """
     with app.open_store() as db:
-        stats = db.rebuild_search_index(force=force)
+        # Opening a stale store with no other holder has just rebuilt it.
+        stats = db.search_rebuilt_on_open or db.rebuild_search_index(force=force)
     if as_json:
         emit_json(stats)
         return

@@ -60,7 +60,8 @@ class SessionDB:
         except BaseException:
             self._writer.close()
             raise
-        search_maintenance.rebuild_on_open(self)
+        # A stale search index is rebuilt here only if no other process holds the file.
+        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,

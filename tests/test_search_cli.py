@@ -90,3 +90,13 @@ def test_search_reports_fallback_when_stale(filled):
     assert run("sessions", "reindex").exit_code == 0
     doc = json.loads(run("sessions", "search", "deploy", "--json").output)
     assert doc["index_stale"] is False and {h["via"] for h in doc["hits"]} == {"fts"}
+
+
+def test_reindex_of_a_stale_store_rebuilds_once(filled):
+    with SessionDB.open() as db:
+        with db.atomic() as conn:
+            mark_stale(conn, "test", None)
+    doc = json.loads(run("sessions", "reindex", "--json").output)
+    assert doc["was_stale"] is True and doc["messages"] == 3
+    with SessionDB.open() as db:
+        assert db.search_index_stale() is None and db.search_rebuilt_on_open is None
