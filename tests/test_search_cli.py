@@ -41,6 +41,11 @@ def test_search_table_and_json(filled):
     assert len(doc["hits"]) == 1
 
 
+def test_search_without_matches(filled):
+    res = run("sessions", "search", "nothinglikethis")
+    assert (res.exit_code, res.output) == (0, "no matches\n")
+
+
 def test_search_bad_query_is_usage_error(filled):
     res = run("sessions", "search", '""')
     assert res.exit_code == 2
