@@ -77,18 +77,21 @@ def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
     return {**stats, "was_stale": was_stale, "seconds": round(time.monotonic() - started, 3)}
 
 
-def rebuild_on_open(db: "SessionDB") -> None:
+def rebuild_on_open(db: "SessionDB") -> dict[str, Any] | None:
     """Open-time repair: rebuild a stale index only when this process is the
-    only holder (and the lock table can say so). Never fails the open."""
+    only holder (and the lock table can say so). Never fails the open.
+    Returns the rebuild's stats when it ran."""
     try:
         if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
-            return
+            return None
         if holders.other_holders(db.path) != []:
-            return
+            return None
         stats = rebuild(db)
         log.warning("rebuilt the stale search index on open (%d messages)", stats["messages"])
+        return stats
     except StorageError as e:
         log.warning("search index is stale and could not be rebuilt on open: %s", e)
+        return None
 
 
 def _integrity(conn: apsw.Connection, table: str) -> str:

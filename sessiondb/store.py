@@ -64,7 +64,8 @@ class SessionDB:
             self._writer.close()
             self._guard.release()
             raise
-        search_maintenance.rebuild_on_open(self)
+        # A stale search index is rebuilt here only if no other process holds the file.
+        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,

@@ -206,3 +206,53 @@ def test_guard_inside_a_callers_transaction(tmp_path, open_store):
     assert db.meta("caller") == "kept"
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert rid in [h.message_id for h in db.search("nested")]
+
+
+def test_deletes_and_content_edits_fail_open_too(tmp_path, open_store):
+    """The same wrapper other write paths use (content edits, session deletes)."""
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    db = open_store(path)
+    db.create_session("gone", source="test")
+    db.append_message("gone", {"role": "user", "content": "alpha to be deleted"})
+    db.close()
+    junk_fts_blocks(path)
+    db = open_store(path)
+    assert db.delete_session("gone") == 1
+    assert db.search_index_stale() is not None
+    first = db.get_messages("shared")[0]["_db_persisted"].id
+
+    def edit(conn):
+        return db.index_guarded(conn, lambda: conn.execute(
+            "UPDATE messages SET content = 'edited yankee' WHERE id = ?", (first,)))
+    db.write_fail_open(edit)
+    assert db.get_messages("shared")[0]["content"] == "edited yankee"
+    assert [h.message_id for h in db.search("yankee")] == [first]
+    db.rebuild_search_index()
+    assert [(h.message_id, h.via) for h in db.search("yankee")] == [(first, "fts")]
+    assert db.search("deleted") == []
+
+
+def test_content_edit_on_a_damaged_index_marks_it_stale(tmp_path, open_store):
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_fts_blocks(path)
+    db = open_store(path)
+    first = db.get_messages("shared")[0]["_db_persisted"].id
+    db.write_fail_open(lambda conn: db.index_guarded(conn, lambda: conn.execute(
+        "UPDATE messages SET content = 'edited zebra' WHERE id = ?", (first,))))
+    assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
+    assert [h.message_id for h in db.search("zebra")] == [first]
+
+
+def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    assert junk_fts_blocks(path, table="messages_trigram") > 0
+    db = open_store(path)
+    rid = db.append_message("shared", {"role": "user", "content": "東京タワー after damage"})
+    assert db.search_index_stale() is not None
+    hits = db.search("東京タワー")
+    assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
+    db.rebuild_search_index()
+    assert [(h.message_id, h.via) for h in db.search("東京タワー")] == [(rid, "trigram")]
