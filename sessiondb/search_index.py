@@ -30,6 +30,8 @@ from typing import Callable, ContextManager, TypeVar
 
 import apsw
 
+from .errors import Cause, StorageError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -237,6 +239,11 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
     everything rolls back (triggers and marker included) and that error is
     raised: the damage was not only in the index. Inside someone else's
     transaction (``nested``) no retry is possible; the inner guard is all.
+
+    Only a failure the store's containment guard scoped to the index
+    (cause ``fts_index``: every canonical table checks clean) is retried.
+    Structural corruption has already quarantined the handle; it is raised
+    as it is, never retried against a file the guard refuses to write.
     """
     if nested:
         with atomic() as conn:
@@ -244,8 +251,8 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
     try:
         with atomic() as conn:
             return body(conn)
-    except Exception as e:
-        if not isinstance(e.__cause__, apsw.CorruptError):
+    except StorageError as e:
+        if e.cause is not Cause.FTS_INDEX or not isinstance(e.__cause__, apsw.CorruptError):
             raise
         first = e
     with atomic() as conn:

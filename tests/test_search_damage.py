@@ -125,8 +125,9 @@ def test_btree_page_damage_fails_open_and_rebuild_leaves_it_to_recovery(tmp_path
     assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
     hits = db.search("alpha", limit=1000)
     assert rid in [h.message_id for h in hits] and all(h.fallback for h in hits)
-    with pytest.raises(StoreCorrupt):
+    with pytest.raises(StoreCorrupt, match="cannot be rebuilt in place"):
         db.rebuild_search_index()
+    assert not db.quarantined  # the damage is the index's: canonical writes go on
     assert db.search_index_stale() == stale
     with db._read() as conn:
         assert not triggers_attached(conn)
@@ -140,8 +141,13 @@ def test_canonical_damage_is_not_mistaken_for_index_damage(tmp_path, open_store)
     fill(path)
     junk_pages(path, "messages")
     db = open_store(path)
-    with pytest.raises(StoreCorrupt):
+    with pytest.raises(StoreCorrupt) as info:
         db.append_message("shared", {"role": "user", "content": "cannot land"})
+    # structural: the guard quarantined the handle and the fail-open did not
+    # retry (a retry would have met the quarantine refusal instead)
+    assert db.quarantined
+    assert isinstance(info.value.__cause__, apsw.CorruptError)
+    assert "quarantined" not in str(info.value)
     with pytest.raises(StoreCorrupt):
         db.search("alpha", limit=1000)
     assert db.meta("fts_stale") is None
