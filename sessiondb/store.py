@@ -324,8 +324,7 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        return self.write_fail_open(
-            lambda conn: self.index_guarded(conn, lambda: sessions.delete(conn, session_id)))
+        return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -472,6 +471,13 @@ class SessionDB:
         detached and marked stale in a fresh transaction and ``body`` runs
         again there (see search_index.write_fail_open)."""
         return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
+
+    def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
+        """The transaction for every write of message rows: ``body(conn)``
+        runs under the index guard inside a fail-open transaction, so search
+        index damage, at the FTS5 or the b-tree level, never fails it.
+        ``body`` must be safe to run again (after a rollback) from the top."""
+        return self.write_fail_open(lambda conn: self.index_guarded(conn, lambda: body(conn)))
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,

@@ -262,3 +262,66 @@ def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
     assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
     db.rebuild_search_index()
     assert [(h.message_id, h.via) for h in db.search("東京タワー")] == [(rid, "trigram")]
+
+
+def _damage(path, kind: str) -> None:
+    if kind == "blocks":    # FTS5 finds it: SQLITE_CORRUPT_VTAB, handled in the transaction
+        assert junk_fts_blocks(path) > 0
+    else:                   # b-tree pages: plain SQLITE_CORRUPT, retried in a fresh one
+        assert junk_pages(path, "messages_fts_data")
+
+
+@pytest.mark.parametrize("kind", ["blocks", "pages"])
+def test_transcript_flush_and_compaction_fail_open(tmp_path, open_store, kind):
+    """TranscriptWriter writes through the fail-open too: the flush lands,
+    nothing is spooled or quarantined, and the fallback search finds it."""
+    from sessiondb import TranscriptWriter
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    _damage(path, kind)
+    db = open_store(path)
+    writer = TranscriptWriter(db, "shared")
+    msgs = db.get_messages("shared")
+    msgs += [{"role": "user", "content": "xylophone after the damage"},
+             {"role": "assistant", "content": "xylophone answered"}]
+    result = writer.flush(msgs)
+    assert result.inserted == 2 and writer.unwritten == ()
+    assert not db.quarantined and not (tmp_path / "spool").exists()
+    stale = db.search_index_stale()
+    assert stale is not None and stale["reason"].startswith("write failed")
+    assert writer.verify(msgs) == []
+    new_ids = [m["_db_persisted"].id for m in msgs[-2:]]
+    hits = db.search("xylophone", limit=10)
+    assert sorted(h.message_id for h in hits) == sorted(new_ids)
+    assert all(h.via == "fallback" for h in hits)
+    # compaction inserts an (indexed) summary row: it lands as well
+    absorbed = [m["_db_persisted"].id for m in msgs[:5]]
+    writer.compact(msgs, absorbed, {"role": "user", "content": "summary quetzal"})
+    assert writer.verify(msgs) == []
+    assert [h.via for h in db.search("quetzal")] == ["fallback"]
+
+
+@pytest.mark.parametrize("kind", ["blocks", "pages"])
+def test_import_fails_open(tmp_path, open_store, kind):
+    """An export imported into a store whose index is damaged: every message
+    lands, and the fallback search finds the imported text."""
+    from sessiondb.export import export_to_path
+    from sessiondb.importer import import_export_file
+    source = open_store(tmp_path / "src.db")
+    source.create_session("incoming", source="test", title="Incoming")
+    source.append_messages("incoming", [{"role": "user", "content": f"walrus number {i}"}
+                                        for i in range(7)])
+    export = tmp_path / "export.jsonl"
+    export_to_path(source, None, "jsonl", export)
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    _damage(path, kind)
+    db = open_store(path)
+    result = import_export_file(db, export)
+    assert result.messages_added == 7
+    assert not db.quarantined and db.search_index_stale() is not None
+    assert [m["content"] for m in db.get_messages("incoming")] == [
+        f"walrus number {i}" for i in range(7)]
+    hits = db.search("walrus", limit=20)
+    assert len(hits) == 7 and {h.session_id for h in hits} == {"incoming"}
+    assert all(h.via == "fallback" for h in hits)
