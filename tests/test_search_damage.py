@@ -325,3 +325,32 @@ def test_import_fails_open(tmp_path, open_store, kind):
     hits = db.search("walrus", limit=20)
     assert len(hits) == 7 and {h.session_id for h in hits} == {"incoming"}
     assert all(h.via == "fallback" for h in hits)
+
+
+@pytest.mark.parametrize("op", ["import-spool", "delete"])
+def test_spool_import_and_session_delete_fail_open(tmp_path, open_store, op):
+    """import-spool and delete_session on b-tree damage in the index (each
+    the first write after the damage): the spooled messages land and are
+    found by the fallback; the delete goes through."""
+    from sessiondb import Cause, StoreCorrupt
+    from sessiondb.spool import import_spool, spool_failed_write
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    db = open_store(path)
+    db.create_session("doomed", source="test")
+    db.append_message("doomed", {"role": "user", "content": "to be deleted"})
+    spooled = [{"role": "user", "content": f"narwhal spooled {i}"} for i in range(3)]
+    err = StoreCorrupt("disk was full", path=str(path))
+    err.cause = Cause.DISK_FULL
+    assert spool_failed_write(db, "shared", spooled, err) is not None
+    db.close()
+    _damage(path, "pages")
+    db = open_store(path)
+    if op == "import-spool":
+        report = import_spool(db)
+        assert report.imported == 3 and report.problems == []
+        assert [h.via for h in db.search("narwhal", limit=10)] == ["fallback"] * 3
+    else:
+        assert db.delete_session("doomed") == 1
+        assert db.search("deleted") == [] and len(db.get_messages("shared")) == 40
+    assert not db.quarantined and db.search_index_stale() is not None
