@@ -263,20 +263,31 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
         return body(conn)
 
 
-def shadow_tables_damaged(conn: apsw.Connection) -> bool:
-    """Whether SQLite's b-tree check finds damage in an index's shadow tables
-    (used to scope a plain SQLITE_CORRUPT raised by an index read)."""
-    names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND (name LIKE 'messages\\_fts\\_%'"
-        " ESCAPE '\\' OR name LIKE 'messages\\_trigram\\_%' ESCAPE '\\')")]
-    for name in names:
-        try:
-            rows = [r[0] for r in conn.execute(f'PRAGMA quick_check("{name}")')]
-        except apsw.CorruptError:
-            return True
-        if rows != ["ok"]:
-            return True
-    return False
+def corruption_is_index_only(conn: apsw.Connection) -> bool:
+    """After SQLITE_CORRUPT: True only when every canonical table checks clean
+    and a table of the search indexes does not. Anything unclear counts as
+    structural. The one judgement both the store's containment guard (no
+    quarantine then) and a failing search (which then marks the index stale)
+    use, so the two never disagree about whose damage it is."""
+    try:
+        rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
+                            " AND rootpage > 0").fetchall()
+        names = [r[0] for r in rows]
+        derived = [n for n in names if n.startswith(INDEXES)]
+        for name in names:
+            if name not in derived and not _table_ok(conn, name):
+                return False
+        return any(not _table_ok(conn, name) for name in derived)
+    except apsw.Error:
+        return False
+
+
+def _table_ok(conn: apsw.Connection, name: str) -> bool:
+    quoted = name.replace('"', '""')
+    try:
+        return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
+    except apsw.Error:  # a smashed root page makes the check itself fail
+        return False
 
 
 def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
@@ -285,7 +296,7 @@ def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
         return False
     if _code(exc) == apsw.SQLITE_CORRUPT_VTAB:
         return True
-    return shadow_tables_damaged(conn)
+    return corruption_is_index_only(conn)
 
 
 # -- rebuild -----------------------------------------------------------------

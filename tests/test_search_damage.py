@@ -354,3 +354,19 @@ def test_spool_import_and_session_delete_fail_open(tmp_path, open_store, op):
         assert db.delete_session("doomed") == 1
         assert db.search("deleted") == [] and len(db.get_messages("shared")) == 40
     assert not db.quarantined and db.search_index_stale() is not None
+
+
+def test_search_on_index_and_canonical_damage_writes_nothing(tmp_path, open_store):
+    """A search meets index damage, but a canonical table is damaged too: the
+    same judgement as the containment guard calls that structural, so the
+    search raises instead of writing the stale marker into a damaged file."""
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_pages(path, "messages_fts_data")
+    junk_pages(path, "leases")
+    db = open_store(path)
+    with pytest.raises(StoreCorrupt):
+        db.search("alpha", limit=1000)
+    assert db.meta("fts_stale") is None
+    with db._read() as conn:
+        assert triggers_attached(conn)
