@@ -473,11 +473,21 @@ class SessionDB:
         return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
 
     def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
-        """The transaction for every write of message rows: ``body(conn)``
-        runs under the index guard inside a fail-open transaction, so search
-        index damage, at the FTS5 or the b-tree level, never fails it.
-        ``body`` must be safe to run again (after a rollback) from the top."""
-        return self.write_fail_open(lambda conn: self.index_guarded(conn, lambda: body(conn)))
+        """The transaction for writes of message rows: search index damage,
+        at the FTS5 or the b-tree level, never fails ``body(conn)``.
+
+        In its own transaction, damage met anywhere (a statement or FTS5's
+        flush at COMMIT) fails the whole transaction, and `write_fail_open`
+        runs ``body`` again in a fresh one with the index detached; no
+        savepoint guard is needed on the common path (one costs a flush
+        about as much again: the index pages then go through a statement
+        journal). Inside a caller's transaction no retry is possible, so
+        the in-place guard runs. ``body`` must be safe to run again.
+        """
+        if self._depth:
+            return self.write_fail_open(
+                lambda conn: self.index_guarded(conn, lambda: body(conn)))
+        return self.write_fail_open(body)
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,

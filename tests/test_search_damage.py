@@ -370,3 +370,21 @@ def test_search_on_index_and_canonical_damage_writes_nothing(tmp_path, open_stor
     assert db.meta("fts_stale") is None
     with db._read() as conn:
         assert triggers_attached(conn)
+
+
+def test_flush_inside_a_callers_transaction_on_a_damaged_index(tmp_path, open_store):
+    """No fresh transaction is possible inside the caller's: the in-place
+    guard handles FTS5-level damage and the caller's other writes commit."""
+    from sessiondb import TranscriptWriter
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_fts_blocks(path)
+    db = open_store(path)
+    writer = TranscriptWriter(db, "shared")
+    msgs = db.get_messages("shared") + [{"role": "user", "content": "ocelot nested flush"}]
+    with db.atomic() as conn:
+        conn.execute("INSERT INTO state_meta(key, value) VALUES ('caller', 'kept')")
+        assert writer.flush(msgs).inserted == 1
+    assert db.meta("caller") == "kept" and writer.verify(msgs) == []
+    assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
+    assert [h.via for h in db.search("ocelot")] == ["fallback"]

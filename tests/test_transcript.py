@@ -267,30 +267,17 @@ def traced_flush(db: SessionDB, writer: TranscriptWriter, msgs: list) -> list[tu
     return seen
 
 
-# The search index guard around a flush that writes indexed rows: the
-# trigger check, its savepoint, FTS5's flush of both indexes, the release.
-INDEX_GUARD = 5
-
-
-def index_guard_statements(statements: list[tuple]) -> list[str]:
-    keys = ("FROM SQLITE_MASTER WHERE TYPE = 'TRIGGER'", "FTS_GUARD", "VALUES ('FLUSH')")
-    return [s for s, _ in statements if any(k in " ".join(s.upper().split()) for k in keys)]
-
-
 @pytest.mark.parametrize("new", [1, 5])
 def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new):
     msgs = [user(str(i)) for i in range(2_000)]
     writer.flush(msgs)
     msgs.extend(user(f"new{i}") for i in range(new))
     statements = traced_flush(db, writer, msgs)
-    guard = index_guard_statements(statements)
-    assert len(guard) == INDEX_GUARD
-    inserts = [s for s, _ in statements
-               if s.lstrip().upper().startswith("INSERT") and s not in guard]
+    inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
     assert len(inserts) == new
     # BEGIN, the replaced-file guard's header check, session check, next
-    # position, the inserts, counters, COMMIT; plus the index guard.
-    assert len(statements) == 6 + new + INDEX_GUARD
+    # position, the inserts, counters, COMMIT.
+    assert len(statements) == 6 + new
     with db._read() as conn:
         for sql, bindings in statements:
             if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
@@ -304,11 +291,8 @@ def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
     writer.flush(msgs)
     writer.update(msgs, 1_990, content="edited")
     statements = traced_flush(db, writer, msgs)
-    guard = index_guard_statements(statements)
     updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
     assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
-                                         for s, _ in statements if s not in guard)
-    # BEGIN, guard header check, session check, uid lookup, the UPDATE, COMMIT;
-    # plus the index guard (content is indexed).
-    assert len(index_guard_statements(statements)) == INDEX_GUARD
-    assert len(statements) == 6 + INDEX_GUARD
+                                         for s, _ in statements)
+    # BEGIN, guard header check, session check, uid lookup, the UPDATE, COMMIT.
+    assert len(statements) == 6
