@@ -64,7 +64,8 @@ class SessionDB:
             self._writer.close()
             self._guard.release()
             raise
-        search_maintenance.rebuild_on_open(self)
+        # A stale search index is rebuilt here only if no other process holds the file.
+        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -323,8 +324,7 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        return self.write_fail_open(
-            lambda conn: self.index_guarded(conn, lambda: sessions.delete(conn, session_id)))
+        return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -471,6 +471,23 @@ class SessionDB:
         detached and marked stale in a fresh transaction and ``body`` runs
         again there (see search_index.write_fail_open)."""
         return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
+
+    def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
+        """The transaction for writes of message rows: search index damage,
+        at the FTS5 or the b-tree level, never fails ``body(conn)``.
+
+        In its own transaction, damage met anywhere (a statement or FTS5's
+        flush at COMMIT) fails the whole transaction, and `write_fail_open`
+        runs ``body`` again in a fresh one with the index detached; no
+        savepoint guard is needed on the common path (one costs a flush
+        about as much again: the index pages then go through a statement
+        journal). Inside a caller's transaction no retry is possible, so
+        the in-place guard runs. ``body`` must be safe to run again.
+        """
+        if self._depth:
+            return self.write_fail_open(
+                lambda conn: self.index_guarded(conn, lambda: body(conn)))
+        return self.write_fail_open(body)
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,
