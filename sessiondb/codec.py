@@ -177,6 +177,8 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
 
 def _dumps_fields(fields: dict[str, Any], index: int | None) -> str:
     """JSON of the remaining keys; on failure, name the key that failed."""
+    if not fields:
+        return "{}"  # the common case (role + content only): skip the round trip
     try:
         return _dumps(fields, "meta", index)
     except InvalidMessage:
@@ -206,7 +208,8 @@ def decode(role: str, content_kind: str, content: str | None, tool_calls: str | 
         message["content"] = json.loads(content or "null")
     elif content_kind == "null":
         message["content"] = None
-    message.update(json.loads(meta))
+    if meta != "{}":  # most rows have no extra keys: skip the parse
+        message.update(json.loads(meta))
     if tool_calls is not None:
         message["tool_calls"] = json.loads(tool_calls)
     return message
