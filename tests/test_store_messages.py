@@ -25,6 +25,8 @@ ROUND_TRIP = [
     {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "result"},
     {"role": "assistant", "reasoning": {"steps": ["a", "b"]}, "extra": None},
     {"role": "user", "content": "", "timestamp": 1700000000.5, "token_count": 7},
+    {"role": "assistant", "content": "flat", "score": 0.1, "ok": True, "big": 2 ** 70,
+     "none": None, "neg": -0.0},
 ]
 
 
@@ -92,6 +94,8 @@ def test_uid_survives_a_new_handle(open_store, db, sid):
     ({"role": "user", "content": "x", "timestamp": float("nan")}, "timestamp"),
     ({"role": "user", "content": "x", "tool_calls": "nope"}, "tool_calls"),
     ({"role": "user", "content": 12}, "content"),
+    ({"role": "user", "content": "x", "pair": (1, 2)}, "pair"),
+    ({"role": "user", "content": "x", "score": float("inf")}, "score"),
 ])
 def test_bad_messages_rejected_and_nothing_written(db, sid, bad, field):
     good = {"role": "user", "content": "fine"}
