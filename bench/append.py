@@ -129,7 +129,7 @@ def line(case: dict[str, Any]) -> str:
             parts.append(f"{name} unavailable: {r['unavailable']}")
             continue
         ratio = "" if name == "floor" else f" {r['msg_per_s'] / floor:.2f}x"
-        capped = f" over {r['messages']}" if r["capped"] else ""
+        capped = f" (over {r['messages']:,})" if r["messages"] < case["messages"] else ""
         parts.append(f"{name} {r['msg_per_s']:,.0f}/s{ratio} {r['bytes_per_msg']:,.0f}B/msg"
                      f"{capped}")
     label = "commit each" if case["batch"] == 1 else f"batch {case['batch']}"
