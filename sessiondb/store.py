@@ -389,14 +389,16 @@ class SessionDB:
                        kind: str = "message") -> list[int]:
         """Insert inside the caller's transaction; counters move with the rows."""
         paths.validate_session_id(session_id)
-        sessions.require(conn, session_id)
+        position = messages.start_position(conn, session_id)
+        if position is None:
+            sessions.require(conn, session_id)  # raises the typed not-found error
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        return self.index_guarded(conn, lambda: self._insert_rows(conn, session_id, encoded, kind))
+        return self.index_guarded(
+            conn, lambda: self._insert_rows(conn, session_id, encoded, kind, position))
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
-                     encoded: list[EncodedMessage], kind: str) -> list[int]:
-        position = messages.next_position(conn, session_id)
+                     encoded: list[EncodedMessage], kind: str, position: int) -> list[int]:
         ids, added, calls = [], 0, 0
         for enc in encoded:
             rid, inserted = messages.insert(conn, session_id, enc, position, kind)
@@ -406,7 +408,7 @@ class SessionDB:
                 added += 1
                 calls += enc.tool_call_total
         if added:
-            sessions.add_counts(conn, session_id, self.now(), messages=added, tool_calls=calls)
+            sessions.add_message_counts(conn, session_id, self.now(), added, calls)
         return ids
 
     def get_messages(self, session_id: str, *, include_archived: bool = False,
