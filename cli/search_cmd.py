@@ -5,6 +5,7 @@ import click
 
 from .main import AppContext
 from .output import emit_json, fmt_time, shorten, table, terminal_width
+from .params import When
 from .sessions_cmd import sessions
 
 
@@ -12,11 +13,18 @@ from .sessions_cmd import sessions
 @click.argument("query")
 @click.option("--session", "session_id", help="Only messages of this session.")
 @click.option("--role", help="Only messages with this role (user, assistant, tool, ...).")
+@click.option("--source", help="Only sessions from this source (cli, agent, ...).")
+@click.option("--since", type=When(), help="Only messages at or after DATE (2026-01-31, 7d).")
+@click.option("--until", type=When(), help="Only messages before DATE.")
+@click.option("--order", type=click.Choice(["rank", "newest", "oldest"]), default="rank",
+              show_default=True, help="Best matches first, or by time.")
+@click.option("--archived", is_flag=True, help="Also search archived (compacted) messages.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | None,
-               limit: int, as_json: bool) -> None:
+               source: str | None, since: float | None, until: float | None, order: str,
+               archived: bool, limit: int, as_json: bool) -> None:
     """Search message text: words and "quoted phrases", word* for prefixes.
 
     Punctuation is searched as text, never as query syntax. Queries of one
@@ -25,9 +33,11 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
     \b
     Example:
       hermes sessions search '"connection refused" postgres' --limit 5
+      hermes sessions search backup --source agent --since 7d --order newest
     """
     with app.open_store() as db:
-        hits = db.search(query, session_id=session_id, role=role, limit=limit)
+        hits = db.search(query, session_id=session_id, role=role, source=source, since=since,
+                         until=until, order=order, include_archived=archived, limit=limit)
         stale = db.search_index_stale()
     if as_json:
         emit_json({"hits": [h.to_dict() for h in hits], "index_stale": stale is not None})

@@ -105,3 +105,27 @@ def test_reindex_of_a_stale_store_rebuilds_once(filled):
     assert doc["was_stale"] is True and doc["messages"] == 3
     with SessionDB.open() as db:
         assert db.search_index_stale() is None and db.search_rebuilt_on_open is None
+
+
+def test_search_cli_filters_and_order(hermes_home):
+    with SessionDB.open() as db:
+        db.create_session("a1", source="agent")
+        db.create_session("c1", source="cli")
+        db.append_messages("a1", [{"role": "user", "content": "backup plan one",
+                                   "timestamp": 1_700_000_000.0},
+                                  {"role": "user", "content": "backup plan two",
+                                   "timestamp": 1_800_000_000.0}])
+        db.append_messages("c1", [{"role": "user", "content": "backup plan cli",
+                                   "timestamp": 1_800_000_000.0}])
+
+    def ids(*args):
+        res = CliRunner().invoke(cli, ["sessions", "search", "backup", "--json", *args])
+        assert res.exit_code == 0, res.output
+        return [h["snippet"].split()[-1] for h in json.loads(res.stdout)["hits"]]
+    assert sorted(ids("--source", "agent")) == ["one", "two"]
+    assert ids("--source", "agent", "--order", "oldest") == ["one", "two"]
+    assert ids("--source", "agent", "--order", "newest") == ["two", "one"]
+    assert sorted(ids("--since", "2025-01-01")) == ["cli", "two"]
+    assert ids("--until", "2025-01-01") == ["one"]
+    bad = CliRunner().invoke(cli, ["sessions", "search", "x", "--order", "best"])
+    assert bad.exit_code == 2
