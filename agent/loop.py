@@ -95,8 +95,10 @@ class Agent:
         self._interrupt.clear()
         usage, steps, answer = Usage(), 0, ""
         try:
-            self.store.begin_turn()
-            self._add({"role": "user", "content": user_text, "timestamp": time.time()})
+            self.messages.append({"role": "user", "content": user_text,
+                                  "timestamp": time.time()})
+            self.store.begin_turn(self.messages)
+            self.store.flush(self.messages)
             while steps < self.max_steps:
                 steps += 1
                 reply = self._model_step(on_text, usage)

@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import SessionDB, StorageError
+from sessiondb import MARKER_KEY, UID_KEY, SessionDB, StorageError
 from sessiondb.explain import StorageFailure, describe_error
 from sessiondb.errors import Cause
 from sessiondb.spool import SPOOL_CAUSES, spool_failed_write
@@ -42,24 +42,31 @@ class TurnPersistence:
         self.writer = TranscriptWriter(db, session_id, holder=holder)
         self.failed: PersistenceFailed | None = None
         self._lease_until = 0.0
+        self._spooled: set[str] = set()  # uids already in the spool
 
     def load(self) -> list[dict[str, Any]]:
         """The session's live transcript (marked), for resuming."""
         return self.db.get_messages(self.session_id)
 
-    def _fail(self, err: StorageError, unwritten: list[dict[str, Any]]) -> PersistenceFailed:
+    def _fail(self, err: StorageError, messages: list[dict[str, Any]]) -> PersistenceFailed:
+        """Spool what is not stored yet (once per message), explain, fail closed."""
+        unwritten = [m for m in messages if MARKER_KEY not in m
+                     and m.get(UID_KEY) not in self._spooled]
         spool_failed_write(self.db, self.session_id, unwritten, err, causes=AGENT_SPOOL_CAUSES)
+        if getattr(err, "spooled_to", None):
+            self._spooled.update(m[UID_KEY] for m in unwritten)
         failure = describe_error(err, home=self.db.home, profile=self.db.profile)
         self.failed = PersistenceFailed(err, failure)
         return self.failed
 
-    def begin_turn(self) -> None:
+    def begin_turn(self, messages: list[dict[str, Any]]) -> None:
+        """Take the turn lease; if the store refuses, keep ``messages`` in the spool."""
         self.failed = None
         try:
             self._lease_until = self.db.acquire_lease(self.session_id, self.holder,
                                                       LEASE_TTL_S).expires_at
         except StorageError as e:
-            raise self._fail(e, []) from e
+            raise self._fail(e, messages) from e
 
     def _keep_lease(self) -> None:
         """Renew when half the lease is gone: one extra write per minute, not per flush."""
@@ -75,9 +82,9 @@ class TurnPersistence:
             self._keep_lease()
             self.writer.flush(messages)
         except StorageError as e:
-            unwritten = list(self.writer.unwritten) or [m for m in messages
-                                                        if "_db_persisted" not in m]
-            raise self._fail(e, unwritten) from e
+            if getattr(e, "spooled_to", None):  # the writer spooled its batch itself
+                self._spooled.update(m[UID_KEY] for m in self.writer.unwritten)
+            raise self._fail(e, messages) from e
 
     def compact(self, messages: list[dict[str, Any]], span: tuple[int, int],
                 summary: dict[str, Any]) -> None:

@@ -68,9 +68,12 @@ def run_one(agent: Any, text: str) -> Any:
 @click.option("--model", default=None, help="Model name (default: the agent's default).")
 @click.option("--offline", is_flag=True,
               help="Use the local scripted model on 127.0.0.1 (no API key, not a real model).")
+@click.option("--compact/--no-compact", default=None,
+              help="Micro-compact old exchanges after a turn (default on; "
+                   "HERMES_MICRO_COMPACT=off turns it off).")
 @click.pass_obj
 def chat(app: AppContext, query: str | None, resume: str | None, model: str | None,
-         offline: bool) -> None:
+         offline: bool, compact: bool | None) -> None:
     """Chat with a model; every message is stored as it happens.
 
     Without -q, reads lines until EOF or a second Ctrl-C. Ctrl-C during a
@@ -79,15 +82,18 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
     \b
     Example:
       hermes chat --offline -q "hello"
+      hermes chat --no-compact --resume 20260101_120000_ab12cd34
       hermes chat --resume 20260101_120000_ab12cd34
     """
-    from agent import Agent
+    from agent import Agent, CompactionPolicy
     from agent.loop import DEFAULT_MODEL
+    if compact is None:
+        compact = os.environ.get("HERMES_MICRO_COMPACT", "on").lower() not in ("off", "0", "no")
     with app.open_store() as db, model_client(offline) as client:
         if resume is not None:
             db.get_session(resume)  # SessionNotFound -> "Error: no session ..."
         agent = Agent(db, session_id=resume, client=client, model=model or DEFAULT_MODEL,
-                      source="cli")
+                      source="cli", micro_compact=CompactionPolicy() if compact else None)
         click.echo(f"[session {agent.session_id}]", err=True)
         if query is not None:
             if not run_one(agent, query).completed:

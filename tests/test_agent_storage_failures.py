@@ -96,3 +96,30 @@ def test_lock_held_past_patience(open_store, hermes_home):
         ["question"]
     import_spool(db)
     assert strip_markers(db.get_messages(agent.session_id)) == strip_markers(agent.messages)
+
+
+def test_corrupt_store_fails_the_turn_closed(hermes_home):
+    from tests.test_containment_faults import bundle_bytes, page_of, smash_page
+    path = hermes_home / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="test")
+        db.append_messages("s", [{"role": "user", "content": f"old {i}"} for i in range(3)])
+    root, size = page_of(path, "messages_by_time")  # an index every insert must update
+    smash_page(path, root, size)
+    db = SessionDB(path)
+    try:
+        with LocalModelServer(queue_script(Reply.text(ANSWER))) as srv:
+            agent = Agent(db, session_id="s", client=client_for(srv), tools=ToolRegistry())
+            result = agent.run_turn("are you there?")
+            after = bundle_bytes(path)
+            again = agent.run_turn("still there?")  # refused without touching the file
+            assert srv.requests == []  # failed closed before asking the model
+        assert result.failed and result.failure_reason == "session_persistence_failed:corrupt"
+        assert result.explanation.code == "storage_corrupt"
+        assert any("--inspect-only" in a for a in result.explanation.actions)
+        assert db.quarantined
+        assert again.failure_reason == "session_persistence_failed:corrupt"
+        assert spooled_contents(db, "s") == ["are you there?", "still there?"]
+    finally:
+        db.close()
+    assert bundle_bytes(path) == after  # quarantined: no write, no checkpoint on close

@@ -49,3 +49,19 @@ def test_resume_of_unknown_session(hermes_home):
     res = CliRunner().invoke(cli, ["chat", "--offline", "--resume", "nope", "-q", "x"])
     assert res.exit_code == 1
     assert "Error: no session 'nope'" in res.stderr
+
+
+def test_compaction_switch(hermes_home, monkeypatch):
+    from agent import Agent
+    seen = []
+    real_init = Agent.__init__
+
+    def spy(self, *a, **kw):
+        seen.append(kw.get("micro_compact"))
+        real_init(self, *a, **kw)
+    monkeypatch.setattr(Agent, "__init__", spy)
+    CliRunner().invoke(cli, ["chat", "--offline", "-q", "a"])
+    CliRunner().invoke(cli, ["chat", "--offline", "--no-compact", "-q", "b"])
+    monkeypatch.setenv("HERMES_MICRO_COMPACT", "off")
+    CliRunner().invoke(cli, ["chat", "--offline", "-q", "c"])
+    assert [p is not None and p.enabled for p in seen] == [True, False, False]
