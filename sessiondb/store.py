@@ -145,11 +145,20 @@ class SessionDB:
             if self._closed:
                 return
             self._closed = True
+            failure: apsw.Error | None = None
             for conn in (self._reader_conn, self._writer):
                 if conn is not None:
-                    conn.close()
+                    try:
+                        conn.close()
+                    except apsw.Error as e:  # e.g. the checkpoint at close failed
+                        # apsw has closed the connection anyway; close the
+                        # other one and release the header descriptor too.
+                        failure = failure or e
             self._reader_conn = None
             self._guard.release()  # only after SQLite let go of its locks
+            if failure is not None:
+                raise from_apsw(failure, path=str(self.path),
+                                context=f"closing {self.path}") from failure
 
     @property
     def quarantined(self) -> bool:
