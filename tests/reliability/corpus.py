@@ -109,7 +109,7 @@ def _check_output(r: ClassResult, exp: Expect, report: recovery.RecoveryReport) 
             r.problems.append("output holds rows that were never in either store")
         elif exp.allowed is None:
             r.problems.append("an output was written where none was expected")
-    elif exp.expected is not None:
+    elif exp.expected:
         r.problems.append("no output written")
 
 

@@ -87,7 +87,10 @@ def random_pages(rate: float, seed: int, suffix: str = "") -> Callable[[Ctx, Pat
         bad = set(random.Random(seed).sample(candidates, max(1, int(len(candidates) * rate))))
         for pg in bad:
             smash_page(path, pg)
-        return _pages(c.pristine, bad, outcomes=frozenset({"partial", "recovered"}))
+        exp = _pages(c.pristine, bad, outcomes=frozenset({"partial", "recovered"}))
+        if not exp.expected:  # nothing reachable: no output unless sessions were read
+            exp.outcomes = frozenset({"partial", "not_recoverable"})
+        return exp
     case.__name__ = f"random_pages_{int(rate * 100)}pct{suffix}"
     return case
 
