@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import apsw
 
+from sessiondb.paths import create_private_file
+
 from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,7 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
     if not ctx.structurally_sound or ctx.conn is None:
         return result
     image = ctx.work_dir / "backup.db"
+    create_private_file(image)  # 0600 whatever the umask; SQLite would use 0644
     dest = apsw.Connection(str(image))
     try:
         with dest.backup("main", ctx.conn, "main") as b:
