@@ -53,8 +53,8 @@ class Outcome:
     findings: list[str] = field(default_factory=list)
 
 
-def base_store(path: Path) -> None:
-    with SessionDB(path) as db:
+def base_store(path: Path, journal_mode: str = "wal") -> None:
+    with SessionDB(path, journal_mode=journal_mode) as db:
         for sid in SESSIONS:
             db.create_session(sid, source="faults")
 
@@ -103,10 +103,10 @@ def _steps(db: SessionDB, out: Outcome) -> list[tuple[str, Callable[[], list[dic
             ("append1", append(1))])
 
 
-def run_workload(path: Path, vfs: str, out: Outcome) -> None:
+def run_workload(path: Path, vfs: str, out: Outcome, journal_mode: str = "wal") -> None:
     """The workload through the shim; errors are recorded, never raised."""
     try:
-        db = SessionDB(path, vfs=vfs)
+        db = SessionDB(path, vfs=vfs, journal_mode=journal_mode)
     except StorageError as e:
         out.errors.append(("open", classify(e)))
         return
@@ -135,7 +135,7 @@ def _rows(path: Path) -> Counter:
         conn.close()
 
 
-def check_after(path: Path, out: Outcome, cause: Cause) -> None:
+def check_after(path: Path, out: Outcome, cause: Cause, journal_mode: str = "wal") -> None:
     """Classification, acknowledged rows, reopen, integrity, spool import."""
     out.findings += [f"{step}: classified {got.value}, expected {cause.value}"
                      for step, got in out.errors if got is not cause]
@@ -144,7 +144,7 @@ def check_after(path: Path, out: Outcome, cause: Cause) -> None:
     before = _rows(path)
     out.findings += [f"acknowledged message missing: {k}" for k in out.acked if not before[k]]
     try:
-        with SessionDB(path) as db:
+        with SessionDB(path, journal_mode=journal_mode) as db:
             import_spool(db)
     except StorageError as e:
         out.findings.append(f"reopen or spool import failed: {e}")
@@ -157,7 +157,8 @@ def check_after(path: Path, out: Outcome, cause: Cause) -> None:
                             f"{sorted(want - after)[:3]}, extra {sorted(after - want)[:3]}")
 
 
-def one(template: Path, work: Path, op: str, k: int | None, kind: str) -> Outcome:
+def one(template: Path, work: Path, op: str, k: int | None, kind: str,
+        journal_mode: str = "wal") -> Outcome:
     """Run the workload on a fresh copy of ``template`` with the fault armed."""
     if work.exists():
         shutil.rmtree(work)
@@ -170,7 +171,7 @@ def one(template: Path, work: Path, op: str, k: int | None, kind: str) -> Outcom
     try:
         if k is not None:
             shim.faults.arm_call(op, k, kind)
-        run_workload(path, shim.name, out)
+        run_workload(path, shim.name, out, journal_mode)
         out.fired = bool(shim.faults.fired)
         calls = dict(shim.faults.calls)
     finally:
@@ -179,7 +180,7 @@ def one(template: Path, work: Path, op: str, k: int | None, kind: str) -> Outcom
     if k is None:
         out.findings = [json.dumps(calls)]  # the dry run reports the call counts
         return out
-    check_after(path, out, expected_cause(op, kind))
+    check_after(path, out, expected_cause(op, kind), journal_mode)
     return out
 
 
@@ -188,6 +189,7 @@ class SweepRow:
     op: str
     kind: str
     calls: int
+    journal_mode: str = "wal"
     runs: int = 0
     fired: int = 0
     caller_errors: int = 0
@@ -196,22 +198,22 @@ class SweepRow:
 
 
 def sweep(directory: Path, *, stride: int = 1, ops: tuple[str, ...] = ("write", "sync",
-          "truncate")) -> list[SweepRow]:
+          "truncate"), journal_mode: str = "wal") -> list[SweepRow]:
     """Every (op, kind), k = 1, 1+stride, ... N (and N itself)."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    template = directory / "template.db"
+    template = directory / f"template-{journal_mode}.db"
     if not template.exists():
-        base_store(template)
-    dry = one(template, directory / "dry", "write", None, "eio")
+        base_store(template, journal_mode)
+    dry = one(template, directory / "dry", "write", None, "eio", journal_mode)
     calls = json.loads(dry.findings[0])
     rows = []
     for op in ops:
         n = calls.get(op, 0)
         ks = sorted(set(range(1, n + 1, stride)) | ({n} if n else set()))
         for kind in SCRIPTED_OPS[op]:
-            row = SweepRow(op, kind, n)
+            row = SweepRow(op, kind, n, journal_mode)
             for k in ks:
-                out = one(template, directory / "run", op, k, kind)
+                out = one(template, directory / "run", op, k, kind, journal_mode)
                 row.runs += 1
                 row.fired += out.fired
                 row.caller_errors += len(out.errors)
@@ -222,9 +224,11 @@ def sweep(directory: Path, *, stride: int = 1, ops: tuple[str, ...] = ("write", 
 
 
 def table(rows: list[SweepRow]) -> str:
-    lines = [f"{'op':9}{'kind':8}{'N':>5}{'runs':>6}{'fired':>7}{'errors':>8}  causes / findings"]
+    lines = [f"{'mode':7}{'op':9}{'kind':8}{'N':>5}{'runs':>6}{'fired':>7}{'errors':>8}"
+             "  causes / findings"]
     for r in rows:
-        lines.append(f"{r.op:9}{r.kind:8}{r.calls:5}{r.runs:6}{r.fired:7}{r.caller_errors:8}  "
+        lines.append(f"{r.journal_mode:7}{r.op:9}{r.kind:8}{r.calls:5}{r.runs:6}{r.fired:7}"
+                     f"{r.caller_errors:8}  "
                      f"{dict(r.causes)} {len(r.findings)} findings")
     return "\n".join(lines)
 
@@ -233,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--journal-mode", choices=("wal", "delete", "both"), default="both")
     args = ap.parse_args(argv)
-    rows = sweep(args.dir or Path(tempfile.mkdtemp(prefix="hermes-faults-")), stride=args.stride)
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="hermes-faults-"))
+    modes = ("wal", "delete") if args.journal_mode == "both" else (args.journal_mode,)
+    rows = [r for m in modes for r in sweep(directory, stride=args.stride, journal_mode=m)]
     print(table(rows))
     for r in rows:
         for f in r.findings[:10]:
