@@ -36,6 +36,7 @@ from sessiondb import SessionDB
 from .checks import store_findings
 
 ROOT = Path(__file__).resolve().parents[2]
+EARLY_WINDOW_S = 0.6  # python start-up, imports, open and migrate take about this long
 TAG = re.compile(r"^b(\d+)\.(\d+)/(\d+)#(\d+)$")
 
 
@@ -48,6 +49,7 @@ class CrashStats:
     acked_compactions: int = 0
     rows_checked: int = 0
     torn_journal_lines: int = 0
+    early_kills: int = 0
     unacked_rows_present: int = 0
     findings: list[str] = field(default_factory=list)
 
@@ -108,12 +110,19 @@ def reopen_and_write(path: Path) -> list[str]:
     return []
 
 
-def episode(path: Path, journal: Path, seed: int, ep: int, max_delay: float) -> None:
-    """One writer run, killed after a seeded delay (or when it dies itself)."""
+def episode(path: Path, journal: Path, seed: int, ep: int, max_delay: float,
+            early: bool = False) -> None:
+    """One writer run, killed after a seeded delay (or when it dies itself).
+    ``early``: killed at a seeded moment of its start-up instead (opening,
+    migrating a new store, creating the sessions)."""
     proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.crash_writer", str(path),
                              str(journal), str(seed), str(ep)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        if early:
+            time.sleep(random.Random(seed).uniform(0.0, EARLY_WINDOW_S))
+            os.kill(proc.pid, signal.SIGKILL)
+            return
         ready = proc.stdout.readline()  # type: ignore[union-attr]
         if ready.strip() != b"ready":
             raise RuntimeError(f"writer did not start: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
@@ -129,20 +138,28 @@ def episode(path: Path, journal: Path, seed: int, ep: int, max_delay: float) -> 
 
 
 def run(directory: Path, episodes: int, seed: int, max_delay: float = 0.25,
-        check_every: int = 1, log=None) -> CrashStats:
+        check_every: int = 1, log=None, early_rate: float = 0.0) -> CrashStats:
     """``episodes`` kills on one store in ``directory``; checks after each
-    ``check_every``-th episode and after the last."""
+    ``check_every``-th episode and after the last. A share ``early_rate`` of
+    the episodes kills the writer during its start-up instead."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path, journal = directory / "state.db", directory / "acks.jsonl"
     stats = CrashStats()
     master = random.Random(seed)
     for ep in range(episodes):
-        episode(path, journal, master.randrange(2**32), ep, max_delay)
+        early = master.random() < early_rate
+        stats.early_kills += early
+        episode(path, journal, master.randrange(2**32), ep, max_delay, early)
+        if not path.exists():
+            continue  # killed before the store was created: nothing to check yet
         stats.episodes += 1
         if (ep + 1) % check_every and ep + 1 != episodes:
             continue
         records = read_journal(journal, stats)
-        found = check_rows(path, records, stats) + store_findings(path) + reopen_and_write(path)
+        # Reopen first: a kill during the very first open may leave a file
+        # whose schema is not there yet; opening must finish the migration.
+        found = reopen_and_write(path)
+        found += check_rows(path, records, stats) + store_findings(path)
         stats.findings += [f"episode {ep}: {f}" for f in found]
         if log:
             log(f"episode {ep + 1}/{episodes}: {stats.rows_checked} rows checked, "
@@ -159,12 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-delay", type=float, default=0.25)
     ap.add_argument("--check-every", type=int, default=1)
+    ap.add_argument("--early-rate", type=float, default=0.1,
+                    help="share of episodes killed during the writer's start-up")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args(argv)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="hermes-crash-"))
     started = time.monotonic()
     stats = run(directory, args.episodes, args.seed, args.max_delay, args.check_every,
-                log=lambda s: print(s, file=sys.stderr, flush=True))
+                log=lambda s: print(s, file=sys.stderr, flush=True), early_rate=args.early_rate)
     summary = {k: v for k, v in vars(stats).items() if k != "findings"}
     summary.update(seed=args.seed, store=str(directory / "state.db"),
                    findings=stats.findings[:50], elapsed_s=round(time.monotonic() - started, 1))

@@ -39,3 +39,14 @@ def test_checker_sees_missing_duplicate_and_half_batch(tmp_path: Path):
                for f in found)
     assert any(f.startswith("half batch") for f in found)
     assert any("message_count" in f for f in crash.store_findings(path))
+
+
+def test_kills_during_start_up_and_first_migration(tmp_path: Path):
+    """Each store is new, so the kill can land in file creation, the
+    migrations, the generation stamp or the first session rows."""
+    early = 0
+    for seed in range(6):
+        stats = crash.run(tmp_path / f"fresh{seed}", episodes=2, seed=seed, early_rate=1.0)
+        assert stats.findings == []
+        early += stats.early_kills
+    assert early == 12
