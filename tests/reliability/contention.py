@@ -81,7 +81,7 @@ def reader(path: str, r: int, start_at: float, seconds: float, search: bool) -> 
             sid = SESSIONS[reads % len(SESSIONS)]
             try:
                 if search and hasattr(db, "search"):
-                    db.search(f"w{r} n1", limit=20)
+                    db.search("n1")  # the search branch's API: query first
                 else:
                     n = db.count_messages([sid])
                     if n < last.get(sid, 0):
