@@ -30,15 +30,35 @@ def integrity(conn: apsw.Connection) -> list[str]:
 
 
 def fts_integrity(conn: apsw.Connection) -> list[str]:
-    """FTS5's integrity-check of every full-text table present; rank 1 also
-    compares an external-content index with its content table's rows."""
+    """FTS5's integrity-check of every full-text table present, and one
+    indexed document per message row. (The rank-1 check against the content
+    cannot be used: the search branch's content is a view over json_each,
+    which FTS5 reads with virtual tables disabled.) Skipped while the store
+    carries the durable ``fts_stale`` marker: the index is known stale then
+    and a guarded rebuild is due."""
+    tables = fts_tables(conn)
+    if not tables or _meta(conn, "fts_stale") is not None:
+        return []
     out = []
-    for name in fts_tables(conn):
+    (rows,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+    for name in tables:
         try:
-            conn.execute(f"INSERT INTO {name}({name}, rank) VALUES('integrity-check', 1)")
+            conn.execute(f"INSERT INTO {name}({name}) VALUES('integrity-check')")
+            (docs,) = conn.execute(f"SELECT count(*) FROM {name}_docsize").fetchone()
         except apsw.Error as e:
             out.append(f"{name} integrity-check: {e}")
+            continue
+        if docs != rows:
+            out.append(f"{name}: {docs} indexed documents for {rows} message rows")
     return out
+
+
+def _meta(conn: apsw.Connection, key: str) -> str | None:
+    try:
+        row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+    except apsw.Error:
+        return None
+    return row[0] if row else None
 
 
 def counters(conn: apsw.Connection) -> list[str]:

@@ -59,10 +59,10 @@ def digest(path: Path) -> str:
         h = hashlib.sha256()
         tables = [r[0] for r in conn.execute(
             "SELECT name FROM sqlite_schema WHERE type='table' AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY name")]
-        for t in tables:
-            for row in conn.execute(f'SELECT * FROM "{t}" ORDER BY rowid'):
-                h.update(repr(row).encode())
+            " AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name")]
+        for t in tables:  # some (FTS shadow tables) are WITHOUT ROWID: sort here
+            for row in sorted(repr(r) for r in conn.execute(f'SELECT * FROM "{t}"')):
+                h.update(row.encode())
         return h.hexdigest()
     finally:
         conn.close()

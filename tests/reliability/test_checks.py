@@ -21,10 +21,13 @@ def test_fts_out_of_step_with_its_content_is_found(tmp_path: Path):
     damage.add_fts(path)
     conn_rows = damage.sql(path, "SELECT name FROM sqlite_schema WHERE name = 'messages_fts'")
     assert conn_rows == [("messages_fts",)]
-    # Rewrite a row's text behind the index's back (no sync trigger here).
-    damage.sql(path, "UPDATE messages SET content = 'changed' WHERE id = 3")
+    # Delete a row behind the index's back (the helper's index has no trigger).
+    damage.sql(path, "PRAGMA foreign_keys=OFF")
+    damage.sql(path, "DROP TRIGGER IF EXISTS messages_search_ad")  # the search branch's
+    damage.sql(path, "DELETE FROM messages WHERE id = 3")
     found = store_findings(path)
-    assert any(f.startswith("messages_fts integrity-check") for f in found), found
+    assert any(f.startswith("messages_fts: 20 indexed documents for 19 message rows")
+               for f in found), found
 
 
 def test_counter_drift_is_found(tmp_path: Path):
