@@ -62,6 +62,14 @@ def _wal_line(r: InspectReport) -> str:
             f"-shm {'present' if r.shm_present else 'missing'}")
 
 
+def _estimate_line(est: dict[str, Any]) -> str:
+    if "error" in est:
+        return f"carving estimate: unavailable ({est['error']})"
+    rows = ", ".join(f"{t} {n}" for t, n in sorted(est["rows"].items())) or "no rows"
+    return (f"carving estimate: {rows}; {est['unattributed']} cells unattributed"
+            + ("" if est["schema_readable"] else " (schema page unreadable: found by shape)"))
+
+
 def print_inspect(r: InspectReport) -> None:
     click.echo(f"source: {r.source}")
     click.echo(f"verdict: {r.verdict}" + (f" (data: {r.data_verdict})"
@@ -83,6 +91,8 @@ def print_inspect(r: InspectReport) -> None:
     for h in r.holders:
         click.echo(f"held open by pid {h['pid']} ({h['command']}): {h['file']}")
     click.echo("free disk: " + ", ".join(f"{k} {_size(v)}" for k, v in r.free_disk.items()))
+    if r.carve_estimate is not None:
+        click.echo(_estimate_line(r.carve_estimate))
     click.echo(f"{r.explanation}.")
     click.echo(f"next: {r.next_command}" if r.next_command else "next: no command to run")
 
@@ -91,11 +101,14 @@ def print_recovery(r: RecoveryReport) -> None:
     click.echo(f"source: {r.source} (verdict before: {r.verdict_before or 'n/a'})")
     click.echo(f"outcome: {r.outcome}; output: {r.output or 'none written'}")
     rows = [(n, t.source_readable if t.source_readable is not None else "?", t.recovered,
-             t.copied, t.quarantined, len(t.skipped_ranges), t.lane_used or "-")
+             t.copied, t.quarantined, len(t.skipped_ranges),
+             ", ".join(f"{k} {v}" for k, v in t.lanes.items()) or "-", t.from_wal)
             for n, t in r.tables.items()]
     if rows:
         table(rows, ("table", "source readable", "recovered", "copied", "quarantined",
-                     "skipped ranges", "lane"))
+                     "skipped ranges", "rows by lane", "carved from wal"))
+    if r.lost_and_found:
+        click.echo(f"lost and found (unattributed records, kept in NEW): {r.lost_and_found}")
     for h in r.inspect.get("holders", []):
         click.echo(f"warning: pid {h['pid']} ({h['command']}) holds {h['file']} open; "
                    "stop it before putting the new file in place")
@@ -141,10 +154,13 @@ def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool
               help="Put a verified but lossy result at --output instead of NEW.partial.")
 @click.option("--lane", "lanes", multiple=True, type=click.Choice(list(LANES)),
               help="Only run these copy lanes (repeatable; default: all, gentle first).")
+@click.option("--include-freelist", is_flag=True,
+              help="Let the carve lane bring back deleted rows from free pages (marked in "
+                   "NEW's recovery_marked_rows table).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_path: Path | None,
                 work_dir: Path | None, allow_partial: bool, lanes: tuple[str, ...],
-                as_json: bool) -> None:
+                include_freelist: bool, as_json: bool) -> None:
     """Inspect a damaged store, or copy every readable row into a new verified one.
 
     Exit codes: 0 healthy / fully recovered, 1 runtime error, 2 usage error,
@@ -157,19 +173,21 @@ def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_pa
       hermes sessions recover --source ~/.hermes/state.db --inspect-only
       hermes sessions recover --source ~/.hermes/state.db --output /tmp/new.db \\
           --report /tmp/recovery.json
+      hermes sessions recover --source ~/.hermes/state.db --output /tmp/new.db --lane carve
     """
     try:
         check_options(source, output, report_path, work_dir, inspect_only)
-        if inspect_only and (allow_partial or lanes or report_path):
-            raise RecoveryUsageError("--report, --allow-partial and --lane only apply "
-                                     "with --output")
+        if inspect_only and (allow_partial or lanes or report_path or include_freelist):
+            raise RecoveryUsageError("--report, --allow-partial, --lane and "
+                                     "--include-freelist only apply with --output")
         if inspect_only:
             code = _run_inspect(source, work_dir, as_json)
         else:
             assert output is not None
             code = _run_recover(source, output, {
                 "report_path": report_path, "work_dir": work_dir,
-                "allow_partial": allow_partial, "lanes": lanes or None}, as_json)
+                "allow_partial": allow_partial, "lanes": lanes or None,
+                "include_freelist": include_freelist}, as_json)
     except RecoveryUsageError as e:
         raise click.UsageError(str(e)) from e
     except RecoveryError as e:

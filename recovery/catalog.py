@@ -16,6 +16,7 @@ LEDGER_TABLES = ("migrations",)
 ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
 PARTIAL_KEY = "__partial__"  # present in a row dict rebuilt without some columns
 BAD_TEXT_KEY = "__bad_text__"  # column -> raw bytes of text that is not valid UTF-8
+ORIGIN_KEY = "__origin__"  # a carved row's RowOrigin (page, cell, carver lane, from WAL)
 # apsw decodes text strictly: bytes that are not UTF-8 fail a read like damage does.
 READ_ERRORS = (apsw.Error, UnicodeDecodeError)
 
@@ -78,6 +79,7 @@ class Catalog:
     fts5: list[str] = field(default_factory=list)
     index_of: dict[str, str] = field(default_factory=dict)  # index name -> table name
     tolerant: bool = False  # read with writable_schema on: the schema has bad entries
+    reference: bool = False  # not the file's: our current schema, used when its own is lost
 
     def indexes(self, table: str) -> list[str]:
         return [i for i, t in self.index_of.items() if t == table]
@@ -133,4 +135,19 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
         if spec.kind != "derived":
             _columns(conn, spec)
         cat.tables[name] = spec
+    return cat
+
+
+def reference_catalog() -> Catalog:
+    """Our current schema (every migration applied to an in-memory database):
+    the tables to look for when a file's own schema cannot be read."""
+    from sessiondb import migrations  # a store module: keep catalog importable alone
+
+    conn = apsw.Connection(":memory:")
+    try:
+        migrations.apply_pending(conn, lambda: conn.execute("BEGIN IMMEDIATE"))
+        cat = read_catalog(conn)
+    finally:
+        conn.close()
+    cat.reference = True
     return cat

@@ -19,6 +19,8 @@ import apsw
 from sessiondb import migrations
 
 from . import headers
+from .carve_types import CarveError
+from .carver import estimate as carve_estimate
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
@@ -75,6 +77,9 @@ class InspectReport:
     changed_files: list[str] = field(default_factory=list)
     free_disk: dict[str, int] = field(default_factory=dict)
     fingerprints: dict[str, Any] = field(default_factory=dict)
+    # what the page carver would find (rows per table from page headers), or
+    # {"error": ...}; None when not asked for (recover carves instead)
+    carve_estimate: dict[str, Any] | None = None
     elapsed_s: float = 0.0
 
     def table(self, name: str) -> TableHealth | None:
@@ -113,6 +118,9 @@ def open_copy(path: Path) -> apsw.Connection:
     conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     conn.set_busy_timeout(1000)
     conn.execute("PRAGMA trusted_schema=OFF")
+    # check every cell of a page as it is loaded: a damaged cell then fails the
+    # read (a lane sees a gap) instead of being stepped over silently
+    conn.execute("PRAGMA cell_size_check=ON")
     return conn
 
 
@@ -285,7 +293,9 @@ def data_verdict(report: InspectReport) -> str:
     if (head.get("file_size", 0) == 0 or head.get("all_zero")) and not _wal_frames(report):
         return "empty"
     if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
-        return "not_a_database"
+        # page 1 gone, yet the carver recognises rows of ours on other pages
+        carvable = (report.carve_estimate or {}).get("total", 0) > 0
+        return "structural" if carvable else "not_a_database"
     if not report.schema_readable or report.schema_error:
         return "structural"
     data = [t for t in report.tables if t.kind == "data"]
@@ -322,9 +332,23 @@ def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
     return out
 
 
-def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS
-                     ) -> tuple[InspectReport, Catalog | None]:
-    """Analyse a snapshot taken by the caller (recover reuses this)."""
+def estimate_carving(copy: Path) -> dict[str, Any]:
+    """`carver.estimate` of the copy (with its -wal): rows carving would find."""
+    wal = Path(f"{copy}-wal")
+    try:
+        est = carve_estimate(copy, wal if wal.exists() else None)
+    except (CarveError, OSError) as e:
+        return {"error": _err(e)}
+    return {"rows": est.rows, "total": est.total, "unattributed": est.unattributed,
+            "schema_readable": est.schema_readable, "page_count": est.page_count,
+            "bad_pages": est.bad_pages}
+
+
+def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,
+                     estimate: bool | None = True) -> tuple[InspectReport, Catalog | None]:
+    """Analyse a snapshot taken by the caller. ``estimate`` None (what
+    recover uses) estimates carving only when SQLite cannot read the schema,
+    since only then does the verdict depend on it."""
     started = time.monotonic()
     report = InspectReport(str(snap.source), "healthy", "healthy")
     report.shm_present = snap.has("-shm")
@@ -332,6 +356,9 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     report.holders = [h.to_dict() for h in snap.holders]
     report.fingerprints = snap.to_dict()
     cat = analyse_copy(snap, report, quick_seconds)
+    if estimate or (estimate is None and not report.schema_readable):
+        # after analyse_copy: on the copy as its header was repaired
+        report.carve_estimate = estimate_carving(snap.db_copy)
     report.data_verdict = data_verdict(report)
     report.free_disk = _free_disk(snap.source, snap)
     report.elapsed_s = round(time.monotonic() - started, 3)

@@ -5,7 +5,8 @@ table still missing rows (``ctx.pending()``) with the rowid ranges nobody
 has read yet, and returns the rows it found per table (dicts keyed by
 column name plus ``rowid``), the ranges still unread after it, and stats.
 The orchestrator merges rows by rowid (first lane wins), so adding a lane
-(the page carver, say) is one entry in ``LANES``.
+is one entry in ``LANES``; the last one, the page carver, is in
+`recovery.carve_lane`.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class TableState:
     gaps: list[Range] = field(default_factory=lambda: [EVERYTHING])
     by_lane: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    partial_from: dict[Any, str] = field(default_factory=dict)  # key of a partial row -> lane
 
     @property
     def complete(self) -> bool:
@@ -77,6 +79,7 @@ class LaneContext:
     chunk: int = DEFAULT_CHUNK
     progress: Progress | None = None
     lost_and_found: list[tuple[str, dict]] = field(default_factory=list)  # (lane, item)
+    include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
 
     def report_progress(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -111,14 +114,30 @@ def merge_ranges(ranges: list[Range]) -> list[Range]:
     return out
 
 
-def subtract_rowids(ranges: list[Range], rowids: list[int]) -> list[Range]:
-    """``ranges`` without the given rowids (which split the ranges they hit)."""
-    out = list(ranges)
+def subtract_rowids(ranges: list[Range], rowids: Any) -> list[Range]:
+    """``ranges`` without the given rowids (which split the ranges they hit);
+    O(n log n), as the carver may return every row of a large table."""
+    ordered = sorted(set(rowids))
+    out: list[Range] = []
+    for lo, hi in ranges:
+        start = lo
+        for rowid in ordered[bisect.bisect_left(ordered, lo):bisect.bisect_right(ordered, hi)]:
+            if rowid > start:
+                out.append((start, rowid - 1))
+            start = rowid + 1
+        if start <= hi:
+            out.append((start, hi))
+    return out
+
+
+def runs(rowids: Any) -> list[Range]:
+    """Sorted rowids as ranges of consecutive values (each range holds only them)."""
+    out: list[Range] = []
     for rowid in sorted(set(rowids)):
-        for i, (lo, hi) in enumerate(out):
-            if lo <= rowid <= hi:
-                out[i:i + 1] = [r for r in ((lo, rowid - 1), (rowid + 1, hi)) if r[0] <= r[1]]
-                break
+        if out and rowid == out[-1][1] + 1:
+            out[-1] = (out[-1][0], rowid)
+        else:
+            out.append((rowid, rowid))
     return out
 
 
@@ -175,10 +194,24 @@ def row_copy_lane(ctx: LaneContext) -> LaneResult:
             _read_whole(ctx.conn, state.spec, result)
             continue
         rows: list[dict] = []
-        result.gaps[state.spec.name] = [
-            g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
+        gaps = [g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
+        result.gaps[state.spec.name] = audit_gaps(ctx, state, rows, gaps)
         result.rows[state.spec.name] = rows
     return result
+
+
+def audit_gaps(ctx: LaneContext, state: TableState, rows: list[dict],
+               gaps: list[Range]) -> list[Range]:
+    """``gaps`` plus every rowid an intact index lists that no lane returned.
+    SQLite's search can step over a damaged cell without an error (a lookup
+    finds nothing, a range scan starts after it): such rows are not absent,
+    they are unread, and a later lane must look for them."""
+    listed = _index_rowids(ctx, state.spec, EVERYTHING)
+    if not listed:
+        return gaps
+    have = {r.get(ROWID_KEY) for r in rows} | {r.get(ROWID_KEY) for r in state.rows.values()}
+    missing = [rowid for rowid in listed if rowid not in have]
+    return merge_ranges(gaps + runs(missing)) if missing else gaps
 
 
 def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: bool,
@@ -242,11 +275,12 @@ def bisect_lane(ctx: LaneContext) -> LaneResult:
                 continue
             skipped += _bisect(ctx, state.spec, gap, rows, budget, candidates)
         result.rows[state.spec.name] = rows
-        result.gaps[state.spec.name] = merge_ranges(skipped)
+        result.gaps[state.spec.name] = (audit_gaps(ctx, state, rows, merge_ranges(skipped))
+                                        if known else merge_ranges(skipped))
         stats = {"queries": budget.used, "budget_exhausted": budget.left <= 0,
                  "rowids_from_index": known}
         if known:  # every skipped rowid was listed by an index: an exact count
-            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in skipped)
+            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in result.gaps[state.spec.name])
         result.stats[state.spec.name] = stats
     return result
 
@@ -331,7 +365,8 @@ def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict], bud
         if budget.left <= 0:
             skipped.append((lo, hi))
         elif (inside is not None and len(inside) < SINGLES_BELOW) or hi - lo < SINGLES_BELOW:
-            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget)
+            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget,
+                                listed=inside is not None)
         else:
             resume = _read_range(ctx, spec, lo, hi, rows, budget)
             if resume is not None and resume <= hi:
@@ -356,11 +391,14 @@ def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
 
 
 def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, rows: list[dict],
-             budget: Budget) -> list[Range]:
+             budget: Budget, listed: bool = False) -> list[Range]:
+    """Look rowids up one by one. A rowid an index ``listed`` that the table
+    lookup does not find is unreadable (a damaged cell SQLite's search steps
+    over), not absent."""
     skipped: list[Range] = []
     for rowid in rowids:
         found = _lookup(ctx, spec, rowid, budget)
-        if found is None:
+        if found is None or (listed and not found):
             skipped.append((rowid, rowid))
         else:
             rows += found
@@ -419,9 +457,13 @@ def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[
     return found
 
 
+# The page carver's lane lives in its own module (it imports this one).
+from .carve_lane import carve_lane  # noqa: E402
+
 LANES: dict[str, Lane] = {
     "backup": backup_lane,
     "rows": row_copy_lane,
     "bisect": bisect_lane,
     "index": index_lane,
+    "carve": carve_lane,
 }

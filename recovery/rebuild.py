@@ -25,6 +25,7 @@ PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
 QUARANTINE = "recovery_quarantine"
 LOST_AND_FOUND = "lost_and_found"
+MARKED = "recovery_marked_rows"
 PROGRESS_EVERY = 1000
 NOT_COPIED = {"leases": "turn leases belong to processes of the damaged store; not carried over"}
 META_SKIP = ("sqlite_version", "fts_stale")  # describe the old file, not the new one
@@ -201,9 +202,12 @@ def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
 
 def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[dict]], *,
                 lost_and_found: list[tuple[str, dict]] = (), vfs: str | None = None,
-                progress: Callable[[str, int, int], None] | None = None) -> WriteStats:
+                progress: Callable[[str, int, int], None] | None = None,
+                marked: list[tuple[str, Any, str]] = ()) -> WriteStats:
     """Create ``path`` with the current schema and insert the recovered rows,
-    plus the (lane, item) pairs no lane could attribute to a table."""
+    plus the (lane, item) pairs no lane could attribute to a table and the
+    (table, rowid, mark) of rows that were not live data (deleted rows from
+    free pages, rows from uncommitted WAL frames)."""
     stats = WriteStats()
     with SessionDB(path, vfs=vfs) as db:
         with db.atomic() as conn:
@@ -222,6 +226,7 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
                     continue
                 _extra_table(w, spec, rows.get(name, []))
             _lost_and_found(w, specs, lost_and_found)
+            _marked(w, marked)
             stats.per_session = dict(conn.execute(
                 "SELECT session_id, count(*) FROM messages GROUP BY session_id").fetchall())
     return stats
@@ -233,12 +238,28 @@ def _lost_and_found(w: Writer, specs: dict[str, TableSpec],
     if not items:
         return
     name = LOST_AND_FOUND if LOST_AND_FOUND not in specs else f"recovery_{LOST_AND_FOUND}"
+    # where the find was (the carver knows its page, cell and rowid), then the
+    # whole find, raw values included, as one JSON document
     w.conn.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, lane TEXT NOT NULL, "
-                   "item TEXT NOT NULL)")
+                   "page INTEGER, cell INTEGER, source_rowid INTEGER, item TEXT NOT NULL)")
     for lane, item in items:
-        w.conn.execute(f"INSERT INTO {name}(lane, item) VALUES (?, ?)",
-                       (lane, json.dumps(item, default=_jsonable, sort_keys=True)))
+        where = tuple(item.get(k) if isinstance(item.get(k), int) else None
+                      for k in ("page", "cell", "rowid"))
+        w.conn.execute(f"INSERT INTO {name}(lane, page, cell, source_rowid, item) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (lane, *where, json.dumps(item, default=_jsonable, sort_keys=True)))
     w.stats.table(name).inserted = len(items)
+
+
+def _marked(w: Writer, marked: list[tuple[str, Any, str]]) -> None:
+    """Which recovered rows were not live data, so a reader can tell them apart."""
+    if not marked:
+        return
+    w.conn.execute(f"CREATE TABLE {MARKED} (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL,"
+                   " source_rowid INTEGER, mark TEXT NOT NULL)")
+    w.conn.executemany(f"INSERT INTO {MARKED}(table_name, source_rowid, mark) VALUES (?, ?, ?)",
+                       marked)
+    w.stats.table(MARKED).inserted = len(marked)
 
 
 def _jsonable(value: Any) -> Any:

@@ -21,12 +21,13 @@ import apsw
 
 from sessiondb.paths import SIDECARS
 
-from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
+from .carve_types import FREELIST, UNCOMMITTED
+from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog, reference_catalog
 from .errors import (RecoveryError, RecoveryIOError, RecoveryUsageError, SourceChanging,
                      SourceMissing)
 from .inspect import InspectReport, inspect_snapshot, open_copy
-from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, LANES, Budget, LaneContext, Progress,
-                    TableState, subtract_rowids)
+from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, Budget, LaneContext,
+                    Progress, TableState, subtract_rowids)
 from .rebuild import write_store
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
@@ -110,7 +111,10 @@ def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int
             _upgrade_partial(state, lane, keys, row)
             continue
         seen.update(keys)
-        state.rows[keys[0] if keys else ("seq", len(state.rows))] = row
+        key = keys[0] if keys else ("seq", len(state.rows))
+        state.rows[key] = row
+        if PARTIAL_KEY in row:
+            state.partial_from[key] = lane
         added += 1
     if added:
         state.by_lane[lane] = state.by_lane.get(lane, 0) + added
@@ -124,6 +128,11 @@ def _upgrade_partial(state: TableState, lane: str, keys: list[tuple], row: dict)
         return
     state.rows[keys[0]] = row
     state.by_lane[lane] = state.by_lane.get(lane, 0) + 1
+    before = state.partial_from.pop(keys[0], None)  # the row now counts for this lane only
+    if before is not None:
+        state.by_lane[before] -= 1
+        if not state.by_lane[before]:
+            del state.by_lane[before]
 
 
 def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
@@ -153,12 +162,31 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) ->
 
 # -- orchestration ----------------------------------------------------------
 
+def _exact(report: RecoveryReport, name: str) -> tuple[bool, bool]:
+    """(the skipped ranges hold only lost rows, the carver could not prove the
+    table complete); the carve lane's word is the last when it ran."""
+    carved = report.lane_stats.get("carve", {}).get("tables", {}).get(name)
+    if carved is not None and "exact" in carved:
+        return carved["exact"], not carved["exact"]
+    return bool(report.lane_stats.get("bisect", {}).get(name, {}).get("rowids_from_index")), False
+
+
+def _carved_counts(state: TableState) -> tuple[dict[str, int], int]:
+    """Rows kept from the carver, by carver lane, and how many came from the WAL."""
+    origins = [r[ORIGIN_KEY] for r in state.rows.values() if ORIGIN_KEY in r]
+    by_lane: dict[str, int] = {}
+    for o in origins:
+        by_lane[o.lane] = by_lane.get(o.lane, 0) + 1
+    return by_lane, sum(1 for o in origins if o.from_wal)
+
+
 def _tables_report(states: dict[str, TableState], insp: InspectReport,
                    report: RecoveryReport) -> None:
     for name, state in states.items():
         health = insp.table(name)
         used = max(state.by_lane, key=state.by_lane.get) if state.by_lane else None
-        exact = report.lane_stats.get("bisect", {}).get(name, {}).get("rowids_from_index")
+        exact, unproven = _exact(report, name)
+        carved, from_wal = _carved_counts(state)
         report.tables[name] = TableReport(
             source_readable=health.rows if health else None,
             source_scan_complete=bool(health and health.readable),
@@ -166,15 +194,21 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
             lanes=dict(state.by_lane), lane_used=used,
             partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r),
             # An index listed every rowid, so the ranges hold only lost rows.
-            rows_lost=sum(hi - lo + 1 for lo, hi in state.gaps) if exact else None)
+            rows_lost=sum(hi - lo + 1 for lo, hi in state.gaps) if exact else None,
+            carved=carved, from_wal=from_wal, unproven=unproven)
 
 
 def _loss(report: RecoveryReport) -> list[str]:
-    reasons = [f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
+    reasons = [f"table {n}: no row could be read" if t.skipped_ranges == [list(EVERYTHING)]
+               else f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
                + (f" ({t.rows_lost} rows, counted from an index)" if t.rows_lost else "")
                for n, t in report.tables.items() if t.skipped_ranges]
     reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
                 report.tables.items() if t.quarantined]
+    unproven = [n for n, t in report.tables.items() if t.unproven and not t.skipped_ranges]
+    if unproven:
+        reasons.append(f"tables {', '.join(unproven)}: rows found by scanning pages (b-tree "
+                       "and indexes unreadable); rows on destroyed pages cannot be counted")
     reasons += [f"table {n}: {t.partial} rows rebuilt from indexes, some columns lost"
                 for n, t in report.tables.items() if t.partial]
     if report.placeholders:
@@ -217,7 +251,7 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
     try:
         stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
-                            progress=ctx.progress)
+                            progress=ctx.progress, marked=_marked(rows))
     except BaseException:
         for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
             p.unlink(missing_ok=True)
@@ -240,12 +274,21 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     report.output = str(_place(tmp, output, suffix))
 
 
+def _marked(rows: dict[str, list[dict]]) -> list[tuple[str, Any, str]]:
+    """(table, rowid, mark) of carved rows that were not live data: rows
+    from free pages (deleted) or from WAL frames past the last commit."""
+    return [(table, r.get(ROWID_KEY), r[ORIGIN_KEY].lane) for table, rs in rows.items()
+            for r in rs if ORIGIN_KEY in r and r[ORIGIN_KEY].lane in (FREELIST, UNCOMMITTED)]
+
+
 def _nothing_read(ctx: LaneContext) -> bool:
     """No row came back and something was unreadable (a store that is simply
-    empty but sound is recovered as an empty store)."""
+    empty but sound is recovered as an empty store; a file whose schema is
+    lost is never taken for an empty store)."""
     if any(s.rows for s in ctx.states.values()) or ctx.lost_and_found:
         return False
-    return ctx.catalog is None or any(not s.complete for s in ctx.states.values())
+    return (ctx.catalog is None or ctx.catalog.reference
+            or any(not s.complete for s in ctx.states.values()))
 
 
 def _readable(report: RecoveryReport) -> dict[str, int]:
@@ -279,13 +322,16 @@ class RecoverOptions:
     keep_work: bool = False
     vfs: str | None = None
     progress: Progress | None = None
+    include_freelist: bool = False
     snapshot_kw: dict[str, Any] = field(default_factory=dict)
 
 
 def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
              opts: RecoverOptions) -> LaneContext:
     conn = None
-    if cat is not None:
+    if cat is None and "carve" in opts.lanes:
+        cat = reference_catalog()  # the file's schema is lost: look for ours, by shape
+    elif cat is not None:
         try:
             conn = open_copy(snap.db_copy)
             if cat.tolerant:
@@ -295,7 +341,8 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in ("healthy", "fts_only")
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
-                       structurally_sound=sound, chunk=opts.chunk, progress=opts.progress)
+                       structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
+                       include_freelist=opts.include_freelist)
 
 
 def recover(source: str | Path, output: str | Path, *, report_path: str | Path | None = None,
@@ -303,12 +350,15 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
             lanes: Sequence[str] | None = None, budget: int = DEFAULT_BUDGET,
             chunk: int = DEFAULT_CHUNK, headroom: int = DEFAULT_HEADROOM,
             keep_work: bool = False, vfs: str | None = None,
-            progress: Progress | None = None, **snapshot_kw: Any) -> RecoveryReport:
+            progress: Progress | None = None, include_freelist: bool = False,
+            **snapshot_kw: Any) -> RecoveryReport:
     """Recover ``source`` into ``output``; see the module docstring for names.
 
     ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
     ``budget`` bounds the bisection's queries per table; ``vfs`` names an
-    apsw VFS for writing the output (fault-injection tests). Raises
+    apsw VFS for writing the output (fault-injection tests);
+    ``include_freelist`` lets the carve lane bring back deleted rows from
+    free pages (marked in the output's ``recovery_marked_rows`` table). Raises
     RecoveryUsageError for bad options (before any I/O) and other
     RecoveryError subclasses for runtime failures.
     """
@@ -316,7 +366,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     report_file = Path(report_path) if report_path else None
     opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
                           list(lanes) if lanes else list(LANES), budget, chunk, headroom,
-                          keep_work, vfs, progress, snapshot_kw)
+                          keep_work, vfs, progress, include_freelist, snapshot_kw)
     check_options(source, output, report_file, opts.work_dir)
     unknown = [n for n in opts.lanes if n not in LANES]
     if unknown:
@@ -351,7 +401,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
                          **opts.snapshot_kw)
     try:
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
-        insp, cat = inspect_snapshot(snap)
+        insp, cat = inspect_snapshot(snap, estimate=None)
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
         report.fingerprints = snap.to_dict()
         ctx = _context(snap, cat, insp, opts)

@@ -45,6 +45,11 @@ class TableReport:
     lanes: dict[str, int] = field(default_factory=dict)
     lane_used: str | None = None
     note: str | None = None
+    carved: dict[str, int] = field(default_factory=dict)  # carved rows by carver lane
+    from_wal: int = 0  # carved rows whose page came from a WAL frame
+    # the carver found this table's rows by scanning pages (no clean tree walk,
+    # no intact index): rows on destroyed pages cannot be counted
+    unproven: bool = False
 
 
 @dataclass

@@ -3,13 +3,15 @@ from .compaction import (CompactionError, CompactionNotFound, CompactionResult, 
                          apply_compaction)
 from .classify import classify
 from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
-from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, LeaseLost,
-                     SchemaTooNew, SearchIndexCorrupt, SessionNotFound, StorageError,
-                     StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
+from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery, LeaseLost,
+                     SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
+                     StorageError, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
 from .explain import StorageFailure, describe, describe_error
 from .leases import Lease
 from .paths import resolve_home, store_path
+from .search import SearchHit
+from .search_maintenance import SearchHealth
 from .sessions import Session
 from .spool import import_spool
 from .store import SessionDB
@@ -26,4 +28,5 @@ __all__ = [
     "TranscriptWriter", "FlushResult", "CompactionResult", "RestoreResult", "CompactionError",
     "CompactionNotFound", "apply_compaction",
     "classify", "describe", "describe_error", "StorageFailure", "import_spool",
+    "SearchHit", "SearchHealth", "InvalidQuery", "SearchRebuildRefused",
 ]

@@ -135,6 +135,20 @@ class InvalidInput(StorageError):
     cause = Cause.INVALID_INPUT
 
 
+class InvalidQuery(InvalidInput):
+    """Search text that cannot be turned into a query (the message says why)."""
+
+
+class SearchRebuildRefused(StorageError):
+    """Rebuilding the search index is unsafe now: another process holds the store."""
+
+    cause = Cause.LOCKED
+
+    def __init__(self, message: str, *, holders: list[int] | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.holders = holders or []
+
+
 class UnsafeSQLiteVersion(StorageError):
     """The SQLite library is in the WAL-reset corruption band."""
 

@@ -11,6 +11,8 @@ from typing import Callable
 
 import apsw
 
+from . import search_index
+
 Migration = Callable[[apsw.Connection], None]
 
 
@@ -106,8 +108,13 @@ def m005_generation(conn: apsw.Connection) -> None:
     stamp_generation(conn)
 
 
+def m004_search_index(conn: apsw.Connection) -> None:
+    """Word and trigram FTS5 indexes over message text, filled, with sync triggers."""
+    search_index.install(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
-                                     m005_generation)
+                                     m004_search_index, m005_generation)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import apsw
 
 from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
-               sessions, spool)
+               search, search_index, search_maintenance, sessions, spool)
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -64,6 +64,7 @@ class SessionDB:
             self._writer.close()
             self._guard.release()
             raise
+        search_maintenance.rebuild_on_open(self)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -343,8 +344,8 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        with self.atomic() as conn:
-            return sessions.delete(conn, session_id)
+        return self.write_fail_open(
+            lambda conn: self.index_guarded(conn, lambda: sessions.delete(conn, session_id)))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -389,8 +390,8 @@ class SessionDB:
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         try:
-            with self.atomic() as conn:
-                ids = self.insert_encoded(conn, session_id, encoded, holder=holder)
+            ids = self.write_fail_open(
+                lambda conn: self.insert_encoded(conn, session_id, encoded, holder=holder))
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
@@ -412,6 +413,10 @@ class SessionDB:
         sessions.require(conn, session_id)
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
+        return self.index_guarded(conn, lambda: self._insert_rows(conn, session_id, encoded, kind))
+
+    def _insert_rows(self, conn: apsw.Connection, session_id: str,
+                     encoded: list[EncodedMessage], kind: str) -> list[int]:
         position = messages.next_position(conn, session_id)
         ids, added, calls = [], 0, 0
         for enc in encoded:
@@ -469,6 +474,52 @@ class SessionDB:
         """Message rows in these sessions (``None``: in the whole store)."""
         with self._read() as conn:
             return pages.count_messages(conn, session_ids)
+
+    # -- search ------------------------------------------------------------
+
+    @staticmethod
+    def index_guarded(conn: apsw.Connection, fn: Callable[[], Any]) -> Any:
+        """Run a write that fires the search triggers (insert, delete, or
+        update of message content/role) inside the caller's transaction so
+        that damage to the search index cannot fail it: the index is
+        detached and marked stale, and ``fn`` is run again. ``fn`` must be
+        safe to re-run after a rollback to the guard's savepoint."""
+        return search_index.guarded_write(conn, fn)
+
+    def write_fail_open(self, body: Callable[[apsw.Connection], Any]) -> Any:
+        """Run ``body(conn)`` in one write transaction that damage to the
+        search index cannot fail: on index-scoped corruption the index is
+        detached and marked stale in a fresh transaction and ``body`` runs
+        again there (see search_index.write_fail_open)."""
+        return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
+
+    def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
+               source: str | None = None, since: float | None = None,
+               until: float | None = None, limit: int = 20, offset: int = 0,
+               order: str = "rank", include_archived: bool = False,
+               raw: bool = False) -> list[search.SearchHit]:
+        """Search message text; see sessiondb/search.py and docs/search.md.
+
+        ``include_archived`` adds archived (compacted) and rewound rows,
+        each hit carrying its ``state``. ``raw=True`` takes FTS5 syntax.
+        """
+        filters = search.Filters(session_id, role, source, since, until, include_archived)
+        return search.search(self, query, filters=filters, limit=limit, offset=offset,
+                             order=order, raw=raw)
+
+    def search_index_stale(self) -> dict | None:
+        """The ``fts_stale`` record while search runs on the fallback scan."""
+        with self._read() as conn:
+            return search_index.stale_marker(conn)
+
+    def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
+        """Rebuild both search indexes and clear ``fts_stale``; refuses with
+        SearchRebuildRefused while another process holds the store."""
+        return search_maintenance.rebuild(self, force=force)
+
+    def search_health(self) -> search_maintenance.SearchHealth:
+        """Integrity-check and a real MATCH probe for each search index."""
+        return search_maintenance.health(self)
 
 
 __all__ = ["SessionDB", "new_uid"]

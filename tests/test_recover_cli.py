@@ -62,8 +62,11 @@ USAGE_CASES = {
                                        str(t / "n.db.partial")],
                          "Error: --report must not be the output or one of its sidecars"),
     "report-with-inspect": (lambda s, t: ["--inspect-only", "--report", str(t / "r.json")],
-                            "Error: --report, --allow-partial and --lane only apply with "
-                            "--output"),
+                            "Error: --report, --allow-partial, --lane and --include-freelist "
+                            "only apply with --output"),
+    "freelist-with-inspect": (lambda s, t: ["--inspect-only", "--include-freelist"],
+                              "Error: --report, --allow-partial, --lane and --include-freelist "
+                              "only apply with --output"),
 }
 
 
@@ -166,3 +169,34 @@ def test_the_next_command_inspect_prints_runs(source, hurt, first, then):
     assert res.exit_code == then, res.output
     out = source.with_name("state.recovered.db")
     assert Path(f"{out}.partial" if then else out).exists()
+
+
+def test_page1_zeroed_inspect_estimates_and_carve_recovers(source, tmp_path):
+    damage.write_at(source, 0, b"\x00" * damage.PAGE_SIZE)
+    res = run("--source", str(source), "--inspect-only")
+    assert res.exit_code == 3 and "verdict: structural" in res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("carving estimate: "))
+    assert line.startswith("carving estimate: messages 120, migrations ")
+    assert ", sessions 2, state_meta 2; 0 cells unattributed (schema page unreadable: " \
+        "found by shape)" in line
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--lane", "carve",
+              "--json")
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.output)
+    assert doc["lanes_run"] == ["carve"] and doc["verification"]["ok"] is True
+    assert doc["tables"]["messages"]["lanes"] == {"carve": 120}
+    assert doc["tables"]["messages"]["carved"] == {"orphan": 120}
+
+
+def test_include_freelist_reaches_the_carve_lane(source, tmp_path):
+    from sessiondb import SessionDB
+    with SessionDB(source) as db:
+        gone = db.list_sessions(limit=1)[0].id
+        db.delete_session(gone)
+    res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--lane", "carve",
+              "--include-freelist", "--json")
+    doc = json.loads(res.output)
+    freed = doc["tables"]["messages"]["carved"].get("freelist", 0)
+    assert freed > 0 and doc["placeholders"] == [gone]
+    assert damage.sql(Path(doc["output"]), "SELECT count(*) FROM recovery_marked_rows") == [
+        (freed,)]

@@ -7,6 +7,7 @@ read from the intact file's b-tree.
 from __future__ import annotations
 
 import json
+import random
 import os
 import shutil
 import stat
@@ -99,19 +100,29 @@ def test_allow_partial_puts_lossy_result_at_output(pristine, store, tmp_path):
     assert not (tmp_path / "new.db.partial").exists()
 
 
+def attribution(path: Path) -> dict[int, str]:
+    return dict(sql(path, "SELECT id, session_id FROM messages"))
+
+
 def test_messages_interior_page_damage(pristine, store, tmp_path):
+    """SQL cannot reach the leaves under a destroyed interior page; the
+    carver reads them as orphans, and the intact index proves none is missing."""
     truth, tree, _ = pristine
     inner = tree.middle_interior()
     smash_page(store, inner)
     report = recover_checked(store, tmp_path)
-    expected = tree.reachable({inner})
-    assert 0 < len(expected) < len(truth.messages)
-    assert message_ids(tmp_path / "new.db.partial") == expected
-    stats = report.lane_stats["bisect"]["messages"]
-    assert stats["rowids_from_index"] is True
-    assert stats["rows_lost"] == len(truth.messages) - len(expected)
-    assert report.tables["messages"].rows_lost == len(truth.messages) - len(expected)
-    assert report.exit_code == 3 and report.verification["ok"]
+    by_sql = tree.reachable({inner})
+    assert 0 < len(by_sql) < len(truth.messages)
+    assert (report.outcome, report.exit_code, report.loss) == ("recovered", 0, False)
+    assert attribution(tmp_path / "new.db") == truth.messages  # every row, right session
+    assert report.lane_stats["bisect"]["messages"]["rows_lost"] == len(truth.messages) - len(
+        by_sql)  # what SQL alone could not read ...
+    t = report.tables["messages"]
+    assert t.lanes["carve"] == len(truth.messages) - len(by_sql)  # ... the carver found
+    assert t.carved == {"orphan": len(truth.messages) - len(by_sql)}
+    assert (t.skipped_ranges, t.rows_lost, t.unproven, t.from_wal) == ([], 0, False, 0)
+    assert report.lane_stats["carve"]["tables"]["messages"]["walk"] == "damaged"
+    assert report.verification["ok"] and report.lost_and_found == 0
 
 
 def test_sessions_root_damage_rebuilds_sessions_from_indexes(pristine, store, tmp_path):
@@ -169,6 +180,11 @@ def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_pa
     assert message_ids(tmp_path / "new.db") == set(truth.messages)
 
 
+def surviving(tree: TableTree, gone: set[int]) -> set[int]:
+    """Rowids whose leaf page is undamaged (what carving can bring back)."""
+    return {r for leaf, rows in tree.leaves.items() if leaf not in gone for r in rows}
+
+
 def test_truncated_file(pristine, store, tmp_path):
     truth, tree, stree = pristine
     pages = damage.page_count(store)
@@ -177,10 +193,15 @@ def test_truncated_file(pristine, store, tmp_path):
     gone = set(range(cut + 1, pages + 1))
     assert recovery.inspect(store).verdict == "structural"
     report = recover_checked(store, tmp_path)
-    expected = tree.reachable(gone)
+    expected = surviving(tree, gone)
     assert 0 < len(expected) < len(truth.messages)
-    assert message_ids(tmp_path / "new.db.partial") == expected
-    assert report.tables["sessions"].copied == len(stree.reachable(gone))
+    out = tmp_path / "new.db.partial"
+    assert attribution(out) == {r: truth.messages[r] for r in expected}
+    assert report.tables["sessions"].copied == len(surviving(stree, gone))
+    t = report.tables["messages"]  # its indexes were cut off too: the loss is not countable
+    assert (t.recovered, t.rows_lost, t.unproven) == (len(expected), None, True)
+    assert any(r.startswith("tables messages") and "cannot be counted" in r
+               for r in report.loss_reasons)
     assert report.verification["ok"] and report.exit_code == 3
 
 
@@ -321,16 +342,32 @@ def test_quick_check_is_bounded_in_time(pristine, store):
     assert report.verdict == "healthy"  # every table still read to the end
 
 
+def late_fts_tables(path: Path) -> int:
+    """Add fts5 tables (derived data) after the data until one of their root
+    pages lies beyond every page of the schema and of the data; returns the
+    last page those need. However many tables the schema has, and wherever
+    SQLite puts a page the schema grows by, cutting the file after that page
+    leaves the schema and every row whole but a root page past the end."""
+    for n in range(20):
+        damage.sql(path, f"CREATE VIRTUAL TABLE late_fts{n} USING fts5(body)")
+        late = {f"late_fts{i}" for i in range(n + 1)}
+        rows = damage.sql(path, "SELECT name, pageno FROM dbstat")
+        keep = max(p for name, p in rows if not name.startswith(tuple(late)))
+        roots = [r for (r,) in damage.sql(path, "SELECT rootpage FROM sqlite_master WHERE "
+                                                "name LIKE 'late_fts%' AND rootpage > 0")]
+        if max(roots) > keep:
+            return keep
+    raise AssertionError("no fts root page was ever placed after the schema")
+
+
 def test_truncation_that_cuts_off_schema_roots(tmp_path):
     """Root pages past the end make SQLite refuse the whole schema; the copy
     is read with the bad entries skipped and every message still comes back."""
     truth = damage.build_store(tmp_path / "state.db", sessions=2, per_session=60,
                                page_size=4096)
     store = truth.path
-    size = store.stat().st_size
-    damage.add_fts(store)  # its root pages are appended after the data
-    assert max(pages_of(store, "sqlite_schema")) * 4096 <= size  # the schema itself survives
-    os.truncate(store, size)
+    keep = late_fts_tables(store)
+    os.truncate(store, keep * 4096)
     insp = recovery.inspect(store)
     assert insp.verdict == "structural"
     assert "invalid rootpage" in insp.schema_error
@@ -395,3 +432,178 @@ def test_sound_but_empty_store_recovers_to_an_empty_store(tmp_path, open_store):
     report = recover_checked(tmp_path / "state.db", tmp_path)
     assert (report.outcome, report.exit_code) == ("recovered", 0)
     assert sql(tmp_path / "new.db", "SELECT count(*) FROM sessions") == [(0,)]
+
+
+# -- the carve lane: what SQL cannot reach, read from the pages --------------
+
+def sessions_of(path: Path) -> list[tuple]:
+    return sql(path, "SELECT id, source, title, started_at, message_count FROM sessions"
+                     " ORDER BY id")
+
+
+def test_page1_zeroed_recovers_every_row_by_shape(pristine, store, tmp_path):
+    """No header, no schema: SQLite reads nothing, the carver finds our
+    tables by their layouts and every message keeps its session."""
+    truth, _, _ = pristine
+    original = sessions_of(store)
+    damage.write_at(store, 0, b"\x00" * damage.PAGE_SIZE)
+    insp = recovery.inspect(store)
+    assert (insp.verdict, insp.schema_readable) == ("structural", False)
+    assert insp.carve_estimate["rows"]["messages"] == len(truth.messages)
+    report = recover_checked(store, tmp_path, report_path=tmp_path / "r.json")
+    out = tmp_path / "new.db.partial"
+    assert attribution(out) == truth.messages
+    assert sessions_of(out) == original and report.placeholders == []
+    for name, count in (("messages", len(truth.messages)), ("sessions", 6)):
+        t = report.tables[name]
+        assert (t.recovered, t.lanes, t.carved, t.unproven) == (
+            count, {"carve": count}, {"orphan": count}, True)
+    # state_meta is never carved; the schema page itself is the loss
+    assert "table state_meta: no row could be read" in report.loss_reasons
+    assert report.lane_stats["carve"]["tables"]["state_meta"]["skipped"]
+    assert report.verification["ok"] and report.exit_code == 3
+    assert "lorem ipsum" not in (tmp_path / "r.json").read_text()
+
+
+def test_sessions_root_destroyed_leaves_are_carved_whole(tmp_path):
+    """With a sessions tree of several leaves, a destroyed root loses no
+    session: the index lane's partial rows are replaced by carved whole rows."""
+    (tmp_path / "src").mkdir()
+    truth = damage.build_store(tmp_path / "src" / "state.db", sessions=60, per_session=5)
+    stree = TableTree(truth.path, "sessions")
+    assert len(stree.leaves) >= 3
+    original = sessions_of(truth.path)
+    smash_page(truth.path, stree.root)
+    report = recover_checked(truth.path, tmp_path)
+    out = tmp_path / "new.db"
+    assert (report.outcome, report.exit_code, report.loss_reasons) == ("recovered", 0, [])
+    assert sessions_of(out) == original and report.placeholders == []
+    assert attribution(out) == truth.messages
+    t = report.tables["sessions"]
+    assert (t.partial, t.lanes, t.carved, t.rows_lost) == (0, {"carve": 60}, {"orphan": 60}, 0)
+
+
+def test_lost_schema_page_tables_found_by_shape(pristine, store, tmp_path):
+    """A destroyed leaf of a multi-page sqlite_schema makes SQLite refuse the
+    whole schema; tables whose entries survive are walked from their roots,
+    the others found by shape, and every row comes back."""
+    truth, _, _ = pristine
+    leaves = pages_of(store, "sqlite_schema", "leaf")
+    assert leaves and 1 not in leaves
+    data = store.read_bytes()
+
+    def holds(page: int, table: str) -> bool:
+        start = (page - 1) * damage.PAGE_SIZE
+        return f"CREATE TABLE {table} (".encode() in data[start:start + damage.PAGE_SIZE]
+
+    hit = next(p for p in leaves if holds(p, "messages"))
+    original = sessions_of(store)
+    smash_page(store, hit)
+    assert recovery.inspect(store).schema_readable is False
+    report = recover_checked(store, tmp_path)
+    out = Path(report.output)
+    assert attribution(out) == truth.messages and sessions_of(out) == original
+    walked = report.lane_stats["carve"]["tables"]
+    assert walked["messages"]["walk"] == "none"  # its root is unknown: found by shape
+    assert walked["sessions"]["walk"] == ("none" if holds(hit, "sessions") else "clean")
+    assert report.tables["messages"].unproven is True
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+def test_forced_carve_lane_counts_rows_from_the_wal(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": f"late {i}"} for i in range(40)])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    report = recover_checked(crashed, tmp_path, lanes=["carve"])
+    out = Path(report.output)
+    got = attribution(out)
+    assert len(got) == len(truth.messages) + 40
+    assert {k: v for k, v in got.items() if k in truth.messages} == truth.messages
+    assert sorted(v for k, v in got.items() if k not in truth.messages) == ["late"] * 40
+    t = report.tables["messages"]
+    assert t.lanes == {"carve": len(got)} and t.carved["tree"] == len(got)
+    assert 40 <= t.from_wal < len(got)  # the late rows' pages exist only in the WAL
+    assert report.tables["sessions"].from_wal >= 1
+    assert report.lane_stats["carve"]["frames_applied"] > 0
+    # carving alone never reads state_meta: reported, never silently dropped
+    assert report.loss_reasons == ["table state_meta: no row could be read"]
+
+
+def test_include_freelist_brings_back_deleted_rows_marked(pristine, store, tmp_path):
+    truth, _, _ = pristine
+    with SessionDB(store) as db:
+        db.delete_session("s5")
+    deleted = {r for r, s in truth.messages.items() if s == "s5"}
+    (tmp_path / "plain").mkdir()
+    plain = recover_checked(store, tmp_path / "plain", lanes=["carve"])
+    assert not set(attribution(Path(plain.output))) & deleted  # deleted rows stay deleted
+    report = recover_checked(store, tmp_path, lanes=["carve"], include_freelist=True)
+    out = Path(report.output)
+    back = {r for r, s in attribution(out).items() if s == "s5"}
+    assert back and back <= deleted
+    assert sql(out, "SELECT table_name, mark, count(*) FROM recovery_marked_rows "
+                    "GROUP BY 1, 2") == [("messages", "freelist", len(back))]
+    assert {r for (r,) in sql(out, "SELECT source_rowid FROM recovery_marked_rows")} == back
+    assert report.tables["messages"].carved["freelist"] == len(back)
+    assert report.placeholders == ["s5"]  # its session row was deleted, not on a free page
+    assert report.verification["ok"]
+
+
+def test_unattributed_records_go_to_lost_and_found_never_the_report(pristine, store,
+                                                                      tmp_path):
+    sql(store, "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL);"
+               "INSERT INTO notes(body) VALUES ('secret-note-1'), ('secret-note-2')")
+    damage.write_at(store, 0, b"\x00" * damage.PAGE_SIZE)
+    report = recover_checked(store, tmp_path, report_path=tmp_path / "r.json")
+    out = Path(report.output)
+    rows = sql(out, "SELECT lane, page, cell, source_rowid, item FROM lost_and_found")
+    assert [(lane, rowid) for lane, _p, _c, rowid, _i in rows] == [("carve", 1), ("carve", 2)]
+    assert all(page > 1 and cell is not None for _l, page, cell, _r, _i in rows)
+    assert [json.loads(item)["values"] for *_, item in rows] == [[None, "secret-note-1"],
+                                                                  [None, "secret-note-2"]]
+    assert report.lost_and_found == 2
+    assert "secret-note" not in (tmp_path / "r.json").read_text()
+
+
+def test_a_cell_sqlite_steps_over_is_counted_lost_not_dropped(pristine, store, tmp_path):
+    """A cell pointer aimed outside its page: SQLite's lookups and range scans
+    can step over that row without any error. The intact index says it
+    existed, so it is reported lost (exactly), and the carver still reads
+    the leaf's other cells."""
+    truth, tree, _ = pristine
+    leaf = tree.middle_leaf()
+    damage.write_at(store, (leaf - 1) * damage.PAGE_SIZE + 8, (0xFFF0).to_bytes(2, "big"))
+    lost = tree.leaves[leaf][0]  # cell 0
+    report = recover_checked(store, tmp_path)
+    out = tmp_path / "new.db.partial"
+    assert attribution(out) == {r: s for r, s in truth.messages.items() if r != lost}
+    t = report.tables["messages"]
+    assert (t.skipped_ranges, t.rows_lost) == ([[lost, lost]], 1)
+    assert report.verification["ok"] and report.exit_code == 3
+
+
+@pytest.mark.parametrize("fraction,seed", [(0.01, 1), (0.05, 2)], ids=["1pct", "5pct"])
+def test_random_page_damage_recovers_every_surviving_leaf(pristine, store, tmp_path,
+                                                           fraction, seed):
+    """Random pages (never page 1) overwritten with random bytes: exactly the
+    messages and sessions whose leaf survived come back, each attributed to
+    its own session; a session whose row was lost gets a placeholder."""
+    truth, tree, stree = pristine
+    rng = random.Random(seed)
+    pages = damage.page_count(store)
+    hit = set(rng.sample(range(2, pages + 1), max(2, round(pages * fraction))))
+    for page in hit:
+        damage.write_at(store, (page - 1) * damage.PAGE_SIZE, rng.randbytes(damage.PAGE_SIZE))
+    report = recover_checked(store, tmp_path, allow_partial=True)
+    out = Path(report.output)
+    expected = surviving(tree, hit)
+    assert len(tree.reachable(hit)) <= len(expected) < len(truth.messages)
+    assert "carve" in report.lanes_run
+    assert attribution(out) == {r: truth.messages[r] for r in expected}
+    kept = {truth.sessions[r - 1] for r in surviving(stree, hit)}
+    got = dict(sql(out, "SELECT id, source FROM sessions"))
+    assert {s for s, src in got.items() if src != PLACEHOLDER_SOURCE} == kept
+    assert set(report.placeholders) == {truth.messages[r] for r in expected} - kept
+    assert report.verification["ok"]

@@ -6,8 +6,8 @@ import shutil
 
 import recovery
 from recovery.catalog import PARTIAL_KEY, ROWID_KEY, TableSpec
-from recovery.lanes import (LANES, LaneContext, LaneResult, TableState, merge_ranges,
-                            subtract_rowids)
+from recovery.lanes import (EVERYTHING, LANES, LaneContext, LaneResult, TableState,
+                            merge_ranges, runs, subtract_rowids)
 from recovery.recover import merge_rows
 from tests.helpers import damage
 
@@ -16,6 +16,11 @@ def test_merge_and_subtract_ranges():
     assert merge_ranges([(5, 6), (1, 2), (3, 3), (10, 12), (11, 20)]) == [(1, 3), (5, 6),
                                                                           (10, 20)]
     assert subtract_rowids([(1, 10), (20, 20)], [1, 5, 20, 30]) == [(2, 4), (6, 10)]
+    assert subtract_rowids([(1, 10)], [10, 9, 9, 2]) == [(1, 1), (3, 8)]
+    # the carver hands back whole tables: one pass, not one scan per rowid
+    assert subtract_rowids([EVERYTHING], range(1, 200_001)) == [(EVERYTHING[0], 0),
+                                                                  (200_001, EVERYTHING[1])]
+    assert runs([7, 3, 4, 5, 9, 8]) == [(3, 5), (7, 9)] and runs([]) == []
 
 
 def test_rows_are_deduplicated_by_rowid_and_session_uid():
@@ -38,10 +43,11 @@ def test_whole_row_replaces_partial_row():
     merge_rows(state, "index", [{ROWID_KEY: 1, "id": "s", PARTIAL_KEY: ["title"]}], seen)
     merge_rows(state, "carve", [{ROWID_KEY: 1, "id": "s", "title": "T"}], seen)
     assert list(state.rows.values()) == [{ROWID_KEY: 1, "id": "s", "title": "T"}]
+    assert state.by_lane == {"carve": 1}  # the row is counted for the lane that has it whole
 
 
 def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):
-    """A last lane (as the page carver will be) that returns the lost rows,
+    """A last lane (put in the carver's place) that returns the lost rows,
     plus a duplicate under another rowid: the output ends up complete."""
     src = tmp_path / "src"
     src.mkdir()

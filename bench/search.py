@@ -1,0 +1,260 @@
+"""Search benchmark: SessionDB.search against the raw FTS5 floor on the same file.
+
+Builds a store of generated messages (words drawn from a Zipf distribution
+over a synthetic vocabulary, a few tool outputs and some Japanese text),
+then runs a fixed query set per class and prints p50/p95 latency of
+``SessionDB.search`` and of the raw FTS5 floor, and their ratio.
+
+The floor for a query is the cheapest FTS5 statement that finds the same
+rows: ``SELECT rowid FROM <index> WHERE <index> MATCH ? LIMIT 20`` on the
+index our plan uses (no join, no filters, no snippet, no ranking). For the
+short class (1-2 characters, which no index can serve) the floor is the
+same bounded LIKE scan run as bare SQL. "naive rank" is FTS5's unbounded
+``ORDER BY rank LIMIT 20``, shown to make the effect of the rank window
+visible.
+
+    python bench/search.py --messages 100000
+    python bench/search.py --messages 1000000 --path /tmp/bench1m.db --reuse
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import itertools
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sessiondb import SessionDB  # noqa: E402
+from sessiondb import search as search_mod  # noqa: E402
+from sessiondb.search_index import text_expr  # noqa: E402
+from sessiondb.search_query import plan as make_plan  # noqa: E402
+
+VOCAB = 50_000
+ZIPF_S = 1.07
+SESSION_SIZE = 200
+BATCH = 5_000
+REPEATS = 5
+LIMIT = 20
+KANA = "アイウエオカキクケコサシスセソタチツテトナニヌネノハヒフヘホマミムメモヤユヨラリルレロワン"
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvz" for v in "aeiou"]
+
+
+def vocabulary(rng: random.Random) -> list[str]:
+    words: set[str] = set()
+    ordered = []
+    while len(ordered) < VOCAB:
+        w = "".join(rng.choice(SYLLABLES) for _ in range(rng.choice((1, 2, 2, 3, 3, 4))))
+        if w not in words:
+            words.add(w)
+            ordered.append(w)
+    return ordered
+
+
+def zipf_cumulative() -> list[float]:
+    return list(itertools.accumulate(1.0 / (r ** ZIPF_S) for r in range(1, VOCAB + 1)))
+
+
+class Generator:
+    """Deterministic message text: Zipf words, some tool output, some kana."""
+
+    def __init__(self, seed: int = 42) -> None:
+        self.rng = random.Random(seed)
+        self.words = vocabulary(self.rng)
+        self.cum = zipf_cumulative()
+        self.total = self.cum[-1]
+        # Japanese text has no spaces: "words" of 2-4 kana run together.
+        self.kana_words = ["".join(self.rng.choice(KANA) for _ in range(self.rng.randint(2, 4)))
+                           for _ in range(300)]
+
+    def text(self, n: int) -> str:
+        rng, cum, total, words = self.rng, self.cum, self.total, self.words
+        return " ".join(words[bisect.bisect_left(cum, rng.random() * total)] for _ in range(n))
+
+    def message(self, i: int) -> dict:
+        roll = self.rng.random()
+        if roll < 0.05:
+            return {"role": "tool", "tool_call_id": f"c{i}", "content": self.text(400)}
+        if roll < 0.07:
+            kana = "".join(self.rng.choice(self.kana_words) for _ in range(self.rng.randint(3, 8)))
+            return {"role": "user", "content": f"{kana} {self.text(5)}"}
+        n = max(3, int(self.rng.lognormvariate(3.0, 0.7)))
+        return {"role": "user" if i % 2 else "assistant", "content": self.text(n),
+                "timestamp": 1.7e9 + i}
+
+
+def build(path: Path, n: int, gen: Generator) -> float:
+    started = time.perf_counter()
+    with SessionDB(path) as db:
+        done = 0
+        while done < n:
+            sid = db.create_session(f"bench_{done // SESSION_SIZE:07d}", source="bench")
+            count = min(SESSION_SIZE, n - done)
+            db.append_messages(sid, [gen.message(done + k) for k in range(count)])
+            done += count
+            if done % 100_000 < SESSION_SIZE:
+                print(f"  built {done:,} messages ({time.perf_counter() - started:.0f}s)",
+                      file=sys.stderr)
+        db.checkpoint()
+    return time.perf_counter() - started
+
+
+def query_set(path: Path, gen: Generator) -> dict[str, list]:
+    """Fixed queries per class, chosen from the vocabulary by frequency rank."""
+    rng = random.Random(7)
+    w = gen.words
+    with SessionDB(path) as db:
+        with db._read() as conn:
+            (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+            texts = [r[0] for r in conn.execute(
+                "SELECT content FROM messages WHERE role != 'tool' AND content_kind = 'text'"
+                " ORDER BY id LIMIT 2000")]
+    longish = [t.split() for t in texts if len(t.split()) >= 4 and t.isascii()]
+    phrases = []
+    for words in rng.sample(longish, 10):
+        at = rng.randrange(len(words) - 1)
+        phrases.append(f'"{words[at]} {words[at + 1]}"')
+    vocab = set(w)
+    sessions = max(1, count // SESSION_SIZE)
+    fragments = [x[1:6] for x in w[200:5000] if len(x) >= 7 and x[1:6] not in vocab]
+    return {
+        "rare": [w[i] for i in range(20_000, 50_000, 3_000)],
+        "medium": [w[i] for i in range(200, 1_200, 100)],
+        "very common": [w[i] for i in range(0, 10)],
+        "phrase": phrases,
+        "prefix": [f"{x[:4]}*" for x in w[50:60] if len(x) >= 4][:10],
+        "substring": fragments[:10],
+        "cjk": [k for k in gen.kana_words if len(k) >= 3][:10],
+        "short": ["ba", "zu", "ko", "q", "é", "a", "ti", "x", "lo", "ne"],
+        # very common and medium terms inside one session (an agent searching
+        # its own session); floor: the same MATCH joined to messages
+        "in session": [(t, f"bench_{rng.randrange(sessions):07d}")
+                       for t in [x for x in w[:40] if len(x) >= 3][:5]
+                       + [x for x in w[300:800] if len(x) >= 3][:5]],
+    }
+
+
+def floor_sql(kind: str) -> str:
+    if kind == "scan":
+        return (f"SELECT id FROM (SELECT m.id, {text_expr('m')} AS body FROM messages AS m"
+                f" WHERE m.state = 'active' ORDER BY m.id DESC LIMIT {search_mod.SCAN_WINDOW})"
+                f" WHERE body LIKE ? LIMIT {LIMIT}")
+    table = "messages_trigram" if kind == "substring" else "messages_fts"
+    return f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT {LIMIT}"
+
+
+def naive_rank_sql(kind: str) -> str | None:
+    if kind == "scan":
+        return None
+    table = "messages_trigram" if kind == "substring" else "messages_fts"
+    return f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT {LIMIT}"
+
+
+def timed(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+SESSION_FLOOR = ("SELECT f.rowid FROM messages_fts AS f JOIN messages AS m ON m.id = f.rowid"
+                 f" WHERE f.messages_fts MATCH ? AND m.session_id = ? LIMIT {LIMIT}")
+
+
+def run_class(db: SessionDB, queries: list, order: str) -> dict[str, list[float]]:
+    ours, floor, naive, hits = [], [], [], []
+    with db._read() as conn:
+        for item in queries:
+            q, sid = item if isinstance(item, tuple) else (item, None)
+            p = make_plan(q)
+            if p.alt is not None and not search_mod._any_match(conn, "messages_fts", p.match):
+                p = p.alt
+            args = (p.likes[0] if p.kind == "scan" else p.match,) + ((sid,) if sid else ())
+            fsql, nsql = floor_sql(p.kind), None if sid else naive_rank_sql(p.kind)
+            fsql = SESSION_FLOOR if sid else fsql
+            kw = {"limit": LIMIT, "order": order, "session_id": sid}
+            db.search(q, **kw)                             # warm the cache once per query
+            for _ in range(REPEATS):
+                ours.append(timed(lambda: hits.append(len(db.search(q, **kw)))))
+                floor.append(timed(lambda: conn.execute(fsql, args).fetchall()))
+                if nsql:
+                    naive.append(timed(lambda: conn.execute(nsql, args).fetchall()))
+    return {"ours": ours, "floor": floor, "naive": naive, "hits": hits}
+
+
+def report(results: dict[str, dict[str, list[float]]]) -> list[dict]:
+    rows = []
+    for name, r in results.items():
+        o50, o95, f50, f95 = (pct(r["ours"], .5), pct(r["ours"], .95), pct(r["floor"], .5),
+                              pct(r["floor"], .95))
+        row = {"class": name, "ours_p50_ms": round(o50, 3), "ours_p95_ms": round(o95, 3),
+               "floor_p50_ms": round(f50, 3), "floor_p95_ms": round(f95, 3),
+               "ratio_p50": round(o50 / max(f50, 1e-6), 1),
+               "ratio_p95": round(o95 / max(f95, 1e-6), 1),
+               "naive_rank_p50_ms": round(pct(r["naive"], .5), 3) if r["naive"] else None,
+               "mean_hits": round(statistics.mean(r["hits"]), 1)}
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], title: str) -> None:
+    print(f"\n{title}")
+    head = ("class", "ours p50", "ours p95", "floor p50", "floor p95", "x p50", "x p95",
+            "naive rank p50", "hits")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        naive = "-" if r["naive_rank_p50_ms"] is None else f"{r['naive_rank_p50_ms']:.2f} ms"
+        print(f"| {r['class']} | {r['ours_p50_ms']:.2f} ms | {r['ours_p95_ms']:.2f} ms | "
+              f"{r['floor_p50_ms']:.2f} ms | {r['floor_p95_ms']:.2f} ms | {r['ratio_p50']} | "
+              f"{r['ratio_p95']} | {naive} | {r['mean_hits']} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--path", type=Path, help="store file (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true", help="use an existing file at --path")
+    ap.add_argument("--rebuild", action="store_true", help="also time rebuild_search_index()")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    path = args.path or Path(tempfile.mkdtemp(prefix="hermes-bench-")) / "state.db"
+    gen = Generator()
+    build_s = None
+    if not (args.reuse and path.exists()):
+        print(f"building {args.messages:,} messages in {path}", file=sys.stderr)
+        build_s = build(path, args.messages, gen)
+    size_mb = sum(os.path.getsize(f"{path}{s}") for s in ("", "-wal")
+                  if os.path.exists(f"{path}{s}")) / 1e6
+    queries = query_set(path, gen)
+    with SessionDB(path) as db:
+        with db._read() as conn:
+            (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+        print(f"{count:,} messages, {size_mb:.0f} MB"
+              + (f", built in {build_s:.0f}s ({count / build_s:,.0f} msg/s)" if build_s else ""))
+        out = {"messages": count, "size_mb": round(size_mb), "build_s": build_s}
+        for order in ("rank", "newest"):
+            rows = report({name: run_class(db, qs, order) for name, qs in queries.items()})
+            print_table(rows, f"order={order}, limit={LIMIT}, {REPEATS} runs x 10 queries per class")
+            out[order] = rows
+        if args.rebuild:
+            stats = db.rebuild_search_index()
+            print(f"\nrebuild_search_index(): {stats['seconds']:.1f}s for {stats['messages']:,}")
+            out["rebuild_s"] = stats["seconds"]
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

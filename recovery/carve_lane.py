@@ -1,0 +1,114 @@
+"""The `carve` lane: rows read from the copy's pages by `recovery.carver`.
+
+The last lane of `recover`, run only while some table is still missing rows
+(or alone, with ``--lane carve``). It carves the private copy and its
+``-wal`` once, then hands back, per pending table, the carved rows (each
+marked with its `RowOrigin` under ``ORIGIN_KEY``) and the rowid ranges
+still missing after it. The orchestrator keeps rows other lanes found
+already (same rowid, same unique key), so only new rows count for `carve`.
+
+Gaps after carving: a table whose tree the carver walked from its root
+without meeting any damage is complete. Otherwise the rows an intact index
+lists but nobody found are the exact loss; without an index, only the holes
+between known rowids can be named, and the table is marked ``unproven``
+(rows on destroyed pages cannot be counted). Records no layout claims go to
+the output's lost-and-found table; carved ``state_meta`` and ``migrations``
+rows are not used (the new store writes its own), FTS rows never are.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from .carve_types import CarveError, CarveResult, LostRecord
+from .carver import carve
+from .catalog import ORIGIN_KEY, READ_ERRORS, ROWID_KEY, quote
+from .lanes import LaneContext, LaneResult, Range, TableState, runs, subtract_rowids
+
+log = logging.getLogger(__name__)
+
+# Tables whose carved rows are not used, and why (said in the lane's stats).
+NOT_CARVED = {
+    "state_meta": "describes the damaged file; the new store writes its own",
+    "migrations": "the migration ledger; the new store writes its own",
+}
+
+
+def carve_lane(ctx: LaneContext) -> LaneResult:
+    """Carve the copy once; rows and gaps for every table still pending."""
+    result = LaneResult()
+    pending = {s.spec.name: s for s in ctx.pending()}
+    if not pending:
+        return result
+    wal = Path(f"{ctx.copy_path}-wal")
+    ctx.report_progress("carving pages", 0, 0)
+    try:
+        carved = carve(ctx.copy_path, wal if wal.exists() else None,
+                       include_freelist=ctx.include_freelist)
+    except (CarveError, OSError) as e:
+        result.stats["error"] = f"{type(e).__name__}: {e}"
+        return result
+    result.stats = carved.summary()  # counts and stats only, never row values
+    result.stats["orphaned_sessions"] = len(carved.orphaned_sessions())
+    tables: dict[str, Any] = {}
+    for name, state in pending.items():
+        if name in NOT_CARVED:
+            tables[name] = {"skipped": NOT_CARVED[name]}
+            continue
+        rows = [{**row, ROWID_KEY: origin.rowid, ORIGIN_KEY: origin}
+                for row, origin in carved.rows(name)]
+        result.rows[name] = rows
+        result.gaps[name], tables[name] = _gaps_after(ctx, state, rows, carved)
+        ctx.report_progress(f"carving {name}", len(rows), len(rows))
+    result.stats["tables"] = tables
+    result.lost_and_found = [lost_item(r) for r in carved.lost_and_found]
+    return result
+
+
+def _gaps_after(ctx: LaneContext, state: TableState, rows: list[dict],
+                carved: CarveResult) -> tuple[list[Range], dict[str, Any]]:
+    """The rowid ranges still missing, and how sure that is (see module doc)."""
+    name = state.spec.name
+    damage = carved.stats.tree_damage.get(name)
+    walk = "none" if damage is None else ("clean" if damage == 0 else "damaged")
+    info: dict[str, Any] = {"carved": len(rows), "walk": walk}
+    if walk == "clean":  # every leaf under the root read, every cell decoded
+        info["exact"] = True
+        return [], info
+    found = {r[ROWID_KEY] for r in rows if r.get(ROWID_KEY) is not None}
+    remaining = subtract_rowids(state.gaps, found)
+    listed = _indexed_rowids(ctx, state, remaining)
+    if listed is not None:  # an intact index names every row that existed
+        info["exact"] = True
+        return runs(listed), info
+    known = found | {r.get(ROWID_KEY) for r in state.rows.values()} - {None}
+    info["exact"] = False
+    if not known:
+        return [], info
+    lo, hi = min(known), max(known)  # beyond the known rowids nothing can be named
+    return [(max(a, lo), min(b, hi)) for a, b in remaining if a <= hi and b >= lo], info
+
+
+def _indexed_rowids(ctx: LaneContext, state: TableState, gaps: list[Range]) -> list[int] | None:
+    """Rowids inside ``gaps`` that an index of the table lists, when one reads
+    cleanly for every gap (else None: the loss cannot be counted)."""
+    if ctx.conn is None or ctx.catalog is None or ctx.catalog.reference or not gaps:
+        return [] if not gaps else None
+    for index in ctx.catalog.indexes(state.spec.name):
+        try:
+            return [r[0] for lo, hi in gaps for r in ctx.conn.execute(
+                f"SELECT rowid FROM {state.spec.quoted()} INDEXED BY {quote(index)} "
+                "WHERE rowid BETWEEN ? AND ?", (lo, hi))]
+        except READ_ERRORS as e:  # a damaged index: try the next one
+            log.debug("index %s unreadable: %s", index, e)
+            continue
+    return None
+
+
+def lost_item(record: LostRecord) -> dict[str, Any]:
+    """A record no layout claimed, as the output's lost-and-found keeps it:
+    where it was and its raw values (never put into the report)."""
+    return {"page": record.page, "cell": record.cell, "rowid": record.rowid,
+            "reason": record.reason, "carve_lane": record.lane, "from_wal": record.from_wal,
+            "values": record.values}

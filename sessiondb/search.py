@@ -1,0 +1,310 @@
+"""Searching messages: running a query plan, bounded ranking, the fallback.
+
+Bounded work, by design (documented in docs/search.md):
+
+- ``order="rank"`` ranks with bm25 only among the ``RANK_WINDOW`` most
+  recently stored matches that pass the filters. Finding that window walks
+  the doclists in rowid order without scoring; bm25 then runs on at most
+  that many rows, so a term in every message costs the same as one in
+  5,000. Older matches stay reachable with ``order="oldest"`` or filters.
+- ``order="newest"``/``"oldest"`` follow storage order (message id), which
+  FTS5 streams without sorting.
+- Scans (queries shorter than a trigram, and the fallback while the index
+  is stale) look at the ``SCAN_WINDOW`` most recent rows that pass the
+  filters and match them with LIKE (ASCII case-insensitive substrings).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from . import search_index
+from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt
+from .search_query import Plan, like_pattern, plan as make_plan
+
+if TYPE_CHECKING:
+    from .store import SessionDB
+
+log = logging.getLogger(__name__)
+
+RANK_WINDOW = 5_000
+SCAN_WINDOW = 50_000
+MAX_LIMIT = 1_000
+ORDERS = ("rank", "newest", "oldest")
+MARK_OPEN, MARK_CLOSE, ELLIPSIS = "**", "**", "…"
+SNIPPET_TOKENS = 16
+SCAN_SNIPPET_CHARS = 60
+_COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One matching message. ``via`` says which path found it: ``fts``
+    (word index), ``trigram``, ``scan`` (bounded scan for very short
+    queries) or ``fallback`` (bounded scan while the index is stale)."""
+
+    session_id: str
+    message_id: int
+    role: str
+    timestamp: float
+    snippet: str
+    session_title: str | None
+    state: str
+    via: str
+    score: float | None = None
+
+    @property
+    def archived(self) -> bool:
+        return self.state == "archived"
+
+    @property
+    def fallback(self) -> bool:
+        return self.via == "fallback"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "archived": self.archived, "fallback": self.fallback}
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Row filters shared by every search path."""
+
+    session_id: str | None = None
+    role: str | None = None
+    source: str | None = None
+    since: float | None = None
+    until: float | None = None
+    include_archived: bool = False
+
+    @property
+    def narrowing(self) -> bool:
+        """Filters beyond row state (those can exclude most matches)."""
+        return any(v is not None for v in (self.session_id, self.role, self.source,
+                                           self.since, self.until))
+
+    def sql(self) -> tuple[str, list[Any]]:
+        where, args = ["1"], []
+        if not self.include_archived:
+            where.append("m.state = 'active'")
+        for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", self.role),
+                              ("s.source = ?", self.source), ("m.timestamp >= ?", self.since),
+                              ("m.timestamp < ?", self.until)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        return " AND ".join(where), args
+
+
+def _check_args(filters: Filters, limit: int, offset: int, order: str) -> None:
+    if order not in ORDERS:
+        raise InvalidInput(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
+    for name, value, low, high in (("limit", limit, 1, MAX_LIMIT),
+                                   ("offset", offset, 0, RANK_WINDOW)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidInput(f"{name} must be an integer from {low} to {high}")
+    for name in ("since", "until"):
+        value = getattr(filters, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InvalidInput(f"{name} must be a number (epoch seconds)")
+    for name in ("session_id", "role", "source"):
+        value = getattr(filters, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be a string")
+
+
+# -- indexed paths -----------------------------------------------------------
+
+def _snippet_sql(table: str) -> str:
+    return (f"snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
+            f" {SNIPPET_TOKENS})")
+
+
+def _window_floor(conn: apsw.Connection, table: str, p: Plan, filters: Filters, base: str,
+                  params: list[Any]) -> int | None:
+    """The oldest rowid among the RANK_WINDOW most recent matches. Without
+    narrowing filters the index alone answers (no join per candidate); the
+    state filter is left to the ranked pass, as few rows are not active."""
+    if filters.narrowing or p.likes:
+        sql, args = f"SELECT f.rowid AS id{base}", params
+    else:
+        sql, args = f"SELECT rowid AS id FROM {table} WHERE {table} MATCH ?", [p.match]
+    (floor,) = conn.execute(f"SELECT min(id) FROM ({sql} ORDER BY id DESC"
+                            f" LIMIT {RANK_WINDOW})", args).fetchone()
+    return floor
+
+
+def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
+                   rows: list[tuple]) -> list[tuple]:
+    """Snippets for the final page only (a ranked query would build one for
+    every row it sorts). One pass over the page's rowid range, so a prefix
+    or trigram expression is expanded once, not once per hit."""
+    if not rows:
+        return rows
+    wanted = [r[0] for r in rows]
+    marks = ",".join("?" * len(wanted))
+    found = dict(conn.execute(
+        f"SELECT rowid, {_snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
+        f" AND rowid BETWEEN ? AND ? AND +rowid IN ({marks})",
+        (match, min(wanted), max(wanted), *wanted)))
+    return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
+
+
+def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters, floor: int,
+                   limit: int, offset: int) -> list[tuple] | None:
+    """Rank the window on the index alone, then join only the best rows.
+
+    Exact whenever enough of the best rows pass the state filter (nearly
+    always: few rows are not active); None otherwise, and the caller runs
+    the joined query."""
+    want = offset + limit
+    best = list(conn.execute(
+        f"SELECT rowid, bm25({table}) AS score FROM {table} WHERE {table} MATCH ?"
+        f" AND rowid >= ? ORDER BY score, rowid DESC LIMIT ?", (p.match, floor, 2 * want)))
+    where, args = filters.sql()
+    marks = ",".join("?" * len(best))
+    rows = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+        f" WHERE m.id IN ({marks}) AND {where}", (*[b[0] for b in best], *args))}
+    kept = [(*rows[rid], score) for rid, score in best if rid in rows]
+    if len(kept) < want and len(best) == 2 * want:
+        return None
+    return kept[offset:want]
+
+
+def _session_bounds(conn: apsw.Connection, session_id: str | None) -> tuple[int, int] | None:
+    """The rowid range a session's messages occupy, so FTS5 seeks inside it
+    instead of walking every match of a common term to find the session's
+    few (None when the session has no messages)."""
+    if session_id is None:
+        return (-(2 ** 63), 2 ** 63 - 1)
+    lo, hi = conn.execute("SELECT min(id), max(id) FROM messages WHERE session_id = ?",
+                          (session_id,)).fetchone()
+    return None if lo is None else (lo, hi)
+
+
+def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
+             limit: int, offset: int) -> list[SearchHit]:
+    where, args = filters.sql()
+    bounds = _session_bounds(conn, filters.session_id)
+    if bounds is None:
+        return []
+    likes = "".join(f" AND {search_index.text_expr('m')} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
+            f" JOIN sessions AS s ON s.id = m.session_id"
+            f" WHERE f.{table} MATCH ? AND f.rowid BETWEEN ? AND ? AND {where}{likes}")
+    params = [p.match, *bounds, *args, *p.likes]
+    via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
+    if order == "rank":
+        floor = _window_floor(conn, table, p, filters, base, params)
+        if floor is None:
+            return []
+        rows = None
+        if not (filters.narrowing or p.likes):
+            rows = _rank_unjoined(conn, table, p, filters, floor, limit, offset)
+        if rows is None:
+            sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
+                   f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
+            rows = list(conn.execute(sql, (*params, floor, limit, offset)))
+        rows = _with_snippets(conn, table, p.match, rows)
+    else:
+        direction = "DESC" if order == "newest" else "ASC"
+        sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
+               f" ORDER BY f.rowid {direction} LIMIT ? OFFSET ?")
+        rows = list(conn.execute(sql, (*params, limit, offset)))
+    return [SearchHit(sid, mid, role, ts, snip or "", title, state, via, score)
+            for mid, sid, role, ts, state, title, snip, score in rows]
+
+
+# -- bounded scans -----------------------------------------------------------
+
+def scan_snippet(text: str, terms: list[str]) -> str:
+    """A window around the first occurrence of any term, marked like FTS5's."""
+    folded = text.casefold()
+    spots = [(folded.find(t.casefold()), t) for t in terms if t]
+    spots = [(i, t) for i, t in spots if i >= 0]
+    if not spots:
+        return text[:2 * SCAN_SNIPPET_CHARS] + (ELLIPSIS if len(text) > 2 * SCAN_SNIPPET_CHARS else "")
+    at, term = min(spots)
+    start, end = max(at - SCAN_SNIPPET_CHARS, 0), at + len(term) + SCAN_SNIPPET_CHARS
+    return ((ELLIPSIS if start else "") + text[start:at] + MARK_OPEN + text[at:at + len(term)]
+            + MARK_CLOSE + text[at + len(term):end] + (ELLIPSIS if end < len(text) else ""))
+
+
+def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+          offset: int, via: str) -> list[SearchHit]:
+    where, args = filters.sql()
+    likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
+    direction = "ASC" if order == "oldest" else "DESC"
+    sql = (f"SELECT * FROM (SELECT {_COLS}, {search_index.text_expr('m')} AS body"
+           f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
+           f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}) WHERE {likes}"
+           f" ORDER BY id {direction} LIMIT ? OFFSET ?")
+    rows = conn.execute(sql, (*args, *p.likes, limit, offset))
+    return [SearchHit(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state, via)
+            for mid, sid, role, ts, state, title, body in rows]
+
+
+def _any_match(conn: apsw.Connection, table: str, match: str | None) -> bool:
+    """Whether the index holds any document for ``match`` (no filters): the
+    cheapest FTS5 query, so every page of a query takes the same path."""
+    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT 1",
+                        (match,)).fetchone() is not None
+
+
+def fallback_plan(p: Plan) -> Plan:
+    """The scan that stands in for ``p`` while the index is stale."""
+    if p.kind == "raw":
+        raise SearchIndexCorrupt(
+            "the full-text index is stale, so raw FTS5 queries cannot run; search without "
+            "raw=True (a bounded scan) or rebuild the index",
+            hint="hermes sessions reindex")
+    return Plan("scan", likes=[like_pattern(t) for t in p.terms], terms=p.terms)
+
+
+def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+        offset: int) -> list[SearchHit]:
+    """Execute ``p`` on a healthy index."""
+    if p.kind == "scan":
+        return _scan(conn, p, filters, order, limit, offset, "scan")
+    if p.alt is not None and not _any_match(conn, search_index.FTS_TABLE, p.match):
+        return run(conn, p.alt, filters, order, limit, offset)
+    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+    try:
+        return _indexed(conn, p, table, filters, order, limit, offset)
+    except apsw.SQLError as e:
+        if p.kind == "raw":  # FTS5 reports syntax errors as SQLITE_ERROR
+            raise InvalidQuery(f"not a valid FTS5 query: {e}") from None
+        raise
+
+
+def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
+           order: str, raw: bool) -> list[SearchHit]:
+    """Plan, run on the index, and fail open to a bounded scan when it is damaged."""
+    _check_args(filters, limit, offset, order)
+    p = make_plan(query, raw=raw)
+    with db._read() as conn:
+        stale = search_index.stale_marker(conn)
+        if stale is None:
+            try:
+                return run(conn, p, filters, order, limit, offset)
+            except apsw.CorruptError as e:
+                if not search_index.is_index_scoped(conn, e):
+                    raise
+                damage: apsw.Error = e
+    if stale is None:
+        mark_stale(db, f"search failed: {damage}", search_index._code(damage))
+    fb = fallback_plan(p)
+    with db._read() as conn:
+        return _scan(conn, fb, filters, order, limit, offset, "fallback")
+
+
+def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:
+    """Detach the triggers and set the marker, unless another process did."""
+    with db.atomic() as conn:
+        if search_index.stale_marker(conn) is None:
+            search_index.mark_stale(conn, reason, code)
+            log.warning("full-text index damaged (%s); search falls back to scanning until "
+                        "`hermes sessions reindex`", reason)

@@ -1,0 +1,155 @@
+"""Looking after the search index: guarded rebuild, health report, open-time repair.
+
+Rebuild is refused while another process holds the store open (seen in the
+kernel's lock table, see `holders`): the rebuild holds the write lock for
+as long as it takes to re-tokenize every message (seconds on large stores),
+which would push other writers past their lock patience, and another
+process may be the one that is failing open against the damaged index at
+that moment. A process that opens the store between the check and the
+rebuild transaction only waits on the write lock.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from . import holders, search_index
+from .errors import SearchRebuildRefused, StorageError
+
+if TYPE_CHECKING:
+    from .store import SessionDB
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IndexHealth:
+    """One index: FTS5's integrity-check and a real MATCH probe ("ok" or the error)."""
+
+    name: str
+    integrity: str
+    probe: str
+
+
+@dataclass(frozen=True)
+class SearchHealth:
+    """The search index's state: stale marker, triggers, per-index checks."""
+
+    stale: dict | None
+    triggers_attached: bool
+    indexes: list[IndexHealth] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return (self.stale is None and self.triggers_attached
+                and all(i.integrity == "ok" and i.probe == "ok" for i in self.indexes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def check_alone(db: "SessionDB", *, force: bool = False) -> None:
+    """Raise SearchRebuildRefused unless no other process holds the store."""
+    pids = holders.other_holders(db.path)
+    if pids is None and not force:
+        raise SearchRebuildRefused(
+            f"cannot tell whether another process has {db.path} open on this platform "
+            "(no /proc/locks); close other hermes processes and pass force=True",
+            path=str(db.path), hint="hermes sessions reindex --force")
+    if pids:
+        raise SearchRebuildRefused(
+            f"processes {', '.join(map(str, pids))} have {db.path} open; rebuilding the search "
+            "index now would hold the write lock against them. Close them and retry",
+            path=str(db.path), holders=pids, hint="hermes sessions reindex")
+
+
+def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
+    """Rebuild both indexes, reattach triggers, clear ``fts_stale``."""
+    check_alone(db, force=force)
+    started = time.monotonic()
+    with db.atomic() as conn:
+        was_stale = search_index.stale_marker(conn) is not None
+        stats = search_index.rebuild(conn)
+    return {**stats, "was_stale": was_stale, "seconds": round(time.monotonic() - started, 3)}
+
+
+def rebuild_on_open(db: "SessionDB") -> None:
+    """Open-time repair: rebuild a stale index only when this process is the
+    only holder (and the lock table can say so). Never fails the open."""
+    try:
+        if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
+            return
+        if holders.other_holders(db.path) != []:
+            return
+        stats = rebuild(db)
+        log.warning("rebuilt the stale search index on open (%d messages)", stats["messages"])
+    except StorageError as e:
+        log.warning("search index is stale and could not be rebuilt on open: %s", e)
+
+
+def _integrity(conn: apsw.Connection, table: str) -> str:
+    """FTS5's integrity-check of the index's own structures, then coverage:
+    every message has exactly one document in the index. (FTS5's comparison
+    against the content, rank=1, cannot read a view that uses json_each.)"""
+    try:
+        conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+        (missing,) = conn.execute(
+            f"SELECT count(*) FROM messages AS m WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {table}_docsize AS d WHERE d.id = m.id)").fetchone()
+        (extra,) = conn.execute(
+            f"SELECT count(*) FROM {table}_docsize AS d WHERE NOT EXISTS"
+            f" (SELECT 1 FROM messages AS m WHERE m.id = d.id)").fetchone()
+    except apsw.Error as e:
+        return f"{type(e).__name__}: {e}"
+    if missing or extra:
+        return f"index out of step: {missing} messages not indexed, {extra} stale documents"
+    return "ok"
+
+
+def _probe_words(conn: apsw.Connection) -> tuple[int, str, str] | None:
+    """A recent message and a word and a substring it contains."""
+    row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id = "
+                       "(SELECT max(id) FROM messages)").fetchone()
+    if row is None or not row[1]:
+        return None
+    word = next((w for w in "".join(c if c.isalnum() else " " for c in row[1]).split()), None)
+    text = row[1].strip()
+    if word is None or len(text) < 3:
+        return None
+    return row[0], word, text[:3]
+
+
+def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | None) -> str:
+    """Run a real MATCH; with a target row, it must come back."""
+    try:
+        if target is None:
+            conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT 1",
+                         ('"probe"',)).fetchall()
+            return "ok"
+        rid, word, sub = target
+        needle = word if table == search_index.FTS_TABLE else sub
+        found = conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
+                             ('"' + needle.replace('"', '""') + '"', rid)).fetchone()
+        return "ok" if found else f"message {rid} is missing from the index"
+    except apsw.Error as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def health(db: "SessionDB") -> SearchHealth:
+    """FTS5 integrity-check (against the canonical rows) and a MATCH probe per
+    index. Runs on the writer (integrity-check is an INSERT command), so it
+    holds the write lock while it reads the whole index."""
+    with db.atomic() as conn:
+        stale = search_index.stale_marker(conn)
+        attached = search_index.triggers_attached(conn)
+        try:
+            target = _probe_words(conn)
+        except apsw.Error:
+            target = None
+        checks = [IndexHealth(t, _integrity(conn, t), _probe(conn, t, target))
+                  for t in search_index.INDEXES]
+    return SearchHealth(stale, attached, checks)

@@ -1,0 +1,59 @@
+"""Query translation: user text becomes FTS5 string literals, never syntax."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sessiondb import InvalidQuery
+from sessiondb.holders import _parse, other_holders
+from sessiondb.search_query import plan, split_terms
+
+
+@pytest.mark.parametrize("text, kind, match", [
+    ("hello world", "words", '"hello" AND "world"'),
+    ('"exact phrase" extra', "words", '"exact phrase" AND "extra"'),
+    ("pref*", "words", '"pref"*'),
+    ("NEAR(a b)", "words", '"NEAR(a" AND "b)"'),
+    ("col:value", "words", '"col:value"'),
+    ('say "unbalanced rest', "words", '"say" AND "unbalanced rest"'),
+    ("- foo", "words", '"foo"'),
+    ("a", "scan", None),
+    ("(", "scan", None),
+    ("東京", "scan", None),
+    ("東京タワー", "substring", '"東京タワー"'),
+    ("東京 タワー", "substring", '"タワー"'),
+    (":::", "substring", '":::"'),
+])
+def test_plans(text, kind, match):
+    p = plan(text)
+    assert (p.kind, p.match) == (kind, match)
+
+
+def test_substring_short_terms_become_like_filters():
+    p = plan("東京 タワー 100%")
+    assert p.likes == ["%東京%"] and p.match == '"タワー" AND "100%"'
+    assert plan("a_b").kind == "words"
+    assert plan("_%").likes == ["%\\_\\%%"]
+
+
+def test_quotes_inside_terms_cannot_escape():
+    assert split_terms('a"b c"d') == split_terms('a "b c" d')
+    for t in split_terms('x"y'):
+        assert '"' not in t.text
+
+
+def test_raw_passes_through():
+    assert plan("a OR b", raw=True).match == "a OR b"
+    with pytest.raises(InvalidQuery):
+        plan("\udc80", raw=True)
+
+
+def test_holders_parse_and_self_exclusion(tmp_path):
+    assert _parse("1: POSIX  ADVISORY  READ 7449 fe:00:2188086 128 128") == (7449, 2188086)
+    assert _parse("1: -> POSIX  ADVISORY  WRITE 7450 fe:00:2188086 128 128") is None
+    assert _parse("garbage") is None
+    from sessiondb import SessionDB
+    with SessionDB(tmp_path / "x.db"):
+        assert other_holders(tmp_path / "x.db") == []   # our own locks never count
+    assert os.getpid() not in (other_holders(tmp_path / "x.db") or [])
