@@ -1,6 +1,6 @@
 """Bad input, fuzzed with hypothesis: the public API and the CLI.
 
-The API gets arbitrary message dicts and session ids; it must either work
+The API gets arbitrary message dicts, session ids and search queries; it must either work
 or raise a typed `StorageError`, and a refused call must leave the store
 byte-for-byte the same in content. The CLI gets random commands, flags and
 values through click's runner; it must exit 0 (or a documented recovery
@@ -204,3 +204,36 @@ def test_unhashable_role_and_non_text_uid_are_typed(tmp_path: Path, message: dic
         with pytest.raises(InvalidMessage):
             TranscriptWriter(db, "s1").flush([dict(message)])
     assert digest(path) == before
+
+
+def test_search_takes_any_query_and_filters(tmp_path: Path):
+    """Search queries and filters: a hit list or a typed error, never
+    anything else, and the store untouched."""
+    path = tmp_path / "state.db"
+    seeded(path)
+    db = SessionDB(path)
+    outcomes: Counter = Counter()
+    before = digest(path)
+
+    @FUZZ
+    @given(query=st.one_of(odd_text, st.sampled_from(['"', "m1 OR", "NEAR(", "*", "m*", "^m",
+                                                        "a:b", "(", "AND", "\\", "m1"])),
+           raw=st.booleans(), limit=st.integers(-5, 1000), offset=st.integers(-5, 50),
+           order=st.sampled_from(["rank", "time", "newest", "bogus", ""]),
+           role=st.one_of(st.none(), odd_text), session=st.one_of(st.none(), api_sids))
+    def check(query: str, raw: bool, limit: int, offset: int, order: str, role: Any,
+              session: Any) -> None:
+        try:
+            hits = db.search(query, raw=raw, limit=limit, offset=offset, order=order,
+                             role=role, session_id=session)
+            assert isinstance(hits, list)
+            outcomes["ok"] += 1
+        except StorageError:
+            outcomes["refused"] += 1
+
+    try:
+        check()
+        assert digest(path) == before
+        assert outcomes["ok"] and outcomes["refused"], outcomes
+    finally:
+        db.close()
