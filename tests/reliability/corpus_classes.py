@@ -71,6 +71,12 @@ def _schema_pages(path: Path) -> set[int]:
     return set(pages_of(path, "sqlite_schema")) | {1}
 
 
+def _canonical_pages(path: Path) -> set[int]:
+    """Pages of everything but the derived full-text tables (read before damage)."""
+    rows = sql(path, "SELECT pageno, name FROM dbstat")
+    return {p for p, name in rows if not name.startswith(("messages_fts", "messages_trigram"))}
+
+
 def healthy(c: Ctx, work: Path) -> Expect:
     _copy(c.pristine.path, work)
     return Expect(frozenset({"healthy"}), RECOVERED, c.pristine.texts, c.pristine.texts)
@@ -90,6 +96,8 @@ def random_pages(rate: float, seed: int, suffix: str = "") -> Callable[[Ctx, Pat
         exp = _pages(c.pristine, bad, outcomes=frozenset({"partial", "recovered"}))
         if not exp.expected:  # nothing reachable: no output unless sessions were read
             exp.outcomes = frozenset({"partial", "not_recoverable"})
+        if not bad & _canonical_pages(c.pristine.path):  # only the derived index was hit
+            exp.verdicts, exp.outcomes = frozenset({"fts_only"}), RECOVERED
         return exp
     case.__name__ = f"random_pages_{int(rate * 100)}pct{suffix}"
     return case

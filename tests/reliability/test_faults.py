@@ -11,7 +11,7 @@ from tests.helpers.faultvfs import FaultVFS
 from tests.reliability import faults
 
 
-@pytest.mark.parametrize("journal_mode,stride", [("wal", 6), ("delete", 20)])
+@pytest.mark.parametrize("journal_mode,stride", [("wal", 10), ("delete", 25)])
 def test_fault_sweep_every_kind(tmp_path: Path, journal_mode: str, stride: int):
     rows = faults.sweep(tmp_path / "sweep", stride=stride, journal_mode=journal_mode)
     assert {(r.op, r.kind) for r in rows} == {
