@@ -32,7 +32,8 @@ def session_search_tool(db: SessionDB) -> Tool:
                        limit: int = 10) -> list[dict[str, Any]]:
         hits = db.search(query, session_id=session_id, role=role, limit=min(limit, 50))
         return [{"session_id": h.session_id, "message_id": h.message_id, "role": h.role,
-                 "title": h.title, "snippet": h.snippet} for h in hits]
+                 "title": h.session_title, "snippet": h.snippet, "archived": h.archived}
+                for h in hits]
     return Tool("session_search", "Search the messages of past sessions.", SEARCH_SCHEMA,
                 session_search)
 

@@ -14,7 +14,7 @@ same bounded LIKE scan run as bare SQL. "naive rank" is FTS5's unbounded
 visible.
 
     python bench/search.py --messages 100000
-    python bench/search.py --messages 1000000 --path /tmp/bench1m.db --reuse
+    python bench/search.py --messages 1000000 --path /tmp/bench1m.db --reuse --fallback
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sessiondb import SessionDB  # noqa: E402
 from sessiondb import search as search_mod  # noqa: E402
-from sessiondb.search_index import text_expr  # noqa: E402
+from sessiondb.search_index import mark_stale, text_expr  # noqa: E402
 from sessiondb.search_query import plan as make_plan  # noqa: E402
 
 VOCAB = 50_000
@@ -227,6 +227,8 @@ def main() -> None:
     ap.add_argument("--path", type=Path, help="store file (default: a temp dir)")
     ap.add_argument("--reuse", action="store_true", help="use an existing file at --path")
     ap.add_argument("--rebuild", action="store_true", help="also time rebuild_search_index()")
+    ap.add_argument("--fallback", action="store_true",
+                    help="also time search while the index is marked stale, then rebuild")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     path = args.path or Path(tempfile.mkdtemp(prefix="hermes-bench-")) / "state.db"
@@ -248,6 +250,14 @@ def main() -> None:
             rows = report({name: run_class(db, qs, order) for name, qs in queries.items()})
             print_table(rows, f"order={order}, limit={LIMIT}, {REPEATS} runs x 10 queries per class")
             out[order] = rows
+        if args.fallback:
+            with db.atomic() as conn:
+                mark_stale(conn, "benchmark: fallback timing", None)
+            classes = ("rare", "medium", "very common", "phrase", "in session")
+            rows = report({n: run_class(db, queries[n], "rank") for n in classes})
+            print_table(rows, "while stale (fallback LIKE scan; floor is the healthy index's)")
+            out["fallback"] = rows
+            args.rebuild = True
         if args.rebuild:
             stats = db.rebuild_search_index()
             print(f"\nrebuild_search_index(): {stats['seconds']:.1f}s for {stats['messages']:,}")

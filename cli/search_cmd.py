@@ -35,6 +35,9 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
     if stale is not None:
         click.echo("note: the search index is damaged; results come from a bounded scan of "
                    "recent messages. Run: hermes sessions reindex", err=True)
+    if not hits:
+        click.echo("no matches")
+        return
     width = max(terminal_width() - 60, 20)
     table(((h.session_id, fmt_time(h.timestamp),
             h.role if h.state == "active" else f"{h.role} ({h.state})",
@@ -56,7 +59,8 @@ def reindex_cmd(app: AppContext, force: bool, as_json: bool) -> None:
       hermes sessions reindex --json
     """
     with app.open_store() as db:
-        stats = db.rebuild_search_index(force=force)
+        # Opening a stale store with no other holder has just rebuilt it.
+        stats = db.search_rebuilt_on_open or db.rebuild_search_index(force=force)
     if as_json:
         emit_json(stats)
         return

@@ -23,12 +23,13 @@ from typing import Any, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, RowOrigin)
-from .fileformat import (LEGAL_PAGE_SIZES, MISSING, TABLE_INTERIOR, TABLE_LEAF, BTreePage,
+from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, LEGAL_PAGE_SIZES, MISSING,
+                         TABLE_INTERIOR, TABLE_LEAF, BTreePage,
                          FormatError, content_accounted, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, is_derived,
-                      layout_for_schema)
+                      is_without_rowid, layout_for_schema)
 from .wal import DatabaseImage
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
@@ -142,6 +143,7 @@ class _Carver:
         self.skip: set[int] = set()       # freelist, pointer-map, lock-byte pages
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
+        self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
         self.layouts: tuple[Layout, ...] = KNOWN_LAYOUTS
         self.ptrmap: dict[int, tuple[int, int]] = {}
         self.counts: Counter[str] = Counter()
@@ -163,6 +165,8 @@ class _Carver:
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
             self._walk(root, layout)
+        for root in self.index_roots:
+            self._walk_index(root)
         self._orphan_scan()
         if include_freelist:
             self._freelist_lane()
@@ -241,6 +245,13 @@ class _Carver:
         layouts: list[Layout] = [FTS_SHADOW, SQLITE_SCHEMA]
         for e in schema:
             if e.type != "table" or not 2 <= e.rootpage <= self.image.page_count:
+                continue
+            if is_without_rowid(e.sql):
+                # an index b-tree holding no rows we carve (FTS5's _idx and
+                # _config shadows): walked only to own its pages
+                self.index_roots.append(e.rootpage)
+                if not is_derived(e.name, virtual):
+                    self.stats.note(f"table {e.name}: WITHOUT ROWID, not carved")
                 continue
             if is_derived(e.name, virtual) or e.name.startswith("sqlite_"):
                 self.roots[e.rootpage] = FTS_SHADOW  # walked only to own its pages
@@ -331,6 +342,37 @@ class _Carver:
                 stack.extend(reversed(self._children(data, page)))
             else:
                 self._bad(pgno, "wrong page type: an index page inside a table tree")
+
+    def _walk_index(self, root: int) -> None:
+        """Own the pages of the index b-tree at ``root`` (after every table
+        walk, so a damaged index pointer cannot take a table's page away).
+        A pointer to a page of another type is the parent's damage: noted,
+        and the page left for whichever walk or scan it belongs to."""
+        stack, n = [root], self.image.page_count
+        while stack:
+            pgno = stack.pop()
+            if pgno in self.owned or pgno in self.skip or not 1 <= pgno <= n:
+                if not 1 <= pgno <= n:
+                    self.stats.note(f"child pointer to page {pgno} outside the file")
+                continue
+            data = self.image.page(pgno)
+            if data is None:
+                self._bad(pgno, "missing: page lies past the end of the file")
+                continue
+            if pgno != root and data[0] not in (INDEX_INTERIOR, INDEX_LEAF):
+                self.stats.note(f"index tree points at page {pgno}, not an index page")
+                continue
+            loaded = self._load(pgno)
+            if loaded is None:
+                continue
+            data, page = loaded
+            if page.is_table:  # a wrong root: the orphan scan reads its rows
+                self.stats.note(f"index root {pgno} is a table page")
+                continue
+            self.owned.add(pgno)
+            if page.page_type == INDEX_INTERIOR:
+                stack.append(page.right_child)
+                stack.extend(self._children(data, page))
 
     def _children(self, data: bytes, page: BTreePage) -> list[int]:
         out = []

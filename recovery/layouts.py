@@ -265,6 +265,16 @@ def is_derived(table: str, virtual_tables: set[str] = frozenset()) -> bool:
     return any(table.startswith(v + "_") for v in virtual_tables)
 
 
+_WITHOUT_ROWID_RE = re.compile(r"\)\s*WITHOUT\s+ROWID\b", re.IGNORECASE)
+
+
+def is_without_rowid(sql: str | None) -> bool:
+    """Whether a CREATE TABLE statement makes a WITHOUT ROWID table: its
+    b-tree is an index b-tree (records as keys, no rowids), never table
+    pages (FTS5's ``_idx`` and ``_config`` shadows are such tables)."""
+    return isinstance(sql, str) and bool(_WITHOUT_ROWID_RE.search(sql))
+
+
 def best_fit(values: list[Any], classes: list[str],
              layouts: tuple[Layout, ...]) -> tuple[Layout | None, float]:
     """The best-scoring layout (None on a tie between two tables or no fit)."""
@@ -316,7 +326,7 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
     """
     if not isinstance(sql, str) or not sql.lstrip().upper().startswith("CREATE TABLE"):
         return None
-    if "WITHOUT ROWID" in sql.upper() or ";" in sql:
+    if is_without_rowid(sql) or ";" in sql:
         return None  # one statement only: the text comes from a damaged file
     try:
         conn = apsw.Connection(":memory:")

@@ -104,7 +104,8 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
     uid = new_uid()
     enc = encode(summary_message, uid=uid)
     cid = uuid.uuid4().hex
-    with db.atomic() as conn:
+
+    def body(conn: apsw.Connection) -> tuple[int, dict, int, list]:
         sessions.require(conn, session_id)
         if holder is not None:
             leases.check(conn, session_id, holder, db.now())
@@ -119,6 +120,10 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
                      (cid, session_id, summary_id, len(ids), db.now()))
         sessions.add_counts(conn, session_id, db.now(), messages=1,
                             tool_calls=enc.tool_call_total)
+        return summary_id, found, position, superseded
+
+    # the summary row is indexed: search index damage must not fail compaction
+    summary_id, found, position, superseded = db.index_safe_write(body)
     summary_message[UID_KEY] = uid
     summary_message[MARKER_KEY] = Persisted(summary_id, enc.fingerprint)
     return CompactionResult(cid, session_id, summary_id, position, tuple(ids),
@@ -136,7 +141,8 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
     """
     if not isinstance(compaction_id, str) or not compaction_id:
         raise InvalidInput("a compaction id must be a non-empty string")
-    with db.atomic() as conn:
+
+    def body(conn: apsw.Connection) -> tuple[str, int, list[int]]:
         row = conn.execute("SELECT session_id, summary_id, restored_at FROM compactions"
                            " WHERE id = ?", (compaction_id,)).fetchone()
         if row is None:
@@ -155,6 +161,10 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
         rows.set_state(conn, [summary_id], rows.ARCHIVED, compaction_id)
         conn.execute("UPDATE compactions SET restored_at = ? WHERE id = ?",
                      (db.now(), compaction_id))
+        return session_id, summary_id, restored
+
+    # state changes fire no index trigger; fail-open covers index damage met on the way
+    session_id, summary_id, restored = db.write_fail_open(body)
     return RestoreResult(compaction_id, session_id, summary_id, tuple(restored))
 
 

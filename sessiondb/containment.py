@@ -32,14 +32,13 @@ import apsw
 from .errors import (Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreReplaced,
                      from_apsw)
 from .paths import FILE_MODE, create_private_file
+from .search_index import corruption_is_index_only
 
 log = logging.getLogger(__name__)
 
 GENERATION_KEY = "generation"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 APPLICATION_ID_OFFSET = 68
-# Derived full-text tables (the search branch's); damage there is `fts_index`.
-FTS_TABLE_PREFIXES = ("messages_fts", "messages_trigram")
 
 FileKey = tuple[int, int]
 
@@ -125,30 +124,6 @@ def read_stamp(conn: apsw.Connection) -> tuple[int, str | None]:
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?",
                        (GENERATION_KEY,)).fetchone()
     return int(app_id), (row[0] if row else None)
-
-
-def corruption_is_fts_only(conn: apsw.Connection) -> bool:
-    """After SQLITE_CORRUPT: True only when every canonical table checks clean
-    and a full-text table does not. Anything unclear counts as structural."""
-    try:
-        rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
-                            " AND rootpage > 0").fetchall()
-        names = [r[0] for r in rows]
-        fts = [n for n in names if n.startswith(FTS_TABLE_PREFIXES)]
-        for name in names:
-            if name not in fts and not _table_ok(conn, name):
-                return False
-        return any(not _table_ok(conn, name) for name in fts)
-    except apsw.Error:
-        return False
-
-
-def _table_ok(conn: apsw.Connection, name: str) -> bool:
-    quoted = name.replace('"', '""')
-    try:
-        return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
-    except apsw.Error:  # a smashed root page makes the check itself fail
-        return False
 
 
 class Guard:
@@ -300,7 +275,7 @@ class Guard:
             found = self._foreign_generation(conn)
             if found is not None:
                 return self.contain(self._copied_over(found))
-            if corruption_is_fts_only(conn):
+            if corruption_is_index_only(conn):  # derived data: `fts_index`, no quarantine
                 return SearchIndexCorrupt(f"the full-text index is damaged: {exc}",
                                           path=str(self.path), sqlite_code=err.sqlite_code)
             return self.contain(err)

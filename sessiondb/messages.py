@@ -20,7 +20,7 @@ _INSERT = (
     "INSERT INTO messages(session_id, uid, position, role, content_kind, content, tool_calls,"
     " tool_call_id, tool_name, finish_reason, timestamp, token_count, meta, fingerprint, kind)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT(session_id, uid) DO NOTHING RETURNING id")
+    " ON CONFLICT(session_id, uid) DO NOTHING")
 
 
 def next_position(conn: apsw.Connection, session_id: str) -> int:
@@ -30,15 +30,26 @@ def next_position(conn: apsw.Connection, session_id: str) -> int:
     return (row[0] or 0) + 1
 
 
+def start_position(conn: apsw.Connection, session_id: str) -> int | None:
+    """`next_position`, or None when the session does not exist (one statement
+    for the append path's existence check and position seek)."""
+    row = conn.execute("SELECT (SELECT max(position) FROM messages WHERE session_id = ?1)"
+                       " FROM sessions WHERE id = ?1", (session_id,)).fetchone()
+    return None if row is None else (row[0] or 0) + 1
+
+
 def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position: int,
            kind: str = "message") -> tuple[int, bool]:
     """Insert one encoded message; (row id, inserted?). A known uid is a no-op."""
-    row = conn.execute(_INSERT, (
+    conn.execute(_INSERT, (
         session_id, enc.uid, position, enc.role, enc.content_kind, enc.content, enc.tool_calls,
         enc.tool_call_id, enc.tool_name, enc.finish_reason, enc.timestamp, enc.token_count,
-        enc.meta, enc.fingerprint, kind)).fetchone()
-    if row is not None:
-        return row[0], True
+        enc.meta, enc.fingerprint, kind))
+    # changes() counts only this statement's rows (not FTS trigger rows), and
+    # last_insert_rowid() is back to the top-level row once triggers finish;
+    # both are cheaper than RETURNING, which buffers a result set.
+    if conn.changes():
+        return conn.last_insert_rowid(), True
     (existing,) = conn.execute("SELECT id FROM messages WHERE session_id = ? AND uid = ?",
                                (session_id, enc.uid)).fetchone()
     return existing, False

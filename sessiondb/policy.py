@@ -6,6 +6,9 @@ collected in WRITER_POLICY / READER_POLICY and applied in one place.
 from __future__ import annotations
 
 import logging
+import random
+import time
+from typing import Callable
 
 import apsw
 
@@ -100,9 +103,39 @@ def set_foreign_keys(conn: apsw.Connection) -> None:
 
 
 def set_busy_timeout(conn: apsw.Connection) -> None:
-    """A short SQLite-level wait per attempt; the store's own jittered retry
-    loop enforces the per-call patience deadline on top of it."""
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    """A short SQLite-level wait per attempt (BUSY_TIMEOUT_MS in all); the
+    store's own jittered retry loop enforces the per-call patience deadline
+    on top of it.
+
+    SQLite's built-in busy timeout sleeps 1, 2, 5, 10, 15... ms between
+    tries, so a commit that collides with another writer's ~0.1 ms commit
+    waits milliseconds; these sleeps start at 50 us and grow, jittered so
+    two waiters do not retry in step."""
+    conn.set_busy_handler(BusyWait(BUSY_TIMEOUT_MS / 1000))
+
+
+class BusyWait:
+    """A busy handler: short, growing, jittered sleeps until ``budget`` (s) is spent.
+
+    SQLite calls it with the number of prior calls in this wait; returning
+    False gives up and the statement fails with SQLITE_BUSY."""
+
+    FIRST_S, LONGEST_S = 0.00005, 0.005
+
+    def __init__(self, budget: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.budget, self.clock, self.sleep = budget, clock, sleep
+        self.started = 0.0
+
+    def __call__(self, prior_calls: int) -> bool:
+        now = self.clock()
+        if prior_calls == 0:
+            self.started = now
+        elif now - self.started >= self.budget:
+            return False
+        pause = min(self.FIRST_S * 1.6 ** min(prior_calls, 12), self.LONGEST_S)
+        self.sleep(pause * random.uniform(0.5, 1.5))
+        return True
 
 
 def set_journal_size_limit(conn: apsw.Connection) -> None:

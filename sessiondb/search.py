@@ -3,10 +3,12 @@
 Bounded work, by design (documented in docs/search.md):
 
 - ``order="rank"`` ranks with bm25 only among the ``RANK_WINDOW`` most
-  recently stored matches that pass the filters. Finding that window walks
-  the doclists in rowid order without scoring; bm25 then runs on at most
-  that many rows, so a term in every message costs the same as one in
-  5,000. Older matches stay reachable with ``order="oldest"`` or filters.
+  recently stored matches. The window is found by walking doclists in
+  rowid order without scoring; bm25 then runs on the index alone over at
+  most that many rows, and only the best few are joined to their rows. So
+  a term in every message costs about the same as one in 5,000. Older
+  matches stay reachable with ``order="oldest"`` or filters.
+- a ``session_id`` filter bounds FTS5 to the session's rowid range.
 - ``order="newest"``/``"oldest"`` follow storage order (message id), which
   FTS5 streams without sorting.
 - Scans (queries shorter than a trigram, and the fallback while the index

@@ -30,6 +30,8 @@ from typing import Callable, ContextManager, TypeVar
 
 import apsw
 
+from .errors import Cause, StorageError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -237,6 +239,11 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
     everything rolls back (triggers and marker included) and that error is
     raised: the damage was not only in the index. Inside someone else's
     transaction (``nested``) no retry is possible; the inner guard is all.
+
+    Only a failure the store's containment guard scoped to the index
+    (cause ``fts_index``: every canonical table checks clean) is retried.
+    Structural corruption has already quarantined the handle; it is raised
+    as it is, never retried against a file the guard refuses to write.
     """
     if nested:
         with atomic() as conn:
@@ -244,8 +251,8 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
     try:
         with atomic() as conn:
             return body(conn)
-    except Exception as e:
-        if not isinstance(e.__cause__, apsw.CorruptError):
+    except StorageError as e:
+        if e.cause is not Cause.FTS_INDEX or not isinstance(e.__cause__, apsw.CorruptError):
             raise
         first = e
     with atomic() as conn:
@@ -256,20 +263,31 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
         return body(conn)
 
 
-def shadow_tables_damaged(conn: apsw.Connection) -> bool:
-    """Whether SQLite's b-tree check finds damage in an index's shadow tables
-    (used to scope a plain SQLITE_CORRUPT raised by an index read)."""
-    names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND (name LIKE 'messages\\_fts\\_%'"
-        " ESCAPE '\\' OR name LIKE 'messages\\_trigram\\_%' ESCAPE '\\')")]
-    for name in names:
-        try:
-            rows = [r[0] for r in conn.execute(f'PRAGMA quick_check("{name}")')]
-        except apsw.CorruptError:
-            return True
-        if rows != ["ok"]:
-            return True
-    return False
+def corruption_is_index_only(conn: apsw.Connection) -> bool:
+    """After SQLITE_CORRUPT: True only when every canonical table checks clean
+    and a table of the search indexes does not. Anything unclear counts as
+    structural. The one judgement both the store's containment guard (no
+    quarantine then) and a failing search (which then marks the index stale)
+    use, so the two never disagree about whose damage it is."""
+    try:
+        rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
+                            " AND rootpage > 0").fetchall()
+        names = [r[0] for r in rows]
+        derived = [n for n in names if n.startswith(INDEXES)]
+        for name in names:
+            if name not in derived and not _table_ok(conn, name):
+                return False
+        return any(not _table_ok(conn, name) for name in derived)
+    except apsw.Error:
+        return False
+
+
+def _table_ok(conn: apsw.Connection, name: str) -> bool:
+    quoted = name.replace('"', '""')
+    try:
+        return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
+    except apsw.Error:  # a smashed root page makes the check itself fail
+        return False
 
 
 def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
@@ -278,7 +296,7 @@ def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
         return False
     if _code(exc) == apsw.SQLITE_CORRUPT_VTAB:
         return True
-    return shadow_tables_damaged(conn)
+    return corruption_is_index_only(conn)
 
 
 # -- rebuild -----------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from . import holders, search_index
-from .errors import SearchRebuildRefused, StorageError
+from .errors import SearchIndexCorrupt, SearchRebuildRefused, StorageError, StoreCorrupt
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -71,24 +71,39 @@ def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
     """Rebuild both indexes, reattach triggers, clear ``fts_stale``."""
     check_alone(db, force=force)
     started = time.monotonic()
-    with db.atomic() as conn:
-        was_stale = search_index.stale_marker(conn) is not None
-        stats = search_index.rebuild(conn)
+    try:
+        with db.atomic() as conn:
+            was_stale = search_index.stale_marker(conn) is not None
+            stats = search_index.rebuild(conn)
+    except SearchIndexCorrupt as e:
+        # Damage in the index's b-tree pages (the store's guard checked that
+        # every canonical table is clean, so nothing was quarantined): SQLite
+        # cannot free those pages, so no rebuild in place can succeed and
+        # reindexing again would fail the same way. Only recovery, which
+        # writes a new file with a fresh index, gets search back.
+        raise StoreCorrupt(
+            f"the search index of {db.path} cannot be rebuilt in place, its pages are "
+            f"damaged ({e}); messages are intact and still written, search keeps using "
+            "the fallback scan; recover the store into a new file to get the index back",
+            path=str(db.path), sqlite_code=e.sqlite_code) from e
     return {**stats, "was_stale": was_stale, "seconds": round(time.monotonic() - started, 3)}
 
 
-def rebuild_on_open(db: "SessionDB") -> None:
+def rebuild_on_open(db: "SessionDB") -> dict[str, Any] | None:
     """Open-time repair: rebuild a stale index only when this process is the
-    only holder (and the lock table can say so). Never fails the open."""
+    only holder (and the lock table can say so). Never fails the open.
+    Returns the rebuild's stats when it ran."""
     try:
         if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
-            return
+            return None
         if holders.other_holders(db.path) != []:
-            return
+            return None
         stats = rebuild(db)
         log.warning("rebuilt the stale search index on open (%d messages)", stats["messages"])
+        return stats
     except StorageError as e:
         log.warning("search index is stale and could not be rebuilt on open: %s", e)
+        return None
 
 
 def _integrity(conn: apsw.Connection, table: str) -> str:

@@ -123,6 +123,14 @@ def add_counts(conn: apsw.Connection, session_id: str, now: float, *, messages: 
          cache_write_tokens, now, session_id))
 
 
+def add_message_counts(conn: apsw.Connection, session_id: str, now: float, messages: int,
+                       tool_calls: int) -> None:
+    """`add_counts` for the append path: only the columns an append moves."""
+    conn.execute("UPDATE sessions SET message_count = message_count + ?,"
+                 " tool_call_count = tool_call_count + ?, updated_at = ? WHERE id = ?",
+                 (messages, tool_calls, now, session_id))
+
+
 def delete(conn: apsw.Connection, session_id: str) -> int:
     """Delete a session and (by cascade) its messages; returns messages removed."""
     require(conn, session_id)

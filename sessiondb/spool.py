@@ -255,14 +255,18 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
             if not sessions.exists(conn, session_id):
                 return 0
             return len(_present_uids(conn, session_id, uids))
-    with db.atomic() as conn:
+
+    def body(conn: apsw.Connection) -> int:
         if not sessions.exists(conn, session_id):
             sessions.create(conn, session_id, source=str(meta.get("source") or "spool"),
                             model=meta.get("model"), title=meta.get("title"),
                             parent_session_id=None, now=db.now())
         present = _present_uids(conn, session_id, uids)
         db.insert_encoded(conn, session_id, [e for e in encoded if e.uid not in present])
-    return len(present)
+        return len(present)
+    # a damaged search index must not block the import (insert_encoded guards
+    # it in place; b-tree damage is retried in a fresh transaction)
+    return db.write_fail_open(body)
 
 
 def _move_to_imported(path: Path) -> Path:

@@ -1,8 +1,9 @@
 """Store statistics: row counts, file sizes and the full-text index's size.
 
 Only reads. The full-text index size is measured with SQLite's ``dbstat``
-virtual table (bytes of every page of the ``messages_fts*`` tables and
-their indexes); where ``dbstat`` is not compiled in, the size is reported
+virtual table (bytes of every page of the ``messages_fts*`` and
+``messages_trigram*`` tables and their indexes: the word and the trigram
+index); where ``dbstat`` is not compiled in, the size is reported
 as unknown (``method = "unavailable"``) next to the whole file's page
 counts, rather than guessed.
 """
@@ -14,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from .search_index import INDEXES
+
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
-FTS_PREFIX = "messages_fts"
+# Both full-text indexes (word and trigram) and their shadow tables.
+FTS_PREFIXES = INDEXES
 STATES = ("active", "archived", "rewound")
 
 
@@ -29,10 +33,11 @@ def _file_size(path: Path) -> int | None:
 
 
 def _fts_size(conn: apsw.Connection) -> dict[str, Any]:
+    likes = [p.replace("_", "\\_") + "%" for p in FTS_PREFIXES]
+    match = " OR ".join(["name LIKE ? ESCAPE '\\' OR tbl_name LIKE ? ESCAPE '\\'"] * len(likes))
     names = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE (name LIKE ? ESCAPE '\\'"
-        " OR tbl_name LIKE ? ESCAPE '\\') AND type IN ('table', 'index') ORDER BY name",
-        (FTS_PREFIX.replace("_", "\\_") + "%",) * 2)]
+        f"SELECT name FROM sqlite_master WHERE ({match}) AND type IN ('table', 'index')"
+        " ORDER BY name", [like for like in likes for _ in (0, 1)])]
     if not names:
         return {"tables": [], "bytes": 0, "method": "none"}
     total = 0

@@ -64,7 +64,8 @@ class SessionDB:
             self._writer.close()
             self._guard.release()
             raise
-        search_maintenance.rebuild_on_open(self)
+        # A stale search index is rebuilt here only if no other process holds the file.
+        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -344,8 +345,7 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        return self.write_fail_open(
-            lambda conn: self.index_guarded(conn, lambda: sessions.delete(conn, session_id)))
+        return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -410,14 +410,16 @@ class SessionDB:
                        kind: str = "message") -> list[int]:
         """Insert inside the caller's transaction; counters move with the rows."""
         paths.validate_session_id(session_id)
-        sessions.require(conn, session_id)
+        position = messages.start_position(conn, session_id)
+        if position is None:
+            sessions.require(conn, session_id)  # raises the typed not-found error
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        return self.index_guarded(conn, lambda: self._insert_rows(conn, session_id, encoded, kind))
+        return self.index_guarded(
+            conn, lambda: self._insert_rows(conn, session_id, encoded, kind, position))
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
-                     encoded: list[EncodedMessage], kind: str) -> list[int]:
-        position = messages.next_position(conn, session_id)
+                     encoded: list[EncodedMessage], kind: str, position: int) -> list[int]:
         ids, added, calls = [], 0, 0
         for enc in encoded:
             rid, inserted = messages.insert(conn, session_id, enc, position, kind)
@@ -427,7 +429,7 @@ class SessionDB:
                 added += 1
                 calls += enc.tool_call_total
         if added:
-            sessions.add_counts(conn, session_id, self.now(), messages=added, tool_calls=calls)
+            sessions.add_message_counts(conn, session_id, self.now(), added, calls)
         return ids
 
     def get_messages(self, session_id: str, *, include_archived: bool = False,
@@ -492,6 +494,23 @@ class SessionDB:
         detached and marked stale in a fresh transaction and ``body`` runs
         again there (see search_index.write_fail_open)."""
         return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
+
+    def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
+        """The transaction for writes of message rows: search index damage,
+        at the FTS5 or the b-tree level, never fails ``body(conn)``.
+
+        In its own transaction, damage met anywhere (a statement or FTS5's
+        flush at COMMIT) fails the whole transaction, and `write_fail_open`
+        runs ``body`` again in a fresh one with the index detached; no
+        savepoint guard is needed on the common path (one costs a flush
+        about as much again: the index pages then go through a statement
+        journal). Inside a caller's transaction no retry is possible, so
+        the in-place guard runs. ``body`` must be safe to run again.
+        """
+        if self._depth:
+            return self.write_fail_open(
+                lambda conn: self.index_guarded(conn, lambda: body(conn)))
+        return self.write_fail_open(body)
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,

@@ -175,11 +175,12 @@ class TranscriptWriter:
             plan.append(_Write(i, m, enc, marker, had_uid))
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
-        with self.db.atomic() as conn:
+        def body(conn: apsw.Connection) -> tuple[list[int], int, int]:
             sessions.require(conn, self.session_id)
             if holder is not None:
                 leases.check(conn, self.session_id, holder, self.db.now())
             return self._apply(conn, plan)
+        return self.db.index_safe_write(body)  # search index damage never fails a flush
 
     def _apply(self, conn: apsw.Connection, plan: list[_Write]) -> tuple[list[int], int, int]:
         """Per dict: one UPDATE (marked, changed), one SELECT and at most one
@@ -291,11 +292,14 @@ class TranscriptWriter:
         uids = [m[UID_KEY] for m in tail if isinstance(m, dict) and isinstance(m.get(UID_KEY), str)]
         if uids:
             holder = self.holder if holder is None else holder
-            with self.db.atomic() as conn:
+            def body(conn: apsw.Connection) -> None:
                 sessions.require(conn, self.session_id)
                 if holder is not None:
                     leases.check(conn, self.session_id, holder, self.db.now())
                 rows.rewind_uids(conn, self.session_id, uids)
+            # a state change fires no index trigger; fail-open still covers
+            # index damage met on the way (a retry in a fresh transaction)
+            self.db.write_fail_open(body)
         self._pull_back(messages, len(messages) - count)
         del messages[len(messages) - count:]
         for m in tail:

@@ -161,3 +161,23 @@ def test_markers_never_reach_the_api(db):
     assert all(MARKER_KEY in m for m in agent.messages)
     for body in srv.requests:
         assert "_db_" not in json.dumps(body)
+
+
+def test_builtin_session_tools(db):
+    old = db.create_session("old-notes", source="test", title="Backups")
+    db.append_messages(old, [{"role": "user", "content": "we rotate backups weekly"},
+                             {"role": "assistant", "content": "noted: weekly rotation"}])
+    script = queue_script(Reply.tool("session_search", {"query": "backups weekly"}),
+                          Reply.tool("session_messages", {"session_id": old, "start": 1}),
+                          Reply.text("Weekly."))
+    with LocalModelServer(script) as srv:
+        agent = Agent(db, client=client_for(srv))
+        result = agent.run_turn("how often do we rotate backups?")
+    assert result.completed
+    found, read = [m for m in agent.messages if m["role"] == "tool"]
+    assert "is_error" not in found and "is_error" not in read
+    hits = json.loads(found["content"])
+    assert [(h["session_id"], h["title"]) for h in hits] == [(old, "Backups")]
+    assert "**backups**" in hits[0]["snippet"].lower()
+    assert json.loads(read["content"]) == [{"role": "assistant",
+                                            "content": "noted: weekly rotation"}]

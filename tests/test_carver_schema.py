@@ -15,24 +15,24 @@ from recovery.layouts import KNOWN_LAYOUTS, MESSAGES, best_fit, layout_from_sql
 from sessiondb import SessionDB
 from tests.helpers.carving import build_store, carved_by_key, message, read_truth, zero_page
 
-FTS = """
-CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages', content_rowid='id',
-    tokenize='unicode61 remove_diacritics 2');
-CREATE VIRTUAL TABLE messages_trigram USING fts5(content, content='messages',
-    content_rowid='id', tokenize='trigram');
-INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
-INSERT INTO messages_trigram(messages_trigram) VALUES ('rebuild');
-"""
-
-
 @pytest.fixture(scope="module")
 def fts_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Our store plus the FTS5 indexes the search branch adds (m004-like)."""
+    """Our store with the FTS5 indexes m004 keeps in sync: both word and
+    trigram shadows hold data, the WITHOUT ROWID ones (``_idx``, ``_config``,
+    index b-trees) included."""
     path = tmp_path_factory.mktemp("fts") / "state.db"
     build_store(path, sessions=3, per_session=120, big_every=8)
     conn = apsw.Connection(str(path))
-    conn.execute(FTS)
-    conn.close()
+    try:
+        for index in ("messages_fts", "messages_trigram"):
+            for shadow in ("data", "idx", "docsize", "config"):
+                n = conn.execute(f"SELECT count(*) FROM {index}_{shadow}").fetchone()[0]
+                assert n > 0, f"{index}_{shadow} is empty"
+        without_rowid = conn.execute("SELECT count(*) FROM sqlite_schema WHERE type='table'"
+                                     " AND sql LIKE '%WITHOUT ROWID'").fetchone()[0]
+        assert without_rowid == 4
+    finally:
+        conn.close()
     return path
 
 
@@ -176,3 +176,25 @@ def test_compactions_are_carved_without_page_1(tmp_path: Path) -> None:
     assert carved_by_key(blind, "messages") == truth.rows["messages"]
     est = estimate(path)
     assert est.rows["compactions"] == 6 and est.unattributed == 0
+def test_without_rowid_trees_are_walked_as_index_trees(fts_store: Path, tmp_path: Path) -> None:
+    """FTS5's WITHOUT ROWID shadows are index b-trees: walked cleanly (no
+    page of theirs is bad), and damage to one is reported as that page only,
+    with every canonical row still carved."""
+    truth = read_truth(fts_store)
+    assert carve(fts_store).stats.bad_pages == {}
+    conn = apsw.Connection(str(fts_store))
+    try:
+        root = conn.execute("SELECT rootpage FROM sqlite_schema"
+                            " WHERE name='messages_trigram_idx'").fetchone()[0]
+    finally:
+        conn.close()
+    data = fts_store.read_bytes()[(root - 1) * truth.page_size:root * truth.page_size]
+    assert data[0] in (INDEX_INTERIOR, INDEX_LEAF)
+    damaged = tmp_path / "damaged.db"
+    shutil.copyfile(fts_store, damaged)
+    zero_page(damaged, root, truth.page_size)
+    result = carve(damaged)
+    assert set(result.stats.bad_pages) == {root}
+    assert result.lost_and_found == []
+    for table, rows in truth.rows.items():
+        assert carved_by_key(result, table) == rows, table

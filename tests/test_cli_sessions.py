@@ -126,11 +126,28 @@ def test_stats_json_keys_and_values(three):
     assert doc["files"]["db"] > 0 and set(doc["files"]) == {"db", "wal", "shm"}
     assert doc["pages"]["page_size"] * doc["pages"]["page_count"] <= doc["files"]["db"] + \
         (doc["files"]["wal"] or 0)
-    # Merge-safe: a search index may or may not exist in a fresh store.
     assert set(doc["fts"]) == {"tables", "bytes", "method"}
-    if not doc["fts"]["tables"]:
-        assert doc["fts"] == {"tables": [], "bytes": 0, "method": "none"}
-        assert "full-text index  no index" in run("sessions", "stats").stdout
+    # m004 gives every store both indexes: word (messages_fts) and trigram.
+    assert {"messages_fts_data", "messages_trigram_data"} <= set(doc["fts"]["tables"])
+
+
+def test_stats_measures_both_search_indexes(three):
+    """fts.bytes covers every page of the word and the trigram index (and of
+    nothing else), as SQLite's own dbstat counts them."""
+    doc = json.loads(run("sessions", "stats", "--json").stdout)["fts"]
+    with SessionDB.open() as db, db._read() as conn:
+        by_family = {}
+        for prefix in ("messages_fts", "messages_trigram"):
+            (size,) = conn.execute(
+                "SELECT sum(pgsize) FROM dbstat WHERE aggregate = 1 AND name IN"
+                " (SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
+                "  AND (name LIKE ? || '%' OR tbl_name LIKE ? || '%'))",
+                (prefix, prefix)).fetchone()
+            by_family[prefix] = size
+    assert doc["method"] == "dbstat"
+    assert by_family["messages_trigram"] > 0 and by_family["messages_fts"] > 0
+    assert doc["bytes"] == by_family["messages_fts"] + by_family["messages_trigram"]
+    assert all(t.startswith(("messages_fts", "messages_trigram")) for t in doc["tables"])
 
 
 def test_stats_measures_an_fts_index_with_dbstat(three):

@@ -39,6 +39,7 @@ def vfs() -> Iterator[FaultVFS]:
     opened: list[SessionDB] = []
     shim.opened = opened  # type: ignore[attr-defined]
     yield shim
+    shim.faults.clear()  # a test that failed mid-fault must not fail closing too
     for db in opened:
         db.close()
     shim.unregister()
@@ -106,9 +107,17 @@ def test_disk_full_on_kth_write(hermes_home: Path, vfs: FaultVFS) -> None:
     db = SessionDB.open(vfs=vfs.name)
     vfs.opened.append(db)  # type: ignore[attr-defined]
     db.create_session("s1", source="test")
-    vfs.faults.arm_full(12)
-    acked, failed, errors = [], [], []
-    for i in range(12):
+    # How many file writes one append costs depends on the schema (the
+    # search triggers write both FTS indexes), so measure it, then let the
+    # disk fill up in the middle of the fourth append from here.
+    first = msg(0)
+    vfs.faults.arm_full(10**9)
+    db.append_message("s1", first)
+    per_append = vfs.faults.writes
+    assert per_append > 1
+    vfs.faults.arm_full(3 * per_append + per_append // 2)
+    acked, failed, errors = [first], [], []
+    for i in range(1, 13):
         m = msg(i)
         try:
             db.append_message("s1", m)
@@ -263,38 +272,31 @@ def test_corrupt_messages_page_quarantines(hermes_home: Path, tmp_path: Path) ->
         assert rows(restored) == public(acked + lost + later + [msg(7)])
 
 
-def _add_fts(path: Path) -> None:
-    """An external-content FTS5 index with sync triggers, as the search
-    branch lays it out (messages_fts over messages)."""
-    with SessionDB(path) as db, db.atomic() as conn:
-        conn.execute("""
-        CREATE VIRTUAL TABLE messages_fts USING fts5(content, content='messages',
-                                                    content_rowid='id');
-        CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
-          INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
-        END;
-        INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
-        """)
-
-
 def test_fts_only_damage_is_fts_index_without_quarantine(hermes_home: Path) -> None:
+    """Junk over a search-index page: the guard scopes the corruption to the
+    index (every canonical table checks clean), so nothing is quarantined;
+    the search fail-open then detaches the index and the append lands."""
     path = hermes_home / "state.db"
     acked = new_store(path, 4)
-    _add_fts(path)
     root, size = page_of(path, "messages_fts_data")
     smash_page(path, root, size)
     with SessionDB.open() as db:
-        retry = msg(4)
-        with pytest.raises(SearchIndexCorrupt) as info:
-            db.append_message("s1", retry)
+        with pytest.raises(SearchIndexCorrupt) as info:  # an index-only write, unguarded
+            with db.atomic() as conn:
+                conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
         assert_explained(info.value, Cause.FTS_INDEX, hermes_home)
         assert not db.quarantined
-        assert info.value.spooled_to is None  # the store still takes writes
-        assert rows(db) == public(acked)
-        with db.atomic() as conn:  # stand-in for the search branch's fail-open:
-            conn.execute("DROP TRIGGER messages_fts_ai")  # detach the index's trigger
-        db.append_message("s1", retry)
+        assert db.search_index_stale() is None
+        retry = msg(4)
+        db.append_message("s1", retry)  # fails open: no error, no spool
+        assert not db.quarantined
+        stale = db.search_index_stale()
+        assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
         assert rows(db) == public(acked + [retry])
+        hits = db.search("message 4")
+        assert [(h.message_id, h.via) for h in hits] == [
+            (db.get_messages("s1")[-1]["_db_persisted"].id, "fallback")]
+        assert not spool_dir_for(path).exists()
         assert import_spool(db).files == []
 
 

@@ -19,8 +19,8 @@ def store(tmp_path: Path) -> Path:
 def test_sound_store_with_fts_verifies(store):
     v = verify_output(store, {"sessions": 3, "messages": 120}, {"messages": 120})
     assert v.ok, v.findings
-    assert [f["name"] for f in v.checks["fts"]] == ["messages_fts"]
-    assert v.checks["fts"][0]["probe_ok"] is True
+    assert [f["name"] for f in v.checks["fts"]] == ["messages_fts", "messages_trigram"]
+    assert all(f["integrity_ok"] and f["probe_ok"] for f in v.checks["fts"])
 
 
 def test_count_mismatch_and_shortfall_are_findings(store):

@@ -41,6 +41,11 @@ def test_search_table_and_json(filled):
     assert len(doc["hits"]) == 1
 
 
+def test_search_without_matches(filled):
+    res = run("sessions", "search", "nothinglikethis")
+    assert (res.exit_code, res.output) == (0, "no matches\n")
+
+
 def test_search_bad_query_is_usage_error(filled):
     res = run("sessions", "search", '""')
     assert res.exit_code == 2
@@ -90,3 +95,13 @@ def test_search_reports_fallback_when_stale(filled):
     assert run("sessions", "reindex").exit_code == 0
     doc = json.loads(run("sessions", "search", "deploy", "--json").output)
     assert doc["index_stale"] is False and {h["via"] for h in doc["hits"]} == {"fts"}
+
+
+def test_reindex_of_a_stale_store_rebuilds_once(filled):
+    with SessionDB.open() as db:
+        with db.atomic() as conn:
+            mark_stale(conn, "test", None)
+    doc = json.loads(run("sessions", "reindex", "--json").output)
+    assert doc["was_stale"] is True and doc["messages"] == 3
+    with SessionDB.open() as db:
+        assert db.search_index_stale() is None and db.search_rebuilt_on_open is None

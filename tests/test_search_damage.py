@@ -125,8 +125,9 @@ def test_btree_page_damage_fails_open_and_rebuild_leaves_it_to_recovery(tmp_path
     assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
     hits = db.search("alpha", limit=1000)
     assert rid in [h.message_id for h in hits] and all(h.fallback for h in hits)
-    with pytest.raises(StoreCorrupt):
+    with pytest.raises(StoreCorrupt, match="cannot be rebuilt in place"):
         db.rebuild_search_index()
+    assert not db.quarantined  # the damage is the index's: canonical writes go on
     assert db.search_index_stale() == stale
     with db._read() as conn:
         assert not triggers_attached(conn)
@@ -140,8 +141,13 @@ def test_canonical_damage_is_not_mistaken_for_index_damage(tmp_path, open_store)
     fill(path)
     junk_pages(path, "messages")
     db = open_store(path)
-    with pytest.raises(StoreCorrupt):
+    with pytest.raises(StoreCorrupt) as info:
         db.append_message("shared", {"role": "user", "content": "cannot land"})
+    # structural: the guard quarantined the handle and the fail-open did not
+    # retry (a retry would have met the quarantine refusal instead)
+    assert db.quarantined
+    assert isinstance(info.value.__cause__, apsw.CorruptError)
+    assert "quarantined" not in str(info.value)
     with pytest.raises(StoreCorrupt):
         db.search("alpha", limit=1000)
     assert db.meta("fts_stale") is None
@@ -206,3 +212,179 @@ def test_guard_inside_a_callers_transaction(tmp_path, open_store):
     assert db.meta("caller") == "kept"
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert rid in [h.message_id for h in db.search("nested")]
+
+
+def test_deletes_and_content_edits_fail_open_too(tmp_path, open_store):
+    """The same wrapper other write paths use (content edits, session deletes)."""
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    db = open_store(path)
+    db.create_session("gone", source="test")
+    db.append_message("gone", {"role": "user", "content": "alpha to be deleted"})
+    db.close()
+    junk_fts_blocks(path)
+    db = open_store(path)
+    assert db.delete_session("gone") == 1
+    assert db.search_index_stale() is not None
+    first = db.get_messages("shared")[0]["_db_persisted"].id
+
+    def edit(conn):
+        return db.index_guarded(conn, lambda: conn.execute(
+            "UPDATE messages SET content = 'edited yankee' WHERE id = ?", (first,)))
+    db.write_fail_open(edit)
+    assert db.get_messages("shared")[0]["content"] == "edited yankee"
+    assert [h.message_id for h in db.search("yankee")] == [first]
+    db.rebuild_search_index()
+    assert [(h.message_id, h.via) for h in db.search("yankee")] == [(first, "fts")]
+    assert db.search("deleted") == []
+
+
+def test_content_edit_on_a_damaged_index_marks_it_stale(tmp_path, open_store):
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_fts_blocks(path)
+    db = open_store(path)
+    first = db.get_messages("shared")[0]["_db_persisted"].id
+    db.write_fail_open(lambda conn: db.index_guarded(conn, lambda: conn.execute(
+        "UPDATE messages SET content = 'edited zebra' WHERE id = ?", (first,))))
+    assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
+    assert [h.message_id for h in db.search("zebra")] == [first]
+
+
+def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    assert junk_fts_blocks(path, table="messages_trigram") > 0
+    db = open_store(path)
+    rid = db.append_message("shared", {"role": "user", "content": "東京タワー after damage"})
+    assert db.search_index_stale() is not None
+    hits = db.search("東京タワー")
+    assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
+    db.rebuild_search_index()
+    assert [(h.message_id, h.via) for h in db.search("東京タワー")] == [(rid, "trigram")]
+
+
+def _damage(path, kind: str) -> None:
+    if kind == "blocks":    # FTS5 finds it: SQLITE_CORRUPT_VTAB, handled in the transaction
+        assert junk_fts_blocks(path) > 0
+    else:                   # b-tree pages: plain SQLITE_CORRUPT, retried in a fresh one
+        assert junk_pages(path, "messages_fts_data")
+
+
+@pytest.mark.parametrize("kind", ["blocks", "pages"])
+def test_transcript_flush_and_compaction_fail_open(tmp_path, open_store, kind):
+    """TranscriptWriter writes through the fail-open too: the flush lands,
+    nothing is spooled or quarantined, and the fallback search finds it."""
+    from sessiondb import TranscriptWriter
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    _damage(path, kind)
+    db = open_store(path)
+    writer = TranscriptWriter(db, "shared")
+    msgs = db.get_messages("shared")
+    msgs += [{"role": "user", "content": "xylophone after the damage"},
+             {"role": "assistant", "content": "xylophone answered"}]
+    result = writer.flush(msgs)
+    assert result.inserted == 2 and writer.unwritten == ()
+    assert not db.quarantined and not (tmp_path / "spool").exists()
+    stale = db.search_index_stale()
+    assert stale is not None and stale["reason"].startswith("write failed")
+    assert writer.verify(msgs) == []
+    new_ids = [m["_db_persisted"].id for m in msgs[-2:]]
+    hits = db.search("xylophone", limit=10)
+    assert sorted(h.message_id for h in hits) == sorted(new_ids)
+    assert all(h.via == "fallback" for h in hits)
+    # compaction inserts an (indexed) summary row: it lands as well
+    absorbed = [m["_db_persisted"].id for m in msgs[:5]]
+    writer.compact(msgs, absorbed, {"role": "user", "content": "summary quetzal"})
+    assert writer.verify(msgs) == []
+    assert [h.via for h in db.search("quetzal")] == ["fallback"]
+
+
+@pytest.mark.parametrize("kind", ["blocks", "pages"])
+def test_import_fails_open(tmp_path, open_store, kind):
+    """An export imported into a store whose index is damaged: every message
+    lands, and the fallback search finds the imported text."""
+    from sessiondb.export import export_to_path
+    from sessiondb.importer import import_export_file
+    source = open_store(tmp_path / "src.db")
+    source.create_session("incoming", source="test", title="Incoming")
+    source.append_messages("incoming", [{"role": "user", "content": f"walrus number {i}"}
+                                        for i in range(7)])
+    export = tmp_path / "export.jsonl"
+    export_to_path(source, None, "jsonl", export)
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    _damage(path, kind)
+    db = open_store(path)
+    result = import_export_file(db, export)
+    assert result.messages_added == 7
+    assert not db.quarantined and db.search_index_stale() is not None
+    assert [m["content"] for m in db.get_messages("incoming")] == [
+        f"walrus number {i}" for i in range(7)]
+    hits = db.search("walrus", limit=20)
+    assert len(hits) == 7 and {h.session_id for h in hits} == {"incoming"}
+    assert all(h.via == "fallback" for h in hits)
+
+
+@pytest.mark.parametrize("op", ["import-spool", "delete"])
+def test_spool_import_and_session_delete_fail_open(tmp_path, open_store, op):
+    """import-spool and delete_session on b-tree damage in the index (each
+    the first write after the damage): the spooled messages land and are
+    found by the fallback; the delete goes through."""
+    from sessiondb import Cause, StoreCorrupt
+    from sessiondb.spool import import_spool, spool_failed_write
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    db = open_store(path)
+    db.create_session("doomed", source="test")
+    db.append_message("doomed", {"role": "user", "content": "to be deleted"})
+    spooled = [{"role": "user", "content": f"narwhal spooled {i}"} for i in range(3)]
+    err = StoreCorrupt("disk was full", path=str(path))
+    err.cause = Cause.DISK_FULL
+    assert spool_failed_write(db, "shared", spooled, err) is not None
+    db.close()
+    _damage(path, "pages")
+    db = open_store(path)
+    if op == "import-spool":
+        report = import_spool(db)
+        assert report.imported == 3 and report.problems == []
+        assert [h.via for h in db.search("narwhal", limit=10)] == ["fallback"] * 3
+    else:
+        assert db.delete_session("doomed") == 1
+        assert db.search("deleted") == [] and len(db.get_messages("shared")) == 40
+    assert not db.quarantined and db.search_index_stale() is not None
+
+
+def test_search_on_index_and_canonical_damage_writes_nothing(tmp_path, open_store):
+    """A search meets index damage, but a canonical table is damaged too: the
+    same judgement as the containment guard calls that structural, so the
+    search raises instead of writing the stale marker into a damaged file."""
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_pages(path, "messages_fts_data")
+    junk_pages(path, "leases")
+    db = open_store(path)
+    with pytest.raises(StoreCorrupt):
+        db.search("alpha", limit=1000)
+    assert db.meta("fts_stale") is None
+    with db._read() as conn:
+        assert triggers_attached(conn)
+
+
+def test_flush_inside_a_callers_transaction_on_a_damaged_index(tmp_path, open_store):
+    """No fresh transaction is possible inside the caller's: the in-place
+    guard handles FTS5-level damage and the caller's other writes commit."""
+    from sessiondb import TranscriptWriter
+    path = tmp_path / "s.db"
+    fill(path, 40)
+    junk_fts_blocks(path)
+    db = open_store(path)
+    writer = TranscriptWriter(db, "shared")
+    msgs = db.get_messages("shared") + [{"role": "user", "content": "ocelot nested flush"}]
+    with db.atomic() as conn:
+        conn.execute("INSERT INTO state_meta(key, value) VALUES ('caller', 'kept')")
+        assert writer.flush(msgs).inserted == 1
+    assert db.meta("caller") == "kept" and writer.verify(msgs) == []
+    assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
+    assert [h.via for h in db.search("ocelot")] == ["fallback"]

@@ -25,6 +25,8 @@ ROUND_TRIP = [
     {"role": "tool", "tool_call_id": "c1", "name": "search", "content": "result"},
     {"role": "assistant", "reasoning": {"steps": ["a", "b"]}, "extra": None},
     {"role": "user", "content": "", "timestamp": 1700000000.5, "token_count": 7},
+    {"role": "assistant", "content": "flat", "score": 0.1, "ok": True, "big": 2 ** 70,
+     "none": None, "neg": -0.0},
 ]
 
 
@@ -54,6 +56,21 @@ def test_reappending_the_same_dicts_writes_nothing(db, sid):
     assert db.get_session(sid).message_count == 2
 
 
+def test_batch_mixing_known_and_new_dicts_returns_each_rows_own_id(db, sid):
+    # A known uid inside a batch must report its existing row, and the new
+    # rows after it their own ids (not a stale "last inserted" id).
+    known = {"role": "user", "content": "known"}
+    (known_id,) = db.append_messages(sid, [known])
+    batch = [{"role": "user", "content": "new 1"}, known,
+             {"role": "assistant", "content": "new 2"}]
+    ids = db.append_messages(sid, batch)
+    assert ids[1] == known_id
+    assert len({known_id, ids[0], ids[2]}) == 3 and ids[0] < ids[2]
+    assert [m["content"] for m in strip_markers(db.get_messages(sid))] == [
+        "known", "new 1", "new 2"]
+    assert db.get_session(sid).message_count == 3
+
+
 def test_uid_survives_a_new_handle(open_store, db, sid):
     msg = {"role": "user", "content": "once"}
     db.append_message(sid, msg)
@@ -77,6 +94,8 @@ def test_uid_survives_a_new_handle(open_store, db, sid):
     ({"role": "user", "content": "x", "timestamp": float("nan")}, "timestamp"),
     ({"role": "user", "content": "x", "tool_calls": "nope"}, "tool_calls"),
     ({"role": "user", "content": 12}, "content"),
+    ({"role": "user", "content": "x", "pair": (1, 2)}, "pair"),
+    ({"role": "user", "content": "x", "score": float("inf")}, "score"),
 ])
 def test_bad_messages_rejected_and_nothing_written(db, sid, bad, field):
     good = {"role": "user", "content": "fine"}

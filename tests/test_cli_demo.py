@@ -1,0 +1,33 @@
+"""`hermes demo`: the README's main job, end to end on a fresh home."""
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from cli.main import cli
+from sessiondb import SessionDB
+
+
+def test_demo_runs_every_step(tmp_path):
+    home = tmp_path / "demo"
+    res = CliRunner().invoke(cli, ["demo", "--home", str(home)])
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    for command in ("chat --offline -q", "sessions search", "sessions recover --source",
+                    "--inspect-only", "--output", "doctor"):
+        assert f"$ hermes --home {home}" in out and command in out, command
+    assert "Here is what I found" in out and "AttributeError" not in out
+    assert "**FTS5**" in out
+    assert "verdict: structural" in out and "verification: ok" in out
+    # The healthy store was never touched by the damage step.
+    with SessionDB.open(home) as db:
+        assert db.quick_check() == ["ok"]
+        assert db.get_session("demo-history").message_count == 600
+    assert (home / "recovered.db").exists()
+
+
+def test_demo_refuses_a_non_empty_home(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    res = CliRunner().invoke(cli, ["demo", "--home", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "is not empty" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
