@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import apsw
 
+from sessiondb.paths import create_private_file
+
 from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
 
 log = logging.getLogger(__name__)
@@ -152,6 +154,7 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
     if not ctx.structurally_sound or ctx.conn is None:
         return result
     image = ctx.work_dir / "backup.db"
+    create_private_file(image)  # 0600 whatever the umask; SQLite would use 0644
     dest = apsw.Connection(str(image))
     try:
         with dest.backup("main", ctx.conn, "main") as b:
@@ -298,11 +301,14 @@ def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> list[int] | 
 
 def _whole_tree_unreadable(ctx: LaneContext, spec: TableSpec, gap: Range,
                            budget: Budget) -> bool:
-    """Lookups at both ends of the rowid space failing means the root (or
-    both edges of the tree) cannot be read: bisection would only burn budget."""
+    """Lookups failing at both ends of the rowid space and at every power of
+    two in between mean the root cannot be read: bisection would only burn
+    budget. (Both edge leaves damaged under a sound root is not enough: the
+    rows between them are still reachable.)"""
     if gap != EVERYTHING:
         return False
-    return all(_lookup(ctx, spec, r, budget) is None for r in (MIN_ROWID, MAX_ROWID))
+    probes = (MIN_ROWID, MAX_ROWID) + tuple(1 << k for k in range(63))
+    return all(_lookup(ctx, spec, r, budget) is None for r in probes)
 
 
 def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> list[dict] | None:
@@ -375,6 +381,12 @@ def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
         mid = inside[len(inside) // 2 - 1]
     else:
         mid = lo + (hi - lo) // 2
+    # The stack pops the last half first: explore the half nearer rowid 0
+    # first, where SQLite puts rows. A range whose first leaf is damaged
+    # fails as a whole; exploring the empty negative space first (rows are
+    # never there) would spend the whole budget before any real row.
+    if mid < 0:
+        return [(lo, mid), (mid + 1, hi)]
     return [(mid + 1, hi), (lo, mid)]
 
 

@@ -166,7 +166,7 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
     role = message.get("role")
     if role is None:
         raise InvalidMessage("message has no 'role'", field="role", index=index)
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:  # a list role is unhashable
         raise InvalidMessage(f"unknown role {role!r}; expected one of {sorted(ROLES)}",
                              field="role", index=index)
     timestamp, token_count = _timestamp(message, index), _token_count(message, index)
@@ -182,10 +182,22 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
     meta = _dumps_fields(rest, index)
     fingerprint = fingerprint_of(role, kind, content, tool_calls, meta)
     return EncodedMessage(
-        uid=uid or message.get(UID_KEY) or new_uid(), role=role, content_kind=kind,
+        uid=uid or _given_uid(message, index) or new_uid(), role=role, content_kind=kind,
         content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, tool_name=tool_name,
         finish_reason=finish_reason, timestamp=timestamp, token_count=token_count,
         meta=meta, fingerprint=fingerprint, tool_call_total=total)
+
+
+def _given_uid(message: dict[str, Any], index: int | None) -> str | None:
+    """The dict's own ``_db_uid``, which must be text (it is bound as a key)."""
+    value = message.get(UID_KEY)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise InvalidMessage(f"message field {UID_KEY!r} must be a string", field=UID_KEY,
+                             index=index)
+    _check_text(value, UID_KEY, index)
+    return value
 
 
 def _dumps_fields(fields: dict[str, Any], index: int | None) -> str:

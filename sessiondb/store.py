@@ -147,11 +147,20 @@ class SessionDB:
             if self._closed:
                 return
             self._closed = True
+            failure: apsw.Error | None = None
             for conn in (self._reader_conn, self._writer):
                 if conn is not None:
-                    conn.close()
+                    try:
+                        conn.close()
+                    except apsw.Error as e:  # e.g. the checkpoint at close failed
+                        # apsw has closed the connection anyway; close the
+                        # other one and release the header descriptor too.
+                        failure = failure or e
             self._reader_conn = None
             self._guard.release()  # only after SQLite let go of its locks
+            if failure is not None:
+                raise from_apsw(failure, path=str(self.path),
+                                context=f"closing {self.path}") from failure
 
     @property
     def quarantined(self) -> bool:
@@ -254,15 +263,27 @@ class SessionDB:
             except apsw.Error as e:
                 raise from_apsw(e, path=str(self.path)) from e
 
-    def checkpoint(self) -> tuple[int, int]:
-        """A PASSIVE checkpoint: (WAL frames, frames copied back)."""
+    def checkpoint(self, *, patience: float | None = None) -> tuple[int, int]:
+        """A PASSIVE checkpoint: (WAL frames, frames copied back).
+
+        SQLite answers SQLITE_BUSY at once while another connection is
+        checkpointing (its busy handler is not used for PASSIVE); that is
+        waited out like a write lock, up to the patience, then `locked`."""
         self._check_open()
-        with self._lock:
-            self._guard.before_write()  # a checkpoint writes the database file
-            try:
-                return policy.checkpoint_passive(self._writer)
-            except apsw.Error as e:
-                raise from_apsw(e, path=str(self.path)) from e
+        deadline = time.monotonic() + (self.patience if patience is None else patience)
+        delay = 0.002
+        while True:
+            with self._lock:
+                self._guard.before_write()  # a checkpoint writes the database file
+                try:
+                    return policy.checkpoint_passive(self._writer)
+                except apsw.BusyError as e:
+                    if time.monotonic() >= deadline:
+                        raise from_apsw(e, path=str(self.path)) from e
+                except apsw.Error as e:
+                    raise from_apsw(e, path=str(self.path)) from e
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.1)
 
     def quick_check(self) -> list[str]:
         """SQLite's ``quick_check`` lines; ``["ok"]`` when healthy."""

@@ -38,19 +38,27 @@ def message_text(session: int, i: int) -> str:
 
 
 def build_store(path: Path, *, sessions: int = 6, per_session: int = 50,
-                page_size: int = PAGE_SIZE) -> Truth:
-    """A closed, checkpointed store (no -wal left) with known contents."""
+                page_size: int = PAGE_SIZE, deterministic: bool = False) -> Truth:
+    """A closed, checkpointed store (no -wal left) with known contents.
+
+    ``deterministic`` fixes session timestamps and message uids, so every
+    build has the same page layout (random uids reorder the uid index's
+    page splits, and with them where every later page lands)."""
     pre = apsw.Connection(str(path))
     pre.execute(f"PRAGMA page_size={page_size}; CREATE TABLE t(x); DROP TABLE t;")
     pre.close()
     os.chmod(path, 0o600)
     truth = Truth(path, [])
-    with SessionDB(path) as db:
+    clock = {"clock": lambda: 1_700_000_000.25} if deterministic else {}
+    with SessionDB(path, **clock) as db:
         for s in range(sessions):
             sid = db.create_session(f"s{s}", source="test", title=f"session {s}")
             truth.sessions.append(sid)
             batch = [{"role": "user" if i % 2 else "assistant", "content": message_text(s, i),
                       "timestamp": 1_700_000_000 + s * 1000 + i} for i in range(per_session)]
+            if deterministic:
+                for i, m in enumerate(batch):
+                    m["_db_uid"] = f"{s:04d}-{i:06d}"
             for rid in db.append_messages(sid, batch):
                 truth.messages[rid] = sid
             truth.texts += [m["content"] for m in batch]

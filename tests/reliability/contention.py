@@ -1,0 +1,157 @@
+"""Contention: 4 writer processes, 2 readers (and a searcher when the store
+has search) on one store for a fixed duration, with PASSIVE checkpoints.
+
+Writers append singly and in batches to their own session and to a shared
+one, and checkpoint now and then; readers count and page every session and
+require counts never to go backwards; the searcher (``db.search``, when the
+search branch is present) queries throughout. At the end: every
+acknowledged row present exactly once and nothing else, no error reaching a
+caller except `locked` after the full patience (counted and reported),
+integrity and counter checks clean.
+
+``python -m tests.reliability.contention --seconds 300``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sessiondb import SessionDB, StoreLocked
+
+from .checks import store_findings
+
+WRITERS, READERS = 4, 2
+SESSIONS = [f"w{i}" for i in range(WRITERS)] + ["shared"]
+
+
+def _wait(start_at: float) -> None:
+    while time.time() < start_at:
+        time.sleep(0.005)
+
+
+def writer(path: str, w: int, start_at: float, seconds: float, seed: int) -> dict[str, Any]:
+    """Append until the deadline; report what was acknowledged."""
+    rng = random.Random(seed * 100 + w)
+    acked: list[tuple[str, str]] = []
+    locked, errors, checkpoints, checkpoints_busy, n = 0, [], 0, 0, 0
+    with SessionDB(path) as db:
+        _wait(start_at)
+        deadline = start_at + seconds
+        while time.time() < deadline:
+            sid = "shared" if rng.random() < 0.3 else f"w{w}"
+            batch = [{"role": "user", "content": f"w{w} n{n + i}"}
+                     for i in range(rng.choice((1, 1, 1, 4, 16)))]
+            n += len(batch)
+            try:
+                db.append_messages(sid, batch)
+                acked += [(sid, m["content"]) for m in batch]
+            except StoreLocked:
+                locked += 1
+            except Exception:  # reported; the test asserts there are none
+                errors.append(traceback.format_exc(limit=3))
+            if rng.random() < 0.02:
+                try:
+                    db.checkpoint()
+                    checkpoints += 1
+                except StoreLocked:
+                    checkpoints_busy += 1
+                except Exception:
+                    errors.append(traceback.format_exc(limit=3))
+    return {"role": "writer", "acked": acked, "locked": locked, "errors": errors,
+            "checkpoints": checkpoints, "checkpoints_busy": checkpoints_busy}
+
+
+def reader(path: str, r: int, start_at: float, seconds: float, search: bool) -> dict[str, Any]:
+    """Count, page (and search) every session; counts must never go backwards."""
+    last: dict[str, int] = {}
+    reads, errors = 0, []
+    with SessionDB(path) as db:
+        _wait(start_at)
+        deadline = start_at + seconds
+        while time.time() < deadline:
+            sid = SESSIONS[reads % len(SESSIONS)]
+            try:
+                if search and hasattr(db, "search"):
+                    db.search("n1")  # the search branch's API: query first
+                else:
+                    n = db.count_messages([sid])
+                    if n < last.get(sid, 0):
+                        errors.append(f"{sid}: count went backwards {last[sid]} -> {n}")
+                    last[sid] = n
+                    db.message_page(sid, limit=50)
+                reads += 1
+            except Exception:
+                errors.append(traceback.format_exc(limit=3))
+    return {"role": "searcher" if search else "reader", "reads": reads, "errors": errors,
+            "locked": 0}
+
+
+def run(directory: Path, seconds: float, seed: int = 1) -> dict[str, Any]:
+    """Run the contention for ``seconds``; returns the summary and findings."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = str(directory / "state.db")
+    with SessionDB(path) as db:
+        for sid in SESSIONS:
+            db.create_session(sid, source="contention")
+        searcher = hasattr(db, "search")
+    ctx = mp.get_context("spawn")
+    start_at = time.time() + 1.5  # after every process has imported and opened
+    jobs = ([(writer, (path, w, start_at, seconds, seed)) for w in range(WRITERS)]
+            + [(reader, (path, r, start_at, seconds, False)) for r in range(READERS)]
+            + ([(reader, (path, 9, start_at, seconds, True))] if searcher else []))
+    with ctx.Pool(len(jobs)) as pool:
+        pending = [pool.apply_async(f, a) for f, a in jobs]
+        results = [p.get(timeout=seconds + 120) for p in pending]
+    return summarize(Path(path), results, seconds, searcher)
+
+
+def summarize(path: Path, results: list[dict[str, Any]], seconds: float,
+              searcher: bool) -> dict[str, Any]:
+    acked = Counter(k for r in results if r["role"] == "writer" for k in map(tuple, r["acked"]))
+    with SessionDB(path) as db:
+        stored = Counter((m["session"], m["content"]) for m in _all_rows(db))
+    findings = [e for r in results for e in r["errors"]]
+    findings += [f"duplicate or lost: {k} acked {acked[k]} stored {stored[k]}"
+                 for k in (acked | stored) if acked[k] != stored[k]][:20]
+    findings += store_findings(path)
+    return {"seconds": seconds, "searcher": searcher,
+            "acked_rows": sum(acked.values()), "stored_rows": sum(stored.values()),
+            "writes_locked": sum(r["locked"] for r in results),
+            "checkpoints": sum(r.get("checkpoints", 0) for r in results),
+            "checkpoints_busy": sum(r.get("checkpoints_busy", 0) for r in results),
+            "reads": sum(r.get("reads", 0) for r in results if r["role"] == "reader"),
+            "searches": sum(r.get("reads", 0) for r in results if r["role"] == "searcher"),
+            "findings": findings}
+
+
+def _all_rows(db: SessionDB) -> list[dict[str, str]]:
+    out = []
+    for sid in SESSIONS:
+        for m in db.get_messages(sid, include_archived=True):
+            out.append({"session": sid, "content": m["content"]})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--dir", type=Path, default=None)
+    args = ap.parse_args(argv)
+    summary = run(args.dir or Path(tempfile.mkdtemp(prefix="hermes-contention-")),
+                  args.seconds, args.seed)
+    print(json.dumps(summary, indent=2))
+    return 1 if summary["findings"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
