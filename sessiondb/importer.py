@@ -329,10 +329,9 @@ class _Run:
             added = len(self._fresh(self.db, chunk)) if not self.created else \
                 len({m.uid for m in chunk})
         else:
-            # Search index damage never fails an import: insert_encoded guards
-            # the index in place, a retry in a fresh transaction handles b-tree
-            # damage (re-runnable: _fresh re-reads what is stored).
-            added = self.db.write_fail_open(lambda conn: self._write(conn, chunk))
+            # Search index damage never fails an import (re-runnable: _fresh
+            # re-reads what is stored).
+            added = self.db.index_safe_write(lambda conn: self._write(conn, chunk))
         self.result.messages_added += added
         self.result.messages_skipped += len(chunk) - added
         if self.progress is not None:

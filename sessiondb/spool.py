@@ -264,9 +264,8 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
         present = _present_uids(conn, session_id, uids)
         db.insert_encoded(conn, session_id, [e for e in encoded if e.uid not in present])
         return len(present)
-    # a damaged search index must not block the import (insert_encoded guards
-    # it in place; b-tree damage is retried in a fresh transaction)
-    return db.write_fail_open(body)
+    # a damaged search index must not block the import
+    return db.index_safe_write(body)
 
 
 def _move_to_imported(path: Path) -> Path:

@@ -54,6 +54,7 @@ class SessionDB:
         self._depth = 0
         self._reader_conn: apsw.Connection | None = None
         self._closed = False
+        self._index_covered = False  # set while index_safe_write covers a write
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
@@ -390,7 +391,7 @@ class SessionDB:
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         try:
-            ids = self.write_fail_open(
+            ids = self.index_safe_write(
                 lambda conn: self.insert_encoded(conn, session_id, encoded, holder=holder))
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
@@ -408,15 +409,19 @@ class SessionDB:
     def insert_encoded(self, conn: apsw.Connection, session_id: str,
                        encoded: list[EncodedMessage], *, holder: str | None = None,
                        kind: str = "message") -> list[int]:
-        """Insert inside the caller's transaction; counters move with the rows."""
+        """Insert inside the caller's transaction; counters move with the rows.
+        Damage to the search index cannot fail it (see `index_safe_write`)."""
         paths.validate_session_id(session_id)
         position = messages.start_position(conn, session_id)
         if position is None:
             sessions.require(conn, session_id)  # raises the typed not-found error
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        return self.index_guarded(
-            conn, lambda: self._insert_rows(conn, session_id, encoded, kind, position))
+        def insert() -> list[int]:
+            return self._insert_rows(conn, session_id, encoded, kind, position)
+        # Inside index_safe_write the index is already covered; a caller's own
+        # transaction needs the in-place guard.
+        return insert() if self._index_covered else self.index_guarded(conn, insert)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
                      encoded: list[EncodedMessage], kind: str, position: int) -> list[int]:
@@ -507,10 +512,16 @@ class SessionDB:
         journal). Inside a caller's transaction no retry is possible, so
         the in-place guard runs. ``body`` must be safe to run again.
         """
+        def covered(conn: apsw.Connection) -> Any:
+            outer, self._index_covered = self._index_covered, True
+            try:
+                return body(conn)
+            finally:
+                self._index_covered = outer
         if self._depth:
             return self.write_fail_open(
-                lambda conn: self.index_guarded(conn, lambda: body(conn)))
-        return self.write_fail_open(body)
+                lambda conn: self.index_guarded(conn, lambda: covered(conn)))
+        return self.write_fail_open(covered)
 
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,
