@@ -120,7 +120,7 @@ def check_sqlite(t: Target) -> list[Finding]:
 def check_sidecars(t: Target) -> list[Finding]:
     wal, shm = Path(f"{t.db}-wal"), Path(f"{t.db}-shm")
     out = []
-    if wal.exists() and not wal.stat().st_size <= WAL_WARN_BYTES:
+    if wal.exists() and wal.stat().st_size > WAL_WARN_BYTES:
         out.append(Finding("wal_size", "warn", f"{wal} is {wal.stat().st_size} bytes; a "
                            "checkpoint is overdue", "doctor --fix runs a PASSIVE checkpoint "
                            "when no other process holds the store", True))

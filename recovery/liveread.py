@@ -42,11 +42,12 @@ def open_readonly(db_path: Path) -> apsw.Connection:
 
 
 def bounded_check(conn: apsw.Connection, *, full: bool = False,
-                  budget_s: float = QUICK_CHECK_BUDGET_S) -> list[str]:
+                  budget_s: float | None = None) -> list[str]:
     """``quick_check`` (``integrity_check`` when ``full``), interrupted after
     ``budget_s`` so a huge file cannot stall doctor; the answer then says so."""
+    budget_s = QUICK_CHECK_BUDGET_S if budget_s is None else budget_s
     deadline = time.monotonic() + budget_s
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, 10000)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
     pragma = "integrity_check" if full else "quick_check"
     try:
         # SQLite packs several problems into one row, separated by newlines.

@@ -11,10 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from recovery import doctor
+from recovery import doctor, liveread
 from sessiondb import SessionDB, policy
 from sessiondb.errors import DiskFull
 from sessiondb.spool import spool_failed_write
+from tests.helpers.damage import copy_open_bundle
 from tests.helpers.search_damage import junk_fts_blocks, junk_pages
 from tests.helpers.stores import (fill_home, held_by_another_process, make_old_schema,
                                   mark_stale, results, sha)
@@ -162,6 +163,16 @@ def test_structural_damage_is_an_error_with_recover_commands(hermes_home: Path) 
     assert sha(path) == before
 
 
+def test_quick_check_is_bounded(hermes_home: Path, monkeypatch) -> None:
+    fill_home(hermes_home)
+    monkeypatch.setattr(liveread, "QUICK_CHECK_BUDGET_S", 0.0)
+    code, doc = run_doctor()
+    finding = only(doc, "quick_check")
+    assert finding["severity"] == "info" and "stopped after 0 s" in finding["message"]
+    assert "--inspect-only" in finding["fix"]
+    assert only(doc, "search_index")["severity"] == "ok"  # the other checks still ran
+
+
 def test_search_index_damage_and_fix_restores_results(hermes_home: Path) -> None:
     path = fill_home(hermes_home)
     expected = results(hermes_home)
@@ -241,15 +252,37 @@ def test_fix_refuses_while_another_process_holds_the_store(hermes_home: Path) ->
     path = fill_home(hermes_home)
     mark_stale(path)
     os.chmod(path, 0o644)
+    before = sha(path)
     with held_by_another_process(path) as pid:
         res = CliRunner().invoke(cli, ["doctor", "--fix"])
         assert res.exit_code == 1
         assert f"held by {pid} (" in res.output and "changes nothing" in res.output
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    with SessionDB.open(hermes_home) as db:
-        pass  # the open-time rebuild may clear the marker now; before it, nothing changed
+    assert sha(path) == before  # neither the marker nor anything else was touched
     code, doc = run_doctor("--fix")
-    assert code == 0
+    assert code == 0 and only(doc, "fts_stale")["severity"] == "ok"
+
+
+def test_fix_checkpoints_a_quiet_wal_and_keeps_its_messages(hermes_home: Path, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """A -wal left by a crash (copied while a store was open): doctor --fix
+    checkpoints it through the store, and every message in it survives."""
+    fill_home(hermes_home)
+    with SessionDB.open(hermes_home) as db:
+        db.append_message("shared", {"role": "user", "content": "only in the wal"})
+        copy_open_bundle(db, tmp_path / "crashed", with_shm=False)
+    home = tmp_path / "crashed"
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    assert Path(home / "state.db-wal").stat().st_size > 0
+    monkeypatch.setattr(doctor, "WAL_WARN_BYTES", 0)
+    code, doc = run_doctor()
+    assert code == 3 and only(doc, "wal_size")["severity"] == "warn"
+    code, doc = run_doctor("--fix")
+    assert any(a.startswith("PASSIVE checkpoint") for a in doc["applied"])
+    assert only(doc, "wal_size")["severity"] == "ok"
+    with SessionDB.open(home) as db:
+        assert db.get_messages("shared")[-1]["content"] == "only in the wal"
+        assert len(db.get_messages("shared")) == 121
 
 
 @pytest.mark.parametrize("profile", ["p1"])
