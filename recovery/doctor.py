@@ -210,9 +210,9 @@ def _schema(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
 def _search(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
     s = diag.search
     if s is None:
-        if diag.search_error:
-            return [Finding("search_index", "warn", diag.search_error,
-                            t.fix_text(Cause.FTS_INDEX), True)]
+        if diag.search_error:  # not a finding about the index: it was not checked
+            return [Finding("search_index", "info", "search index not checked: "
+                            + diag.search_error, t.command("doctor"))]
         return [Finding("search_index", "info", "no search index yet (pending migration)")]
     bad = [f"{i.name}: {i.integrity if i.integrity != 'ok' else i.probe}"
            for i in s.indexes if i.integrity != "ok" or i.probe != "ok"]

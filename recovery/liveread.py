@@ -23,6 +23,9 @@ from sessiondb.classify import classify_text
 from sessiondb.errors import Cause, StorageError, from_apsw
 from sessiondb.search_maintenance import SearchHealth, health_on
 
+from .errors import RecoveryError
+from . import snapshot
+
 # Our scratch directories beside a store; doctor finds and removes stale ones.
 SCRATCH_PREFIX = ".hermes-scratch-"
 QUICK_CHECK_BUDGET_S = 20.0
@@ -117,8 +120,6 @@ class Diagnosis:
                 out.append("search sync triggers missing")
             out += [f"{i.name}: {i.integrity if i.integrity != 'ok' else i.probe}"
                     for i in self.search.indexes if i.integrity != "ok" or i.probe != "ok"]
-        if self.search_error is not None:
-            out.append(f"search index could not be checked: {self.search_error}")
         if self.check != ["ok"] and not self.structural and not self.check[0].startswith(
                 "stopped after"):
             out.append("quick_check finds damage in the search index's tables")
@@ -166,17 +167,28 @@ def diagnose(db_path: Path, *, full: bool = False) -> Diagnosis:
         diag.pending = migrations.pending(conn)
         diag.unknown = migrations.unknown(conn)
         if search_index.FTS_TABLE in _tables(conn):
-            work = scratch_dir(db_path.parent)
-            try:
-                copy_live(conn, work / "check.db")
-                diag.search = search_on_copy(work / "check.db")
-            except (apsw.Error, StorageError) as e:
-                diag.search_error = f"{type(e).__name__}: {e}"
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+            diag.search, diag.search_error = _search_check(conn, db_path)
         return diag
     finally:
         conn.close()
+
+
+def _search_check(conn: apsw.Connection,
+                  db_path: Path) -> tuple[SearchHealth | None, str | None]:
+    """The FTS checks on a private copy; (None, why) when the copy cannot be made."""
+    try:
+        snapshot.check_space({db_path.parent: snapshot.source_bytes(db_path)},
+                             snapshot.DEFAULT_HEADROOM)
+    except RecoveryError as e:
+        return None, str(e)
+    work = scratch_dir(db_path.parent)
+    try:
+        copy_live(conn, work / "check.db")
+        return search_on_copy(work / "check.db"), None
+    except (apsw.Error, StorageError) as e:
+        return None, f"{type(e).__name__}: {e}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _tables(conn: apsw.Connection) -> set[str]:

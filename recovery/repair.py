@@ -176,6 +176,9 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
         raise RepairRefused(f"{db_path} has migrations this version does not know "
                             f"({', '.join(diag.unknown)}); upgrade hermes-state",
                             path=str(db_path))
+    if diag.search_error:
+        raise RepairRefused(f"could not check the search index of {db_path}: "
+                            f"{diag.search_error}", path=str(db_path))
     report = RepairReport(str(db_path), "healthy", diag.derived_problems)
     if report.problems and check_only:
         report.status = "needs_repair"

@@ -87,6 +87,18 @@ def test_free_disk_below_the_floor_is_an_error(hermes_home: Path, monkeypatch) -
     assert finding["severity"] == "error" and "import-spool" in finding["fix"]
 
 
+def test_no_room_for_the_private_copy_leaves_search_unchecked(hermes_home: Path,
+                                                             monkeypatch) -> None:
+    from recovery import snapshot
+    fill_home(hermes_home)
+    monkeypatch.setattr(snapshot, "DEFAULT_HEADROOM", 1 << 62)
+    code, doc = run_doctor()
+    finding = only(doc, "search_index")
+    assert finding["severity"] == "info" and "not enough free space" in finding["message"]
+    assert not finding["fix_available"]  # --fix must not rebuild an index it never checked
+    assert not list(hermes_home.glob(".hermes-scratch-*"))
+
+
 def test_sqlite_in_the_wal_reset_band_is_an_error(hermes_home: Path, monkeypatch) -> None:
     fill_home(hermes_home)
     monkeypatch.setattr(policy, "sqlite_library_version", lambda: "3.45.1")
