@@ -24,7 +24,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
@@ -154,9 +154,12 @@ def refuse_if_held(db_path: Path) -> None:
 
 
 def repair(home: str | os.PathLike[str] | None = None, profile: str | None = None, *,
-           check_only: bool = False, backup: bool = True,
-           keep: int = backups.DEFAULT_KEEP) -> RepairReport:
-    """Diagnose, and unless ``check_only``, repair the derived damage of a store."""
+           check_only: bool = False, backup: bool = True, keep: int = backups.DEFAULT_KEEP,
+           after_copy: Callable[[], None] | None = None) -> RepairReport:
+    """Diagnose, and unless ``check_only``, repair the derived damage of a store.
+
+    ``after_copy`` runs once the scratch copy is taken (a seam for tests
+    that change the store while it is being repaired)."""
     started = time.monotonic()
     root = paths.resolve_home(home)
     pdir = paths.profile_dir(root, profile)
@@ -183,13 +186,15 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     if report.problems and check_only:
         report.status = "needs_repair"
     elif report.problems:
-        report.backup = _repair_now(db_path, pdir, backup=backup, keep=keep)
+        report.backup = _repair_now(db_path, pdir, backup=backup, keep=keep,
+                                    after_copy=after_copy)
         report.status = "repaired"
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
-def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int) -> dict | None:
+def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int,
+                after_copy: Callable[[], None] | None) -> dict | None:
     refuse_if_held(db_path)
     ledger = Ledger(backups.backup_dir(pdir) / LEDGER_NAME)
     fp = file_fingerprint(db_path)
@@ -210,6 +215,8 @@ def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int) -> dict |
         copy = work / paths.STORE_NAME
         liveread.copy_live(conn, copy)
         conn.close()
+        if after_copy is not None:
+            after_copy()
         try:
             _fix_copy(copy)
             _verify_copy(copy, digest)

@@ -8,12 +8,14 @@ import stat
 from pathlib import Path
 
 import apsw
+import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
 from recovery.backups import list_backups, make_backup
 from recovery.liveread import open_readonly
-from recovery.repair import Ledger, file_fingerprint
+from recovery.repair import Ledger, RepairFailed, file_fingerprint
+from recovery.repair import repair as recovery_repair
 from sessiondb import SessionDB
 from sessiondb.search_index import triggers_attached
 from tests.helpers.cliparse import parse_hermes
@@ -156,3 +158,20 @@ def test_the_ledger_stops_a_third_failing_attempt(hermes_home: Path) -> None:
     assert ledger.failures(file_fingerprint(path)) == 2
     assert stat.S_IMODE(os.stat(ledger.path).st_mode) == 0o600
     assert not list(hermes_home.glob(".hermes-scratch-*"))
+
+
+def test_a_store_changed_during_repair_is_not_overwritten(hermes_home: Path) -> None:
+    """A message written after the scratch copy was taken must survive: the
+    promotion re-checks the canonical rows under the exclusive lock."""
+    path = fill_home(hermes_home)
+    mark_stale(path)
+
+    def write_meanwhile() -> None:
+        with SessionDB(path) as db:
+            db.append_message("shared", {"role": "user", "content": "written mid-repair"})
+
+    with pytest.raises(RepairFailed, match="changed while it was being repaired"):
+        recovery_repair(hermes_home, after_copy=write_meanwhile)
+    with SessionDB.open(hermes_home) as db:
+        assert db.get_messages("shared")[-1]["content"] == "written mid-repair"
+    assert json.loads(repair("--json").output)["status"] in ("healthy", "repaired")
