@@ -160,17 +160,23 @@ def diagnose(db_path: Path, *, full: bool = False) -> Diagnosis:
     """Read-only diagnosis of the live store; the FTS part runs on a copy."""
     conn = open_readonly(db_path)
     try:
-        check = bounded_check(conn, full=full)
-        diag = Diagnosis(check, structural(conn, check))
-        if diag.structural:
-            return diag
-        diag.pending = migrations.pending(conn)
-        diag.unknown = migrations.unknown(conn)
-        if search_index.FTS_TABLE in _tables(conn):
-            diag.search, diag.search_error = _search_check(conn, db_path)
-        return diag
+        return _diagnose(conn, db_path, full)
+    except apsw.Error as e:
+        raise from_apsw(e, path=str(db_path), context=f"cannot check {db_path}") from e
     finally:
         conn.close()
+
+
+def _diagnose(conn: apsw.Connection, db_path: Path, full: bool) -> Diagnosis:
+    check = bounded_check(conn, full=full)
+    diag = Diagnosis(check, structural(conn, check))
+    if diag.structural:
+        return diag
+    diag.pending = migrations.pending(conn)
+    diag.unknown = migrations.unknown(conn)
+    if search_index.FTS_TABLE in _tables(conn):
+        diag.search, diag.search_error = _search_check(conn, db_path)
+    return diag
 
 
 def _search_check(conn: apsw.Connection,

@@ -169,7 +169,7 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     try:
         diag = liveread.diagnose(db_path)
     except StorageError as e:
-        if e.cause in (Cause.CORRUPT, Cause.FTS_INDEX):
+        if e.cause == Cause.CORRUPT:
             return _structural_report(db_path, root, profile, [str(e)])
         raise
     if diag.structural:
