@@ -1,32 +1,61 @@
-"""`hermes doctor`: run the store checks and print findings."""
+"""`hermes doctor`: run the checks (and with --fix the safe fixes) and print findings."""
 from __future__ import annotations
 
 import click
 
-from recovery import run_doctor
+from recovery.doctor import Finding, run_doctor, worst
+from recovery.doctor_fix import fix
+from recovery.errors import RecoveryError
 
 from .main import AppContext, cli
 from .output import emit_json, table
 
+# Exit status from the worst finding (docs/state-db-recovery.md): 0 ok/info,
+# 3 warn, 4 error; 1 when --fix was refused or doctor itself failed.
+EXIT_BY_SEVERITY = {"ok": 0, "info": 0, "warn": 3, "error": 4}
+
+
+def _print(findings: list[Finding], applied: list[str] | None) -> None:
+    for line in applied or []:
+        click.echo(f"fixed: {line}")
+    table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != "ok"
+                                              else "") + (f.fix or ""))
+           for f in findings), ("severity", "check", "finding", "fix"))
+    counts = {s: sum(f.severity == s for f in findings) for s in ("ok", "info", "warn", "error")}
+    click.echo(f"{len(findings)} checks: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+               + f"; worst: {worst(findings)}")
+
 
 @cli.command()
+@click.option("--fix", "do_fix", is_flag=True,
+              help="Apply the safe fixes, then check again (refused while another "
+                   "process holds the store).")
+@click.option("--full", is_flag=True, help="Run the full integrity_check, not quick_check.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def doctor(app: AppContext, as_json: bool) -> None:
-    """Check the store and say what is wrong and what to run next.
+def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
+    """Check the home and its store; say what is wrong and what to run next.
 
-    Exits 1 when any check is an error.
+    Read-only unless --fix. Exit status is the worst finding: 0 ok or info,
+    3 warn, 4 error; 1 when --fix was refused.
 
     \b
     Example:
-      hermes --home ~/.hermes doctor --json
+      hermes --home ~/.hermes doctor --fix
     """
-    findings = run_doctor(app.home, app.profile)
-    errors = [f for f in findings if f.severity == "error"]
+    applied = None
+    try:
+        if do_fix:
+            report = fix(app.home, app.profile, full=full)
+            findings, applied = report.after, report.applied
+        else:
+            findings = run_doctor(app.home, app.profile, full=full)
+    except RecoveryError as e:
+        raise click.ClickException(" ".join(str(e).split())) from e
+    severity = worst(findings)
     if as_json:
-        emit_json({"healthy": not errors, "findings": [f.to_dict() for f in findings]})
+        emit_json({"healthy": severity in ("ok", "info"), "worst": severity,
+                   "applied": applied, "findings": [f.to_dict() for f in findings]})
     else:
-        table(((f.severity, f.check, f.message, f.fix or "") for f in findings),
-              ("severity", "check", "finding", "fix"))
-    if errors:
-        raise SystemExit(1)
+        _print(findings, applied)
+    raise SystemExit(EXIT_BY_SEVERITY[severity])

@@ -1,5 +1,6 @@
 """Recovery tooling: inspect, salvage, repair and doctor for damaged stores."""
 from .doctor import Finding, run_doctor
+from .repair import RepairFailed, RepairRefused, RepairReport, repair
 from .errors import (InsufficientSpace, RecoveryError, RecoveryUsageError, SourceChanging,
                      SourceMissing)
 from .inspect import InspectReport, advice, inspect
@@ -7,6 +8,6 @@ from .lanes import LANES, LaneContext, LaneResult
 from .recover import check_options, recover
 from .report import RecoveryReport
 
-__all__ = ["Finding", "run_doctor", "inspect", "InspectReport", "recover", "RecoveryReport",
+__all__ = ["Finding", "run_doctor", "repair", "RepairReport", "RepairFailed", "RepairRefused", "inspect", "InspectReport", "recover", "RecoveryReport",
            "check_options", "advice", "LANES", "LaneContext", "LaneResult", "RecoveryError",
            "RecoveryUsageError", "SourceChanging", "SourceMissing", "InsufficientSpace"]

@@ -1,87 +1,314 @@
-"""`hermes doctor`: a list of checks, each a finding with severity and fix.
+"""`hermes doctor`: checks of a home and its store, each returning findings.
 
-An empty list of problems means healthy. Checks only read; none changes
-the store.
+A finding has an id, a severity (ok, info, warn, error), a message, whether
+`doctor --fix` can fix it, and the command or action for the operator.
+Every check reads only: the store through a read-only connection, the
+search index on a private copy (see `liveread`). Opening `SessionDB` would
+run migrations, a write, so doctor never does that for a check. Fix texts
+come from the one copy table (`sessiondb.explain`) where a failure cause
+applies. `doctor_fix` applies the safe fixes.
 """
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import stat
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb import Cause, SessionDB, StorageError, paths
+from sessiondb import Cause, StorageError, paths
 from sessiondb.classify import classify
-from sessiondb.explain import StorageFailure, describe
+from sessiondb.explain import RECOVERED_NAME, StorageFailure, describe
+from sessiondb import policy
+from sessiondb.spool import spool_dir_for
 
+from . import backups, liveread
 
-def _fix(failure: StorageFailure) -> str | None:
-    """A finding's fix text, always from the one copy table."""
-    return "; then ".join(failure.actions) or None
+SEVERITIES = ("ok", "info", "warn", "error")
+WAL_WARN_BYTES = 64 << 20
+DISK_ERROR_BYTES = 16 << 20
+STALE_SCRATCH_S = 3600.0
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One check's outcome. ``severity`` is ok, warning or error."""
+    """One check's outcome; ``fix`` is the command or action for the operator,
+    ``fixable`` says whether `doctor --fix` applies it itself."""
 
     check: str
     severity: str
     message: str
     fix: str | None = None
+    fixable: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"id": self.check, "check": self.check, "severity": self.severity,
+                "message": self.message, "fix": self.fix, "fix_available": self.fixable}
 
 
-def _mode_findings(home: Path, db_path: Path) -> list[Finding]:
+@dataclass
+class Target:
+    """What the checks look at: home, profile, store path, and the copy table's commands."""
+
+    home: Path
+    profile: str | None
+    pdir: Path
+    db: Path
+    full: bool = False
+
+    def failure(self, cause: Cause) -> StorageFailure:
+        return describe(cause, db_path=self.db, home=self.home, profile=self.profile)
+
+    def fix_text(self, cause: Cause) -> str | None:
+        return "; then ".join(self.failure(cause).actions) or None
+
+    def command(self, *args: str) -> str:
+        words = ["hermes", "--home", str(self.home)]
+        words += ["--profile", self.profile] if self.profile else []
+        return shlex.join(words + list(args))
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def check_permissions(t: Target) -> list[Finding]:
     out = []
-    home_mode = stat.S_IMODE(os.stat(home).st_mode)
-    if home_mode & 0o077:
-        out.append(Finding("home_permissions", "warning",
-                           f"{home} is mode {home_mode:o}; other users may read it",
-                           f"chmod 700 {home}"))
+    for d in dict.fromkeys([t.home, t.pdir]):
+        if d.is_dir() and _mode(d) & 0o077:
+            out.append(Finding("permissions", "warn", f"{d} is mode {_mode(d):o}; other users "
+                               "may read it", f"chmod 700 {d}", True))
     for suffix in ("",) + paths.SIDECARS:
-        f = Path(f"{db_path}{suffix}")
-        if f.exists() and stat.S_IMODE(os.stat(f).st_mode) & 0o077:
-            out.append(Finding("file_permissions", "warning",
-                               f"{f} is readable by other users", f"chmod 600 {f}"))
-    if not out:
-        out.append(Finding("permissions", "ok", "home is 0700 and store files are 0600"))
-    return out
+        f = Path(f"{t.db}{suffix}")
+        if f.exists() and _mode(f) & 0o077:
+            out.append(Finding("permissions", "warn", f"{f} is mode {_mode(f):o}; other "
+                               "users may read it", f"chmod 600 {f}", True))
+    return out or [Finding("permissions", "ok", "home is 0700 and store files are 0600")]
 
 
-def _store_findings(db: SessionDB) -> list[Finding]:
-    out = [Finding("sqlite_version", "ok", f"SQLite {db.sqlite_version} is outside the "
-                   "WAL-reset bug band")]
-    result = db.quick_check()
-    if result == ["ok"]:
-        out.append(Finding("quick_check", "ok", "quick_check reports no damage"))
+def check_disk(t: Target) -> list[Finding]:
+    free = shutil.disk_usage(t.pdir).free
+    size = liveread_bundle(t.db)
+    need = 2 * size + DISK_ERROR_BYTES  # a backup plus a scratch copy, with headroom
+    if free < DISK_ERROR_BYTES:
+        return [Finding("free_disk", "error", f"{free} bytes free beside {t.db}",
+                        t.fix_text(Cause.DISK_FULL))]
+    if free < need:
+        return [Finding("free_disk", "warn", f"{free} bytes free; repair and recover need "
+                        f"about {need}", "free space on that filesystem")]
+    return [Finding("free_disk", "ok", f"{free // (1 << 20)} MiB free")]
+
+
+def liveread_bundle(db: Path) -> int:
+    return sum(os.stat(f).st_size for f in [db] + [Path(f"{db}{s}") for s in paths.SIDECARS]
+               if f.exists())
+
+
+def check_sqlite(t: Target) -> list[Finding]:
+    version = policy.sqlite_library_version()
+    if policy.in_wal_reset_band(version):
+        return [Finding("sqlite_version", "error", f"SQLite {version} is in the WAL-reset "
+                        "corruption band; hermes refuses to open stores with it",
+                        "upgrade apsw (pip install -U apsw)")]
+    return [Finding("sqlite_version", "ok",
+                    f"SQLite {version} is outside the WAL-reset bug band")]
+
+
+def check_sidecars(t: Target) -> list[Finding]:
+    wal, shm = Path(f"{t.db}-wal"), Path(f"{t.db}-shm")
+    out = []
+    if wal.exists() and wal.stat().st_size > WAL_WARN_BYTES:
+        out.append(Finding("wal_size", "warn", f"{wal} is {wal.stat().st_size} bytes; a "
+                           "checkpoint is overdue", "doctor --fix runs a PASSIVE checkpoint "
+                           "when no other process holds the store", True))
     else:
-        failure = describe(Cause.CORRUPT, db_path=db.path, home=db.home, profile=db.profile)
-        out.append(Finding("quick_check", "error",
-                           f"{failure.summary} quick_check: {'; '.join(result[:5])}",
-                           _fix(failure)))
-    wal = db.journal_mode() == "wal"
-    out.append(Finding("journal_mode", "ok" if wal else "warning",
-                       "WAL mode" if wal else "not in WAL mode"))
-    pend = db.pending_migrations()
-    out.append(Finding("schema", "ok" if not pend else "warning",
-                       "schema is current" if not pend else f"pending: {', '.join(pend)}"))
+        out.append(Finding("wal_size", "ok", f"-wal is {wal.stat().st_size if wal.exists() else 0}"
+                           " bytes"))
+    if wal.exists() and not shm.exists():
+        out.append(Finding("sidecars", "warn", f"{wal} exists without {shm.name} (copied "
+                           "separately, or a crash); it may hold your newest messages: "
+                           "never delete it", t.command("doctor")))
+    elif shm.exists() and not wal.exists():
+        out.append(Finding("sidecars", "info", f"{shm.name} without -wal: harmless, SQLite "
+                           "rebuilds it"))
+    else:
+        out.append(Finding("sidecars", "ok", "-wal and -shm are consistent"))
     return out
 
 
-def run_doctor(home: str | os.PathLike[str] | None = None,
-               profile: str | None = None,
-               opener: Callable[..., SessionDB] = SessionDB.open) -> list[Finding]:
-    """Run every check against a home (creating a fresh store if none exists)."""
+def check_holders(t: Target) -> list[Finding]:
+    names = liveread.holder_names(t.db)
+    if names is None:
+        return [Finding("holders", "info", "cannot tell which processes hold the store "
+                        "(no /proc/locks)")]
+    if names:
+        return [Finding("holders", "info", f"held open by {', '.join(names)}; --fix and "
+                        "repair will not change the store while it is")]
+    return [Finding("holders", "ok", "no other process holds the store")]
+
+
+def check_store(t: Target) -> list[Finding]:
+    """Journal mode, schema, quick_check, FTS and `fts_stale`, read-only."""
     try:
-        with opener(home, profile) as db:
-            findings = _store_findings(db)
-            findings += _mode_findings(paths.profile_dir(home, profile), db.path)
+        diag = liveread.diagnose(t.db, full=t.full)
+        conn = liveread.open_readonly(t.db)
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchall()[0][0]
+        finally:
+            conn.close()
     except StorageError as e:
-        failure = describe(classify(e), db_path=e.path or paths.store_path(home, profile),
-                           home=paths.resolve_home(home), profile=profile)
-        return [Finding("open", "error", f"cannot open the store: {e}. {failure.summary}",
-                        _fix(failure))]
-    return findings
+        failure = t.failure(classify(e))
+        return [Finding("open", "error", f"cannot read the store: {e}. {failure.summary}",
+                        "; then ".join(failure.actions) or None)]
+    out = [_journal(mode), _quick_check(t, diag)]
+    if diag.structural:
+        return out
+    return out + _schema(t, diag) + _search(t, diag)
+
+
+def _journal(mode: str) -> Finding:
+    if mode == "wal":
+        return Finding("journal_mode", "ok", "WAL mode")
+    return Finding("journal_mode", "info", f"journal mode is {mode}, not WAL (chosen for "
+                   "filesystems where WAL cannot work; readers then wait for writers)")
+
+
+def _quick_check(t: Target, diag: liveread.Diagnosis) -> Finding:
+    name = "integrity_check" if t.full else "quick_check"
+    if diag.check == ["ok"]:
+        return Finding(name, "ok", f"{name} reports no damage")
+    if diag.check[0].startswith("stopped after"):
+        return Finding(name, "info", f"{name} {diag.check[0]}",
+                       t.command("sessions", "recover", "--source", str(t.db),
+                                 "--inspect-only"))
+    cause = Cause.CORRUPT if diag.structural else Cause.FTS_INDEX
+    failure = t.failure(cause)
+    return Finding(name, "error" if diag.structural else "warn",
+                   f"{failure.summary} {name}: {_brief(diag.check)}",
+                   "; then ".join(failure.actions))
+
+
+def _brief(lines: list[str]) -> str:
+    shown = [ln for ln in lines if not ln.startswith("***")][:3]
+    more = len(lines) - len(shown) - sum(ln.startswith("***") for ln in lines)
+    return "; ".join(shown) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _schema(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
+    if diag.unknown:
+        return [Finding("schema", "error", f"written by a newer hermes-state "
+                        f"({', '.join(diag.unknown)})", "pip install -U hermes-state")]
+    if diag.pending:
+        return [Finding("schema", "warn", f"pending migrations: {', '.join(diag.pending)}",
+                        t.command("sessions", "repair"))]
+    return [Finding("schema", "ok", "schema is current")]
+
+
+def _search(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
+    s = diag.search
+    if s is None:
+        if diag.search_error:  # not a finding about the index: it was not checked
+            return [Finding("search_index", "info", "search index not checked: "
+                            + diag.search_error, t.command("doctor"))]
+        return [Finding("search_index", "info", "no search index yet (pending migration)")]
+    bad = [f"{i.name}: {i.integrity if i.integrity != 'ok' else i.probe}"
+           for i in s.indexes if i.integrity != "ok" or i.probe != "ok"]
+    if not s.triggers_attached and s.stale is None:
+        bad.append("sync triggers missing")
+    out = [Finding("search_index", "warn", t.failure(Cause.FTS_INDEX).summary + " "
+                   + "; ".join(bad), t.fix_text(Cause.FTS_INDEX), True) if bad else
+           Finding("search_index", "ok", "integrity-check and MATCH probe pass")]
+    if s.stale is not None:
+        out.append(Finding("fts_stale", "warn", "the search index is marked stale "
+                           f"({s.stale.get('reason', '?')}); search scans rows instead",
+                           t.fix_text(Cause.FTS_INDEX), True))
+    else:
+        out.append(Finding("fts_stale", "ok", "the search index is not marked stale"))
+    return out
+
+
+def check_spool(t: Target) -> list[Finding]:
+    spooled = sorted(spool_dir_for(t.db).glob("*.jsonl"))
+    if spooled:
+        return [Finding("spool", "warn", f"{len(spooled)} spool file(s) with messages not "
+                        f"yet in the store", t.failure(Cause.DISK_FULL).actions[-1], True)]
+    return [Finding("spool", "ok", "no pending spool files")]
+
+
+def leftover_scratch(t: Target, *, now: float | None = None) -> list[Path]:
+    """Our own scratch directories and temp outputs older than an hour."""
+    now = time.time() if now is None else now
+    found = [*t.pdir.glob(f"{liveread.SCRATCH_PREFIX}*"), *t.pdir.glob(".*.recovering-*"),
+             *backups.backup_dir(t.pdir).glob(".state-*.db.tmp")]
+    return sorted(p for p in found if now - p.lstat().st_mtime > STALE_SCRATCH_S)
+
+
+def check_temp(t: Target) -> list[Finding]:
+    stale = leftover_scratch(t)
+    if stale:
+        return [Finding("temp_files", "warn", f"{len(stale)} stale hermes scratch/temp "
+                        f"file(s): {', '.join(p.name for p in stale[:3])}",
+                        "doctor --fix removes them", True)]
+    return [Finding("temp_files", "ok", "no leftover scratch or temp files")]
+
+
+def check_quarantine(t: Target) -> list[Finding]:
+    """Files containment and recover leave for the operator: rescued copies
+    and recovered stores waiting to be installed."""
+    rescued = sorted(t.pdir.glob(f"{t.db.name}.rescued-*"))
+    recovered = [p for p in (t.pdir / RECOVERED_NAME,
+                             t.pdir / f"{RECOVERED_NAME}.partial",
+                             t.pdir / f"{RECOVERED_NAME}.unverified") if p.exists()]
+    out = []
+    if rescued:
+        out.append(Finding("quarantine", "warn", f"a handle quarantined the store and "
+                           f"saved {', '.join(p.name for p in rescued)}; recover from it",
+                           t.command("sessions", "recover", "--source", str(rescued[-1]),
+                                     "--inspect-only")))
+    if recovered:
+        out.append(Finding("quarantine", "info", f"recovered store(s) waiting to be "
+                           f"installed: {', '.join(p.name for p in recovered)}",
+                           "see 'Installing a recovered file' in docs/state-db-recovery.md"))
+    return out or [Finding("quarantine", "ok", "no rescued or recovered files waiting")]
+
+
+def check_backups(t: Target) -> list[Finding]:
+    found = backups.list_backups(backups.backup_dir(t.pdir))
+    if not found:
+        return [Finding("backups", "info", "no backups yet (repair makes one before it "
+                        "changes the store)")]
+    return [Finding("backups", "ok", f"{len(found)} backup(s), newest {found[-1].name}")]
+
+
+HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
+    check_permissions, check_disk, check_sqlite)
+STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
+    check_sidecars, check_holders, check_store, check_spool, check_temp, check_quarantine,
+    check_backups)
+
+
+def target(home: str | os.PathLike[str] | None, profile: str | None,
+           full: bool = False) -> Target:
+    root = paths.resolve_home(home)
+    pdir = paths.profile_dir(root, profile)
+    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full)
+
+
+def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None = None,
+               *, full: bool = False) -> list[Finding]:
+    """Run every check; read-only. A home without a store gets one info finding."""
+    t = target(home, profile, full)
+    if not t.db.is_file():
+        return [Finding("store", "info", f"no store at {t.db} yet; it is created on first use",
+                        t.command("sessions", "list"))]
+    out: list[Finding] = []
+    for check in HOME_CHECKS + STORE_CHECKS:
+        out += check(t)
+    return out
+
+
+def worst(findings: list[Finding]) -> str:
+    return max((f.severity for f in findings), key=SEVERITIES.index, default="ok")

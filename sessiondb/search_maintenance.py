@@ -159,12 +159,18 @@ def health(db: "SessionDB") -> SearchHealth:
     index. Runs on the writer (integrity-check is an INSERT command), so it
     holds the write lock while it reads the whole index."""
     with db.atomic() as conn:
-        stale = search_index.stale_marker(conn)
-        attached = search_index.triggers_attached(conn)
-        try:
-            target = _probe_words(conn)
-        except apsw.Error:
-            target = None
-        checks = [IndexHealth(t, _integrity(conn, t), _probe(conn, t, target))
-                  for t in search_index.INDEXES]
+        return health_on(conn)
+
+
+def health_on(conn: apsw.Connection) -> SearchHealth:
+    """`health` on a connection the caller owns (recovery runs it on a private
+    copy, so checking never takes the live store's write lock)."""
+    stale = search_index.stale_marker(conn)
+    attached = search_index.triggers_attached(conn)
+    try:
+        target = _probe_words(conn)
+    except apsw.Error:
+        target = None
+    checks = [IndexHealth(t, _integrity(conn, t), _probe(conn, t, target))
+              for t in search_index.INDEXES]
     return SearchHealth(stale, attached, checks)

@@ -82,6 +82,11 @@ def test_home_that_is_a_file(tmp_path):
 
 
 def test_doctor_on_fresh_home(hermes_home):
+    res = run("doctor", "--json")  # no store yet: one info finding, nothing created
+    assert res.exit_code == 0
+    assert [f["id"] for f in json.loads(res.output)["findings"]] == ["store"]
+    assert not (hermes_home / "state.db").exists()
+    assert run("sessions", "list").exit_code == 0
     res = run("doctor", "--json")
     assert res.exit_code == 0
     doc = json.loads(res.output)
@@ -93,10 +98,11 @@ def test_doctor_on_non_database(hermes_home):
     hermes_home.mkdir(mode=0o700)
     (hermes_home / "state.db").write_bytes(b"garbage" * 1000)
     res = CliRunner().invoke(cli, ["doctor", "--json"])
-    assert res.exit_code == 1
+    assert res.exit_code == 4
     doc = json.loads(res.output)
     assert doc["healthy"] is False
-    assert "--inspect-only" in doc["findings"][0]["fix"]
+    opened = [f for f in doc["findings"] if f["id"] == "open"]
+    assert opened and "--inspect-only" in opened[0]["fix"]
     assert (hermes_home / "state.db").read_bytes() == b"garbage" * 1000
 
 

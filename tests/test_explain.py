@@ -109,8 +109,8 @@ def test_doctor_fix_comes_from_the_table(hermes_home: Path) -> None:
     db = hermes_home / "profiles" / "p1" / "state.db"
     db.write_bytes(b"garbage" * 1000)
     res = CliRunner().invoke(cli, ["--profile", "p1", "doctor", "--json"])
-    assert res.exit_code == 1
-    finding = json.loads(res.output)["findings"][0]
+    assert res.exit_code == 4
+    finding = next(f for f in json.loads(res.output)["findings"] if f["id"] == "open")
     expected = describe(Cause.CORRUPT, db_path=db, home=hermes_home, profile="p1")
     assert finding["fix"] == "; then ".join(expected.actions)
     assert expected.summary in finding["message"]
