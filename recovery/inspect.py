@@ -220,7 +220,7 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
     """Fill ``report`` from the snapshot copy; returns the catalog if readable."""
     copy = snap.db_copy
     wal = Path(f"{copy}-wal")
-    report.wal = headers.read_wal(wal).to_dict() if wal.exists() else None
+    report.wal = headers.summarize_wal(wal) if wal.exists() else None
     report.header = headers.read_db_header(copy).to_dict()
     report.header_fixes = headers.repair_header(
         copy, (report.wal or {}).get("page_size"), wal.exists())
