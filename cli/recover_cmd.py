@@ -93,7 +93,7 @@ def print_inspect(r: InspectReport) -> None:
     click.echo("free disk: " + ", ".join(f"{k} {_size(v)}" for k, v in r.free_disk.items()))
     if r.carve_estimate is not None:
         click.echo(_estimate_line(r.carve_estimate))
-    click.echo(f"{r.explanation}.")
+    click.echo(r.explanation)
     click.echo(f"next: {r.next_command}" if r.next_command else "next: no command to run")
 
 
