@@ -16,7 +16,7 @@ from recovery import LANES, InspectReport, RecoveryReport, check_options, inspec
 from recovery.errors import RecoveryError, RecoveryUsageError
 from recovery.report import INSPECT_EXIT
 
-from .output import emit_json, table
+from .output import emit_json, human_bytes, table
 from .sessions_cmd import sessions
 
 
@@ -34,14 +34,6 @@ class _Progress:
     def done(self) -> None:
         if self.used:
             click.echo("", err=True)
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _header_line(r: InspectReport) -> str:
@@ -90,10 +82,10 @@ def print_inspect(r: InspectReport) -> None:
         click.echo("fts: marked stale (fts_stale)")
     for h in r.holders:
         click.echo(f"held open by pid {h['pid']} ({h['command']}): {h['file']}")
-    click.echo("free disk: " + ", ".join(f"{k} {_size(v)}" for k, v in r.free_disk.items()))
+    click.echo("free disk: " + ", ".join(f"{k} {human_bytes(v)}" for k, v in r.free_disk.items()))
     if r.carve_estimate is not None:
         click.echo(_estimate_line(r.carve_estimate))
-    click.echo(f"{r.explanation}.")
+    click.echo(r.explanation)
     click.echo(f"next: {r.next_command}" if r.next_command else "next: no command to run")
 
 

@@ -2,12 +2,12 @@
 
 Everything here reads the snapshot copy in the work directory; the user's
 files are only hashed and copied by `snapshot`. The verdict names what to
-do next (`advice` holds the one verdict-to-command mapping).
+do next: the copy table `sessiondb.explain` words every damage verdict
+(`advice` maps verdicts to its entries).
 """
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,7 +16,10 @@ from typing import Any
 
 import apsw
 
-from sessiondb import migrations
+from sessiondb import explain, migrations
+from sessiondb.errors import Cause, InvalidInput
+from sessiondb.explain import describe
+from sessiondb.paths import STORE_NAME, validate_profile
 
 from . import headers
 from .carve_types import CarveError
@@ -89,25 +92,54 @@ class InspectReport:
         return asdict(self)
 
 
+# verdict -> (the copy table's cause, the one action of its entry inspect
+# names next). The table (sessiondb.explain) holds every explanation of a
+# damaged or held store; damage verdicts skip the entry's "inspect" step,
+# which has just been done.
+FROM_TABLE: dict[str, tuple[Cause, str]] = {
+    "structural": (Cause.CORRUPT, "recover"),
+    "fts_only": (Cause.FTS_INDEX, "reindex"),
+    "locked": (Cause.LOCKED, "inspect"),
+}
+# Verdicts that are no storage failure, so the table has no entry for them.
+OWN_WORDS: dict[str, tuple[str, str | None]] = {
+    "healthy": ("The store is readable and consistent; nothing to do.", None),
+    "not_a_database": ("The file is not an SQLite database; nothing can be read from it; "
+                       "restore it from a backup.", None),
+    "empty": ("The file holds no data; nothing to recover.", None),
+    "source_changing": ("The store changed while it was copied; stop the process writing "
+                        "it, then inspect again.", "inspect"),
+}
+
+
+def store_place(source: Path) -> tuple[Path, str | None] | None:
+    """(home, profile) whose store ``source`` is, from the path's layout
+    (``<home>/state.db``, ``<home>/profiles/<name>/state.db``); None for a
+    file by another name, which only ``--source`` commands can reach."""
+    if source.name != STORE_NAME:
+        return None
+    parent = source.parent
+    if parent.parent.name == "profiles":
+        try:
+            return parent.parent.parent, validate_profile(parent.name)
+        except InvalidInput:
+            pass  # not a profile's directory; the file is then a home's store
+    return parent, None
+
+
 def advice(verdict: str, source: Path) -> tuple[str, str | None]:
-    """The one mapping from a verdict to an explanation and the next command."""
-    src = shlex.quote(str(source))
-    out = shlex.quote(str(source.with_name(source.stem + ".recovered" + source.suffix)))
-    recover = f"hermes sessions recover --source {src} --output {out}"
-    again = f"hermes sessions recover --source {src} --inspect-only"
-    return {
-        "healthy": ("the store is readable and consistent; nothing to do", None),
-        "fts_only": ("messages are intact; only the derived search index is damaged or "
-                     "stale; a recovered copy rebuilds it", recover),
-        "structural": ("the file is damaged; copy every readable row into a new store",
-                       recover),
-        "not_a_database": ("the file is not an SQLite database; nothing can be read from "
-                           "it; restore it from a backup", None),
-        "empty": ("the file holds no data; nothing to recover", None),
-        "locked": ("processes hold the store open; stop them, then inspect again", again),
-        "source_changing": ("the store changed while it was copied; stop the process "
-                            "writing it, then inspect again", again),
-    }[verdict]
+    """The explanation and next command for a verdict, pinned to the home
+    and profile ``source`` belongs to."""
+    place = store_place(source)
+    home, profile = place or (None, None)
+    actions = explain.commands(source, home, profile)
+    if verdict not in FROM_TABLE:
+        text, action = OWN_WORDS[verdict]
+        return text, actions[action] if action else None
+    cause, action = FROM_TABLE[verdict]
+    if action == "reindex" and place is None:
+        action = "recover"  # reindex reaches a home's store only; a copy is indexed anew
+    return describe(cause, db_path=source, home=home, profile=profile).summary, actions[action]
 
 
 def open_copy(path: Path) -> apsw.Connection:
@@ -236,7 +268,7 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
     """Fill ``report`` from the snapshot copy; returns the catalog if readable."""
     copy = snap.db_copy
     wal = Path(f"{copy}-wal")
-    report.wal = headers.read_wal(wal).to_dict() if wal.exists() else None
+    report.wal = headers.summarize_wal(wal) if wal.exists() else None
     report.header = headers.read_db_header(copy).to_dict()
     report.header_fixes = headers.repair_header(
         copy, (report.wal or {}).get("page_size"), wal.exists())

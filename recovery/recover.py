@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import apsw
 
+from sessiondb.outfile import fsync_dir
 from sessiondb.paths import SIDECARS
 
 from .carve_types import FREELIST, UNCOMMITTED
@@ -235,11 +236,7 @@ def _place(tmp: Path, output: Path, suffix: str) -> Path:
             raise RecoveryError(f"{final} appeared while recovering; the result is kept "
                                 f"at {tmp}", path=str(final)) from None
         os.rename(tmp, final)
-    fd = os.open(final.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(final.parent)
     return final
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from sessiondb.holders import Holder, open_holders
 from sessiondb.paths import SIDECARS
 
 from .errors import InsufficientSpace, SourceChanging, SourceMissing
@@ -33,18 +34,6 @@ class Fingerprint:
     dev: int
     inode: int
     sha256: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A process that has one of the bundle's files open."""
-
-    pid: int
-    command: str
-    file: str
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,53 +101,6 @@ def fingerprint(path: Path, sha256: str | None = None) -> Fingerprint:
     return Fingerprint(path.name, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, digest)
 
 
-def find_holders(files: list[Path], proc: Path = Path("/proc")) -> list[Holder]:
-    """Processes with any of ``files`` open, found by scanning ``/proc/*/fd``.
-
-    Processes we may not inspect are skipped silently: the scan can only
-    name holders, never prove there are none.
-    """
-    wanted: dict[tuple[int, int], str] = {}
-    for f in files:
-        try:
-            st = os.stat(f)
-        except OSError:
-            continue
-        wanted[(st.st_dev, st.st_ino)] = f.name
-    holders: list[Holder] = []
-    if not wanted or not proc.is_dir():
-        return holders
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            holders += _holders_of(entry, wanted)
-    return sorted(set(holders), key=lambda h: (h.pid, h.file))
-
-
-def _holders_of(pid_dir: Path, wanted: dict[tuple[int, int], str]) -> list[Holder]:
-    found = []
-    try:
-        fds = list((pid_dir / "fd").iterdir())
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            st = os.stat(fd)
-        except OSError:
-            continue
-        name = wanted.get((st.st_dev, st.st_ino))
-        if name is not None:
-            found.append(Holder(int(pid_dir.name), _command(pid_dir), name))
-    return found
-
-
-def _command(pid_dir: Path) -> str:
-    try:
-        raw = (pid_dir / "cmdline").read_bytes()
-    except OSError:
-        return "?"
-    return " ".join(p.decode("utf-8", "replace") for p in raw.split(b"\0") if p)[:200] or "?"
-
-
 def check_space(needs: dict[Path, int], headroom: int = DEFAULT_HEADROOM) -> None:
     """Fail closed unless every filesystem has room for what we will write there.
 
@@ -204,7 +146,7 @@ def take_snapshot(source: Path, work_parent: Path | None = None, *,
         raise SourceMissing(f"{source} does not exist or is not a regular file",
                             path=str(source))
     files = bundle_files(source)
-    holders = find_holders(files)
+    holders = open_holders(files)
     size = sum(os.stat(f).st_size for f in files)
     check_space({**(extra_needs or {}),
                  **{Path(work_parent or tempfile.gettempdir()): size}}, headroom)
@@ -230,7 +172,7 @@ def _copy_bundle(source: Path, files: list[Path], directory: Path, holders: list
     after = {f.name: fingerprint(f) for f in bundle_files(source)}
     changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
     if changed:
-        now = find_holders(bundle_files(source)) or holders
+        now = open_holders(bundle_files(source)) or holders
         who = ", ".join(f"pid {h.pid} ({h.command})" for h in now) or "no process found open"
         raise SourceChanging(f"{source} changed while it was copied ({', '.join(changed)}); "
                              f"a process may be writing it: {who}",

@@ -49,7 +49,9 @@ def _hermes(home: Path | None, profile: str | None, *args: str) -> str:
     return shlex.join(words + list(args))
 
 
-def _commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]:
+def commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]:
+    """Every action the table names, by key, pinned to this store (for a
+    caller such as inspect that takes one step of an entry, not all)."""
     out = db.parent / RECOVERED_NAME
     return {
         "inspect": _hermes(home, profile, "sessions", "recover", "--source", str(db),
@@ -117,10 +119,10 @@ def describe(cause: Cause | str, *, db_path: str | os.PathLike[str],
     cause = Cause(cause)
     db = Path(db_path)
     summary, keys = _TABLE[cause]
-    commands = _commands(db, Path(home) if home is not None else None, profile)
+    actions = commands(db, Path(home) if home is not None else None, profile)
     return StorageFailure(code=f"storage_{cause.value}", cause=cause,
                           summary=summary.format(db=db),
-                          actions=tuple(commands[k] for k in keys))
+                          actions=tuple(actions[k] for k in keys))
 
 
 def describe_error(err: StorageError, *, home: str | os.PathLike[str] | None = None,
@@ -142,4 +144,5 @@ def all_causes() -> tuple[Cause, ...]:
     return tuple(_TABLE)
 
 
-__all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "RECOVERED_NAME"]
+__all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "commands",
+           "RECOVERED_NAME"]

@@ -44,7 +44,8 @@ def _fail(path: Path, e: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {e.strerror or e}", path=str(path))
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable (the entry itself)."""
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -90,7 +91,7 @@ def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iter
             os.fsync(f.fileno())
         _install(tmp, target, force)
         installed = True
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except OSError as e:
         raise _fail(target, e) from e
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 import apsw
 
 from .codec import decode
-from .sessions import _SELECT as _SESSION_SELECT
+from . import sessions
 from .sessions import Session
 
 SessionKey = tuple[float, str]
@@ -38,18 +38,11 @@ class StoredMessage:
 def session_page(conn: apsw.Connection, *, after: SessionKey | None, limit: int,
                  source: str | None = None, since: float | None = None) -> list[Session]:
     """Up to ``limit`` sessions, oldest first, strictly after ``after``."""
-    where, args = [], []
+    where, args = sessions.filters(source=source, since=since)
     if after is not None:
         where.append("(started_at > ? OR (started_at = ? AND id > ?))")
         args += [after[0], after[0], after[1]]
-    if source is not None:
-        where.append("source = ?")
-        args.append(source)
-    if since is not None:
-        where.append("started_at >= ?")
-        args.append(since)
-    sql = _SESSION_SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
-    sql += " ORDER BY started_at, id LIMIT ?"
+    sql = sessions.select(where) + " ORDER BY started_at, id LIMIT ?"
     return [Session(*r) for r in conn.execute(sql, (*args, limit))]
 
 

@@ -86,20 +86,28 @@ def get(conn: apsw.Connection, session_id: str) -> Session:
     return Session(*row)
 
 
+def select(where: list[str]) -> str:
+    """The session SELECT with these WHERE terms (ANDed), if any."""
+    return _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+
+
+def filters(*, source: str | None = None, since: float | None = None,
+            before: float | None = None) -> tuple[list[str], list[Any]]:
+    """WHERE terms and their arguments for the filters every session listing takes."""
+    where: list[str] = []
+    args: list[Any] = []
+    for term, value in (("source = ?", source), ("started_at >= ?", since),
+                        ("started_at < ?", before)):
+        if value is not None:
+            where.append(term)
+            args.append(value)
+    return where, args
+
+
 def list_(conn: apsw.Connection, *, source: str | None, limit: int,
           before: float | None, since: float | None = None) -> list[Session]:
-    where, args = [], []
-    if source is not None:
-        where.append("source = ?")
-        args.append(source)
-    if before is not None:
-        where.append("started_at < ?")
-        args.append(before)
-    if since is not None:
-        where.append("started_at >= ?")
-        args.append(since)
-    sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
-    sql += " ORDER BY started_at DESC, id DESC LIMIT ?"
+    where, args = filters(source=source, since=since, before=before)
+    sql = select(where) + " ORDER BY started_at DESC, id DESC LIMIT ?"
     return [Session(*r) for r in conn.execute(sql, (*args, limit))]
 
 

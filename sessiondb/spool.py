@@ -26,6 +26,7 @@ import apsw
 from . import paths, sessions
 from .codec import UID_KEY, EncodedMessage, encode, public_fields
 from .errors import Cause, InvalidMessage, StorageError
+from .outfile import fsync_dir
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -48,14 +49,6 @@ def spool_dir_for(db_path: str | os.PathLike[str]) -> Path:
 
 def spool_file(directory: Path, session_id: str) -> Path:
     return directory / f"{paths.validate_session_id(session_id)}.jsonl"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _open_locked_for_append(path: Path) -> tuple[int, bool]:
@@ -107,7 +100,7 @@ def write_records(directory: Path, session_id: str, records: list[dict[str, Any]
     finally:
         os.close(fd)  # releases the flock
     if created:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return path
 
 
@@ -272,8 +265,8 @@ def _move_to_imported(path: Path) -> Path:
     target_dir = paths.ensure_private_dir(path.parent / IMPORTED_DIR)
     target = target_dir / f"{path.stem}.{time.time_ns()}.jsonl"
     os.rename(path, target)
-    _fsync_dir(path.parent)
-    _fsync_dir(target_dir)
+    fsync_dir(path.parent)
+    fsync_dir(target_dir)
     return target
 
 

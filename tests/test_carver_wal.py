@@ -14,6 +14,7 @@ import apsw
 import pytest
 
 from recovery.carver import UNCOMMITTED, carve
+from recovery.headers import summarize_wal
 from recovery.wal import (FRAME_HEADER_SIZE, WAL_HEADER_SIZE, WAL_MAGIC_BE, parse_wal_header,
                           scan_wal, wal_checksum)
 from sessiondb import SessionDB
@@ -199,3 +200,29 @@ def test_restarted_wal_ignores_the_stale_tail(tmp_path: Path) -> None:
     _assert_tables(result, truth)
     assert result.stats.frames_ignored["salt_mismatch"] == len(scan.ignored)
     assert carved_by_key(result, "sessions")[2]["title"] == "after the restart"
+
+
+def test_inspect_wal_summary_verdicts(wal_store, tmp_path: Path) -> None:
+    """inspect's WAL summary, read through scan_wal: valid frames stop at the
+    first bad one, a torn tail is not a frame, a broken header checksum keeps
+    the salts but no frame counts as valid."""
+    copy = _copy(wal_store["b"], tmp_path)
+    ps = wal_store["truth_b"].page_size
+    first, total = _frames(wal_store["a"]), _frames(copy)
+    hdr = parse_wal_header(_wal(copy).read_bytes()[:32])
+    whole = summarize_wal(_wal(copy))
+    assert (whole["frames"], whole["valid_frames"], whole["last_commit_frame"]) == (
+        total, total, total)
+    assert (whole["salt1"], whole["salt2"], whole["header_ok"]) == (hdr.salt1, hdr.salt2, True)
+    with open(_wal(copy), "ab") as f:
+        f.write(b"\x00\x00\x00\x02" + b"\x5a" * 100)  # a frame cut short
+    off = WAL_HEADER_SIZE + (first + 1) * (FRAME_HEADER_SIZE + ps) + FRAME_HEADER_SIZE + 100
+    patch(_wal(copy), off, bytes([_wal(copy).read_bytes()[off] ^ 0xFF]))
+    broken = summarize_wal(_wal(copy))
+    assert (broken["frames"], broken["valid_frames"], broken["last_commit_frame"]) == (
+        total, first + 1, first)
+    patch(_wal(copy), 24, bytes([_wal(copy).read_bytes()[24] ^ 0xFF]))
+    no_header = summarize_wal(_wal(copy))
+    assert (no_header["header_ok"], no_header["valid_frames"], no_header["frames"],
+            no_header["last_commit_frame"], no_header["page_size"], no_header["salt1"]) == (
+        False, 0, total, None, ps, hdr.salt1)

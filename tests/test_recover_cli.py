@@ -123,7 +123,8 @@ def test_damaged_exit_3_json(source, tmp_path):
     assert res.exit_code == 3
     doc = json.loads(res.output)
     assert doc["verdict"] == "structural"
-    assert doc["next_command"].startswith(f"hermes sessions recover --source {source} --output")
+    assert doc["next_command"].startswith(
+        f"hermes --home {source.parent} sessions recover --source {source} --output")
     res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--json")
     assert res.exit_code == 3
     doc = json.loads(res.output)
@@ -151,24 +152,25 @@ def test_lane_option_limits_lanes(source, tmp_path):
     assert res.exit_code == 2
 
 
-@pytest.mark.parametrize("hurt,first,then", [
-    ("leaf", 3, 3),
-    ("fts_stale", 3, 0),
+@pytest.mark.parametrize("hurt,first,command,then", [
+    ("leaf", 3, ["sessions", "recover"], 3),
+    ("fts_stale", 3, ["sessions", "reindex"], 0),
 ], ids=["structural", "fts_only"])
-def test_the_next_command_inspect_prints_runs(source, hurt, first, then):
+def test_the_next_command_inspect_prints_runs(source, hurt, first, command, then):
     if hurt == "leaf":
         damage.smash_page(source, damage.TableTree(source, "messages").middle_leaf())
     else:
         damage.sql(source, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
     res = run("--source", str(source), "--inspect-only")
     assert res.exit_code == first
-    command = last_line(res.output).removeprefix("next: ")
-    args = shlex.split(command)
-    assert args[:3] == ["hermes", "sessions", "recover"]
-    res = run(*args[3:])
+    args = shlex.split(last_line(res.output).removeprefix("next: "))
+    assert args[:3] == ["hermes", "--home", str(source.parent)] and args[3:5] == command
+    res = CliRunner().invoke(cli, args[1:])
     assert res.exit_code == then, res.output
-    out = source.with_name("state.recovered.db")
-    assert Path(f"{out}.partial" if then else out).exists()
+    if hurt == "leaf":
+        assert Path(f"{source.with_name('state.recovered.db')}.partial").exists()
+    else:  # the index was rebuilt in place: the store inspects healthy now
+        assert run("--source", str(source), "--inspect-only").exit_code == 0
 
 
 def test_page1_zeroed_inspect_estimates_and_carve_recovers(source, tmp_path):
@@ -200,3 +202,39 @@ def test_include_freelist_reaches_the_carve_lane(source, tmp_path):
     assert freed > 0 and doc["placeholders"] == [gone]
     assert damage.sql(Path(doc["output"]), "SELECT count(*) FROM recovery_marked_rows") == [
         (freed,)]
+
+
+ADVICE_PLACES = [
+    # (source, home and profile its commands are pinned to, or None: unpinned)
+    (Path("/srv/h/state.db"), (Path("/srv/h"), None)),
+    (Path("/srv/h/profiles/work/state.db"), (Path("/srv/h"), "work")),
+    (Path("/tmp/my copy/old.db"), None),
+]
+
+
+@pytest.mark.parametrize("source,place", ADVICE_PLACES, ids=["home", "profile", "other-name"])
+def test_advice_comes_from_the_copy_table(source, place):
+    """Damage verdicts are worded by sessiondb.explain and name one of its
+    entry's actions; every emitted command parses with the real CLI."""
+    from recovery.inspect import FROM_TABLE, OWN_WORDS, VERDICTS, advice
+    from sessiondb.explain import describe
+    from tests.helpers.cliparse import parse_hermes
+    assert set(FROM_TABLE) | set(OWN_WORDS) == set(VERDICTS)
+    home, profile = place or (None, None)
+    for verdict in VERDICTS:
+        text, command = advice(verdict, source)
+        if command is not None:
+            parse_hermes(command)
+            assert shlex.split(command)[1:3] == (["--home", str(home)] if home else
+                                                 ["sessions", "recover"])
+            assert ("--profile" in command) == (profile is not None)
+        if verdict in FROM_TABLE:
+            failure = describe(FROM_TABLE[verdict][0], db_path=source, home=home,
+                               profile=profile)
+            assert text == failure.summary
+            if verdict == "fts_only" and place is None:  # reindex cannot reach this file
+                assert command == describe("corrupt", db_path=source).actions[1]
+            else:
+                assert command in failure.actions
+    assert shlex.split(advice("structural", source)[1])[-1] == str(
+        source.parent / "state.recovered.db")

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 import recovery
 from cli.main import cli
 from recovery.errors import InsufficientSpace, SourceChanging
-from recovery.snapshot import find_holders, take_snapshot
+from recovery.snapshot import take_snapshot
+from sessiondb.holders import lock_holders, open_holders
 from tests.helpers import damage
 
 
@@ -72,12 +73,32 @@ def test_inspect_leaves_no_work_files(source, work):
 
 
 def test_holder_process_is_named_and_verdict_locked(source, holder):
-    found = find_holders([source])
+    found = open_holders([source])
     assert [(h.pid, h.file) for h in found] == [(holder.pid, "state.db")]
     report = recovery.inspect(source)
     assert (report.verdict, report.data_verdict) == ("locked", "healthy")
     assert [h["pid"] for h in report.holders] == [holder.pid]
     assert report.next_command.endswith("--inspect-only")
+
+
+def test_open_and_lock_views_see_different_holders(source, holder):
+    """A plain open descriptor holds no lock: only the /proc/*/fd scan sees
+    it. A WAL connection locks the -shm file: the lock table names it too."""
+    assert holder.pid in [h.pid for h in open_holders([source])]
+    assert holder.pid not in [h.pid for h in lock_holders(source) or []]
+    script = ("import sys, apsw; c = apsw.Connection(sys.argv[1]); "
+              "c.execute('SELECT count(*) FROM sessions').fetchall(); "
+              "print('ready', flush=True); sys.stdin.read()")
+    wal = subprocess.Popen([sys.executable, "-c", script, str(source)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert wal.stdout.readline().strip() == "ready"
+        locked = [h for h in lock_holders(source) or [] if h.pid == wal.pid]
+        assert {h.file for h in locked} >= {"state.db-shm"}
+        assert all("apsw.Connection" in h.command for h in locked)
+    finally:
+        wal.kill()
+        wal.wait()
 
 
 def test_source_changing_during_copy_stops(source, work, tmp_path):
