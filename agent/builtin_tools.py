@@ -27,10 +27,16 @@ MESSAGES_SCHEMA = {
 }
 
 
-def session_search_tool(db: SessionDB) -> Tool:
+def session_search_tool(db: SessionDB, current: str | None = None) -> Tool:
+    """Search past sessions; the agent's own ``current`` session is left out
+    unless asked for by id (its messages are already in the context)."""
     def session_search(query: str, session_id: str | None = None, role: str | None = None,
                        limit: int = 10) -> list[dict[str, Any]]:
-        hits = db.search(query, session_id=session_id, role=role, limit=min(limit, 50))
+        limit = min(limit, 50)
+        spare = 0 if session_id is not None or current is None else limit
+        hits = [h for h in db.search(query, session_id=session_id, role=role,
+                                     limit=limit + spare)
+                if session_id is not None or h.session_id != current][:limit]
         return [{"session_id": h.session_id, "message_id": h.message_id, "role": h.role,
                  "title": h.session_title, "snippet": h.snippet, "archived": h.archived}
                 for h in hits]
@@ -46,5 +52,5 @@ def session_messages_tool(db: SessionDB) -> Tool:
                 MESSAGES_SCHEMA, session_messages)
 
 
-def default_registry(db: SessionDB) -> ToolRegistry:
-    return ToolRegistry([session_search_tool(db), session_messages_tool(db)])
+def default_registry(db: SessionDB, current: str | None = None) -> ToolRegistry:
+    return ToolRegistry([session_search_tool(db, current), session_messages_tool(db)])

@@ -73,8 +73,8 @@ class Agent:
         from .builtin_tools import default_registry
         self.db, self.model, self.max_steps, self.max_tokens = db, model, max_steps, max_tokens
         self.client = client or anthropic.Anthropic()
-        self.tools = tools if tools is not None else default_registry(db)
         self.session_id = db.create_session(session_id, source=source, model=model)
+        self.tools = tools if tools is not None else default_registry(db, self.session_id)
         self.holder = f"agent-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store = TurnPersistence(db, self.session_id, self.holder)
         self.messages: list[dict[str, Any]] = self.store.load()

@@ -167,7 +167,7 @@ def test_builtin_session_tools(db):
     old = db.create_session("old-notes", source="test", title="Backups")
     db.append_messages(old, [{"role": "user", "content": "we rotate backups weekly"},
                              {"role": "assistant", "content": "noted: weekly rotation"}])
-    script = queue_script(Reply.tool("session_search", {"query": "backups weekly"}),
+    script = queue_script(Reply.tool("session_search", {"query": "rotate backups"}),
                           Reply.tool("session_messages", {"session_id": old, "start": 1}),
                           Reply.text("Weekly."))
     with LocalModelServer(script) as srv:
@@ -176,7 +176,7 @@ def test_builtin_session_tools(db):
     assert result.completed
     found, read = [m for m in agent.messages if m["role"] == "tool"]
     assert "is_error" not in found and "is_error" not in read
-    hits = json.loads(found["content"])
+    hits = json.loads(found["content"])  # the agent's own question is not a "past" hit
     assert [(h["session_id"], h["title"]) for h in hits] == [(old, "Backups")]
     assert "**backups**" in hits[0]["snippet"].lower()
     assert json.loads(read["content"]) == [{"role": "assistant",
