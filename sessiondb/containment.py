@@ -32,7 +32,7 @@ import apsw
 from .errors import (Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreReplaced,
                      from_apsw)
 from .paths import FILE_MODE, create_private_file
-from .search_index import corruption_is_index_only
+from .search_index import corruption_is_index_only, fts_structures_damaged
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,9 @@ class Guard:
                 return SearchIndexCorrupt(f"the full-text index is damaged: {exc}",
                                           path=str(self.path), sqlite_code=err.sqlite_code)
             return self.contain(err)
+        if isinstance(exc, apsw.NoMemError) and fts_structures_damaged(conn):
+            return SearchIndexCorrupt(f"the full-text index is damaged: {exc}",
+                                      path=str(self.path), sqlite_code=err.sqlite_code)
         return err
 
     # -- quarantine --------------------------------------------------------

@@ -292,7 +292,7 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
         if stale is None:
             try:
                 return run(conn, p, filters, order, limit, offset)
-            except apsw.CorruptError as e:
+            except search_index.INDEX_DAMAGE_ERRORS as e:
                 if not search_index.is_index_scoped(conn, e):
                     raise
                 damage: apsw.Error = e

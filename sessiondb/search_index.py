@@ -56,6 +56,10 @@ _TOKENIZERS = {
 }
 
 
+# FTS5 decoding junk in its data blocks may read a garbage size and fail with
+# SQLITE_NOMEM rather than SQLITE_CORRUPT_VTAB; such errors are checked too.
+INDEX_DAMAGE_ERRORS = (apsw.CorruptError, apsw.NoMemError)
+
 def _blocks_text(row: str) -> str:
     """Readable text of a JSON block list: text blocks, tool_result text."""
     return f"""(SELECT group_concat(part, ' ') FROM (
@@ -190,8 +194,11 @@ def guarded_write(conn: apsw.Connection, fn: Callable[[], T]) -> T:
     try:
         result = fn()
         flush(conn)
-    except apsw.CorruptError as first:
+    except INDEX_DAMAGE_ERRORS as first:
         _rollback_to(conn)
+        if isinstance(first, apsw.NoMemError) and not fts_structures_damaged(conn):
+            _rollback_to(conn, release=True)
+            raise
         return _retry_detached(conn, fn, first)
     except BaseException:
         _rollback_to(conn, release=True)
@@ -252,7 +259,7 @@ def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
         with atomic() as conn:
             return body(conn)
     except StorageError as e:
-        if e.cause is not Cause.FTS_INDEX or not isinstance(e.__cause__, apsw.CorruptError):
+        if e.cause is not Cause.FTS_INDEX or not isinstance(e.__cause__, INDEX_DAMAGE_ERRORS):
             raise
         first = e
     with atomic() as conn:
@@ -290,8 +297,24 @@ def _table_ok(conn: apsw.Connection, name: str) -> bool:
         return False
 
 
+def fts_structures_damaged(conn: apsw.Connection) -> bool:
+    """Whether FTS5's own integrity-check fails on either index (junk inside
+    its blocks, which SQLite's b-tree checks cannot see)."""
+    for table in INDEXES:
+        try:
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+        except INDEX_DAMAGE_ERRORS:
+            return True
+        except apsw.Error:
+            continue  # e.g. the index is gone or locked: no verdict from it
+    return False
+
+
 def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
-    """Whether a corruption error raised by an index read belongs to the index."""
+    """Whether a corruption (or FTS5 out-of-memory) error raised by an index
+    read belongs to the index."""
+    if isinstance(exc, apsw.NoMemError):
+        return fts_structures_damaged(conn)
     if not isinstance(exc, apsw.CorruptError):
         return False
     if _code(exc) == apsw.SQLITE_CORRUPT_VTAB:

@@ -388,3 +388,29 @@ def test_flush_inside_a_callers_transaction_on_a_damaged_index(tmp_path, open_st
     assert db.meta("caller") == "kept" and writer.verify(msgs) == []
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert [h.via for h in db.search("ocelot")] == ["fallback"]
+
+
+def test_fts_junk_that_reads_as_out_of_memory_fails_open(tmp_path, open_store):
+    """FTS5 decoding junk blocks can read a garbage size and report SQLITE_NOMEM
+    instead of corruption; the write must still fail open, not fail."""
+    import random
+    path = tmp_path / "s.db"
+    with SessionDB(path) as db:
+        db.create_session("s", source="t")
+        db.append_messages("s", [{"role": "user", "content": f"alpha beta {i}"}
+                                 for i in range(50)])
+    raw = apsw.Connection(str(path))
+    rng = random.Random(13)  # a layout whose junk FTS5 reports as out of memory
+    for rid, size in raw.execute("SELECT id, length(block) FROM messages_fts_data ORDER BY id"
+                                 ).fetchall():
+        raw.execute("UPDATE messages_fts_data SET block = ? WHERE id = ?",
+                    (rng.randbytes(size), rid))
+    with pytest.raises(apsw.NoMemError):
+        raw.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 0)")
+    raw.close()
+    db = open_store(path)
+    rid = db.append_message("s", {"role": "user", "content": "gamma after the junk"})
+    assert db.search_index_stale() is not None
+    assert not db.quarantined
+    hits = db.search("gamma")
+    assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
