@@ -14,6 +14,7 @@ A peer that cannot be imported is reported as unavailable with the reason.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import json
@@ -26,7 +27,7 @@ from common import Floor, floor_load
 from sessiondb import SessionDB
 
 
-class Subject:
+class Subject(abc.ABC):
     """The interface every benchmarked store implements."""
 
     name = "?"
@@ -34,17 +35,21 @@ class Subject:
     batches = True      # can it write a batch of messages in one commit?
     tail_native = True  # does it have a "last N messages" read?
 
+    @abc.abstractmethod
     def open(self, path: Path, sync: str, key: str) -> None:
-        raise NotImplementedError
+        """Open (creating) the subject's store at ``path`` with ``synchronous=sync``."""
 
+    @abc.abstractmethod
     def append(self, batch: list[dict[str, Any]]) -> None:
-        raise NotImplementedError
+        """Store ``batch`` in one commit (or ``per_call`` messages per call)."""
 
+    @abc.abstractmethod
     def load(self, tail: int | None = None) -> int:
-        raise NotImplementedError
+        """Read the session back (the last ``tail`` messages); returns how many."""
 
+    @abc.abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Close every connection the subject opened."""
 
 
 class Ours(Subject):
