@@ -82,6 +82,7 @@ class Agent:
             self.messages.append({"role": "system", "content": system_prompt})
         self.compactor = MicroCompactor(self, micro_compact) if micro_compact else None
         self._interrupt = threading.Event()
+        self._streamed = False
 
     def interrupt(self) -> None:
         """Cancel the in-flight stream and tool loop (thread-safe)."""
@@ -93,6 +94,7 @@ class Agent:
                  ) -> TurnResult:
         """Run one user turn to its end, an interrupt, a failure, or max_steps."""
         self._interrupt.clear()
+        self._streamed = False  # text already passed to on_text in this turn
         usage, steps, answer = Usage(), 0, ""
         try:
             self.messages.append({"role": "user", "content": user_text,
@@ -159,7 +161,10 @@ class Agent:
                     return {"role": "assistant", "content": "".join(parts),
                             "finish_reason": "interrupted"}
                 if event.type == "text":
+                    if on_text and self._streamed and not parts:
+                        on_text("\n")  # a later step's text starts on its own line
                     parts.append(event.text)
+                    self._streamed = True
                     if on_text:
                         on_text(event.text)
             final = stream.get_final_message()

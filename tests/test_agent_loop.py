@@ -181,3 +181,13 @@ def test_builtin_session_tools(db):
     assert "**backups**" in hits[0]["snippet"].lower()
     assert json.loads(read["content"]) == [{"role": "assistant",
                                             "content": "noted: weekly rotation"}]
+
+
+def test_streamed_text_of_later_steps_starts_on_a_new_line(db):
+    script = queue_script(Reply.tool("add", {"a": 1, "b": 2}, text="Adding."),
+                          Reply.text("It is 3."))
+    with LocalModelServer(script) as srv:
+        agent = Agent(db, client=client_for(srv), tools=registry_with())
+        chunks: list[str] = []
+        agent.run_turn("add", on_text=chunks.append)
+    assert "".join(chunks) == "Adding.\nIt is 3."
