@@ -118,8 +118,7 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
         conn.execute("INSERT INTO compactions(id, session_id, summary_id, absorbed_count,"
                      " created_at) VALUES (?, ?, ?, ?, ?)",
                      (cid, session_id, summary_id, len(ids), db.now()))
-        sessions.add_counts(conn, session_id, db.now(), messages=1,
-                            tool_calls=enc.tool_call_total)
+        sessions.add_message_counts(conn, session_id, db.now(), 1, enc.tool_call_total)
         return summary_id, found, position, superseded
 
     # the summary row is indexed: search index damage must not fail compaction

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import apsw
 
+from . import messages as rows
 from .codec import encode
 from .errors import Cause, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
@@ -363,8 +364,7 @@ class _Run:
             ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
             for m, rid in zip(batch, ids):
                 if m.state != "active" or m.compaction_id is not None:
-                    conn.execute("UPDATE messages SET state = ?, compaction_id = ? WHERE id = ?",
-                                 (m.state, m.compaction_id, rid))
+                    rows.set_state(conn, [rid], m.state, m.compaction_id)
         return len(fresh)
 
     def link_parents(self) -> None:

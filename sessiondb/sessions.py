@@ -119,24 +119,22 @@ def update(conn: apsw.Connection, session_id: str, now: float, **fields: Any) ->
         raise SessionNotFound(f"no session {session_id!r}")
 
 
-def add_counts(conn: apsw.Connection, session_id: str, now: float, *, messages: int = 0,
-               tool_calls: int = 0, input_tokens: int = 0, output_tokens: int = 0,
-               cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
-    conn.execute(
-        "UPDATE sessions SET message_count = message_count + ?,"
-        " tool_call_count = tool_call_count + ?, input_tokens = input_tokens + ?,"
-        " output_tokens = output_tokens + ?, cache_read_tokens = cache_read_tokens + ?,"
-        " cache_write_tokens = cache_write_tokens + ?, updated_at = ? WHERE id = ?",
-        (messages, tool_calls, input_tokens, output_tokens, cache_read_tokens,
-         cache_write_tokens, now, session_id))
-
-
 def add_message_counts(conn: apsw.Connection, session_id: str, now: float, messages: int,
                        tool_calls: int) -> None:
-    """`add_counts` for the append path: only the columns an append moves."""
+    """Count appended messages and their tool calls (only the columns they move)."""
     conn.execute("UPDATE sessions SET message_count = message_count + ?,"
                  " tool_call_count = tool_call_count + ?, updated_at = ? WHERE id = ?",
                  (messages, tool_calls, now, session_id))
+
+
+def add_usage(conn: apsw.Connection, session_id: str, now: float, *, input_tokens: int,
+              output_tokens: int, cache_read_tokens: int, cache_write_tokens: int) -> None:
+    """Add model token usage to the session's counters."""
+    conn.execute(
+        "UPDATE sessions SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,"
+        " cache_read_tokens = cache_read_tokens + ?, cache_write_tokens = cache_write_tokens + ?,"
+        " updated_at = ? WHERE id = ?",
+        (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, now, session_id))
 
 
 def delete(conn: apsw.Connection, session_id: str) -> int:

@@ -353,10 +353,9 @@ class SessionDB:
         """Add model token usage to a session's counters."""
         with self.atomic() as conn:
             sessions.require(conn, session_id)
-            sessions.add_counts(conn, session_id, self.now(), input_tokens=input_tokens,
-                                output_tokens=output_tokens,
-                                cache_read_tokens=cache_read_tokens,
-                                cache_write_tokens=cache_write_tokens)
+            sessions.add_usage(conn, session_id, self.now(), input_tokens=input_tokens,
+                               output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+                               cache_write_tokens=cache_write_tokens)
 
     # -- leases ------------------------------------------------------------
 

@@ -210,7 +210,7 @@ class TranscriptWriter:
             updated += self._rewrite(conn, w, stored)
             ids.append(stored[0])
         if inserted:
-            sessions.add_counts(conn, sid, self.db.now(), messages=inserted, tool_calls=calls)
+            sessions.add_message_counts(conn, sid, self.db.now(), inserted, calls)
         return ids, inserted, updated
 
     def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
