@@ -3,7 +3,9 @@
 10,000 messages, one commit per message (the agent's pattern) and in
 batches of 100, in WAL with ``synchronous=NORMAL`` and ``FULL``. Ours is
 `SessionDB.append_messages`; the floor is raw apsw inserts into the same
-schema (see `common.Floor`); peers as in `subjects`. Peers that slow down
+schema (see `common.Floor`); peers as in `subjects`. A reference line,
+``floor-no-index``, is the floor with the search index's triggers dropped:
+it is not a goal, it shows what search indexing costs per message. Peers that slow down
 with the length of the conversation are stopped at a message cap or a time
 budget, whichever comes first, and the line says how many they wrote.
 
@@ -22,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import SYNC_MODES, message, store_bytes  # noqa: E402
-from subjects import PEERS, FloorSubject, Ours, Subject, peer_status  # noqa: E402
+from subjects import PEERS, FloorNoIndex, FloorSubject, Ours, Subject, peer_status  # noqa: E402
 
 # Peer caps (messages) per pattern: (quick, full). LangGraph re-serializes
 # the whole message list in every checkpoint, so its cost grows with length.
@@ -97,7 +99,8 @@ def run(quick: bool, messages: int = 10000) -> dict[str, Any]:
 def _case(root: Path, status: dict[str, str], sync: str, batch: int, messages: int,
           q: int) -> dict[str, Any]:
     runners = [Runner(FloorSubject, root, sync, batch, messages, 1e9),
-               Runner(Ours, root, sync, batch, messages, 1e9)]
+               Runner(Ours, root, sync, batch, messages, 1e9),
+               Runner(FloorNoIndex, root, sync, batch, messages, 1e9)]
     results: dict[str, Any] = {}
     for cls in PEERS:
         why = _unavailable(cls, status, batch)

@@ -24,7 +24,7 @@ from typing import Any
 
 from common import Floor, floor_load
 
-from sessiondb import SessionDB
+from sessiondb import SessionDB, search_index
 
 
 class Subject(abc.ABC):
@@ -89,6 +89,20 @@ class FloorSubject(Subject):
 
     def close(self) -> None:
         self.floor.close()
+
+
+class FloorNoIndex(FloorSubject):
+    """The floor with the search index's sync triggers dropped: a reference
+    line in B1, not a goal. It shows what the two FTS5 indexes cost per
+    message, and whether a peer that keeps no search index is ahead of
+    anything that does (if it beats this line, no store on our schema can
+    catch it without giving up search)."""
+
+    name = "floor-no-index"
+
+    def open(self, path: Path, sync: str, key: str) -> None:
+        super().open(path, sync, key)
+        search_index.drop_triggers(self.floor.conn)
 
 
 class OpenAIAgents(Subject):
@@ -232,4 +246,4 @@ def preload(name: str) -> None:
 
 
 def by_name(name: str) -> type[Subject]:
-    return {c.name: c for c in (Ours, FloorSubject, *PEERS)}[name]
+    return {c.name: c for c in (Ours, FloorSubject, FloorNoIndex, *PEERS)}[name]
