@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import apsw
 
 from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
-               search, search_index, search_maintenance, sessions, spool)
+               search, search_index, search_maintenance, sessions, spool, txn)
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -198,51 +198,15 @@ class SessionDB:
                 time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
                 delay = min(delay * 2, 0.1)
 
-    @contextmanager
-    def atomic(self, *, patience: float | None = None) -> Iterator[apsw.Connection]:
+    def atomic(self, *, patience: float | None = None) -> txn.Atomic:
         """The one transaction primitive: BEGIN IMMEDIATE, or a SAVEPOINT when nested.
 
         Yields the writer connection. Any exception rolls back everything
         done inside the block; apsw errors are re-raised as StorageError.
+        Before BEGIN and inside it, the containment guard checks that the
+        file is still ours (see sessiondb/txn.py and containment.py).
         """
-        self._check_open()
-        with self._lock:
-            conn = self._writer
-            if self._depth:
-                yield from self._savepoint(conn)
-                return
-            self._guard.before_write()  # quarantine latch, replaced file, lost -wal
-            try:
-                self._begin_immediate(self.patience if patience is None else patience)
-            except apsw.Error as e:
-                raise self._guard.on_error(e, conn) from e
-            self._depth = 1
-            try:
-                self._guard.check_in_transaction(conn)
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException as e:
-                self._rollback(conn)
-                if isinstance(e, apsw.Error):
-                    raise self._guard.on_error(e, conn) from e
-                raise
-            finally:
-                self._depth = 0
-
-    def _savepoint(self, conn: apsw.Connection) -> Iterator[apsw.Connection]:
-        name = f"sp_{self._depth}"
-        conn.execute(f"SAVEPOINT {name}")
-        self._depth += 1
-        try:
-            yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
-            raise
-        else:
-            conn.execute(f"RELEASE {name}")
-        finally:
-            self._depth -= 1
+        return txn.Atomic(self, patience)
 
     @staticmethod
     def _rollback(conn: apsw.Connection) -> None:
