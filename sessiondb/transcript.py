@@ -176,17 +176,21 @@ class TranscriptWriter:
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
         def body(conn: apsw.Connection) -> tuple[list[int], int, int]:
-            sessions.require(conn, self.session_id)
+            # One statement checks the session and seeks the next position,
+            # as appends do (`SessionDB.insert_encoded`).
+            position = rows.start_position(conn, self.session_id)
+            if position is None:
+                sessions.require(conn, self.session_id)  # raises the typed not-found error
             if holder is not None:
                 leases.check(conn, self.session_id, holder, self.db.now())
-            return self._apply(conn, plan)
+            return self._apply(conn, plan, position)
         return self.db.index_safe_write(body)  # search index damage never fails a flush
 
-    def _apply(self, conn: apsw.Connection, plan: list[_Write]) -> tuple[list[int], int, int]:
+    def _apply(self, conn: apsw.Connection, plan: list[_Write],
+               position: int) -> tuple[list[int], int, int]:
         """Per dict: one UPDATE (marked, changed), one SELECT and at most one
-        UPDATE (unmarked with a uid), or one INSERT (new)."""
+        UPDATE (unmarked with a uid), or one INSERT (new) at ``position`` on."""
         sid = self.session_id
-        position: int | None = None
         ids: list[int] = []
         inserted = updated = calls = 0
         for w in plan:
@@ -195,7 +199,6 @@ class TranscriptWriter:
             else:
                 stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
             if stored is None:
-                position = rows.next_position(conn, sid) if position is None else position
                 rid, new = rows.insert(conn, sid, w.enc, position)
                 if new:
                     ids.append(rid)

@@ -71,6 +71,7 @@ class Atomic:
                 except BaseException as e:
                     self._fail(e)
                     raise
+                db._guard.committed(self.conn)
         finally:
             if self.savepoint is None:
                 db._depth = 0
@@ -92,6 +93,7 @@ class Atomic:
         db, conn = self.db, self.conn
         assert conn is not None
         db._rollback(conn)
+        db._guard.forget_view()
         db._depth = 0
         if isinstance(e, apsw.Error):
             raise db._guard.on_error(e, conn) from e

@@ -275,9 +275,11 @@ def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, wr
     statements = traced_flush(db, writer, msgs)
     inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
     assert len(inserts) == new
-    # BEGIN, the replaced-file guard's header check, session check, next
-    # position, the inserts, counters, COMMIT.
-    assert len(statements) == 6 + new
+    # BEGIN, session check and next position in one statement, the inserts,
+    # counters, COMMIT. The guard's view check (PRAGMA application_id) is
+    # not asked: nothing but this handle committed since it last checked.
+    assert len(statements) == 4 + new
+    assert statements[1][0].startswith("SELECT (SELECT max(position)")
     with db._read() as conn:
         for sql, bindings in statements:
             if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
@@ -294,5 +296,6 @@ def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
     updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
     assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
                                          for s, _ in statements)
-    # BEGIN, guard header check, session check, uid lookup, the UPDATE, COMMIT.
-    assert len(statements) == 6
+    # BEGIN, session check (with the position seek), uid lookup, the UPDATE,
+    # COMMIT; no view check, as above.
+    assert len(statements) == 5
