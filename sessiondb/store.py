@@ -55,6 +55,7 @@ class SessionDB:
         self._reader_conn: apsw.Connection | None = None
         self._closed = False
         self._index_covered = False  # set while index_safe_write covers a write
+        self._tail: tuple[str, int, int] | None = None  # see _known_start
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
@@ -354,14 +355,44 @@ class SessionDB:
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         try:
-            ids = self.index_safe_write(
-                lambda conn: self.insert_encoded(conn, session_id, encoded, holder=holder))
+            with self._lock:  # the version read after COMMIT must be this commit's
+                ids = self._append_encoded(session_id, encoded, holder)
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
+
+    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
+                        holder: str | None) -> list[int]:
+        owned = not self._depth  # our own transaction: the tail may be used and kept
+        tail, self._tail = self._tail, None  # forgotten unless this append commits
+        end: list[int] = []
+
+        def body(conn: apsw.Connection) -> list[int]:
+            known = self._known_start(conn, session_id, tail) if owned else None
+            ids, after = self._insert_checked(conn, session_id, encoded, holder, "message",
+                                              known)
+            end[:] = [after]
+            return ids
+        ids = self.index_safe_write(body)
+        if owned:
+            self._tail = (session_id, end[0], self._writer.data_version())
+        return ids
+
+    @staticmethod
+    def _known_start(conn: apsw.Connection, session_id: str,
+                     tail: tuple[str, int, int] | None) -> int | None:
+        """The next position of ``session_id`` without a query, when this
+        handle's last committed append went to it and nothing has been
+        committed since, by anyone: the writer's data version counts our own
+        commits and every change by others SQLite noticed at BEGIN (and
+        BEGIN IMMEDIATE holds the write lock from there on). The session
+        then still exists and its last position is the one we wrote."""
+        if tail is None or tail[0] != session_id or tail[2] != conn.data_version():
+            return None
+        return tail[1]
 
     @staticmethod
     def _encode_for_append(message: Any, index: int) -> EncodedMessage:
@@ -374,20 +405,29 @@ class SessionDB:
                        kind: str = "message") -> list[int]:
         """Insert inside the caller's transaction; counters move with the rows.
         Damage to the search index cannot fail it (see `index_safe_write`)."""
+        return self._insert_checked(conn, session_id, encoded, holder, kind, None)[0]
+
+    def _insert_checked(self, conn: apsw.Connection, session_id: str,
+                        encoded: list[EncodedMessage], holder: str | None, kind: str,
+                        position: int | None) -> tuple[list[int], int]:
+        """(row ids, next position after them); ``position`` None: look it up
+        (one statement that also checks the session)."""
         paths.validate_session_id(session_id)
-        position = messages.start_position(conn, session_id)
         if position is None:
-            sessions.require(conn, session_id)  # raises the typed not-found error
+            position = messages.start_position(conn, session_id)
+            if position is None:
+                sessions.require(conn, session_id)  # raises the typed not-found error
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        def insert() -> list[int]:
+        def insert() -> tuple[list[int], int]:
             return self._insert_rows(conn, session_id, encoded, kind, position)
         # Inside index_safe_write the index is already covered; a caller's own
         # transaction needs the in-place guard.
         return insert() if self._index_covered else self.index_guarded(conn, insert)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
-                     encoded: list[EncodedMessage], kind: str, position: int) -> list[int]:
+                     encoded: list[EncodedMessage], kind: str,
+                     position: int) -> tuple[list[int], int]:
         ids, added, calls = [], 0, 0
         for enc in encoded:
             rid, inserted = messages.insert(conn, session_id, enc, position, kind)
@@ -398,7 +438,7 @@ class SessionDB:
                 calls += enc.tool_call_total
         if added:
             sessions.add_message_counts(conn, session_id, self.now(), added, calls)
-        return ids
+        return ids, position
 
     def get_messages(self, session_id: str, *, include_archived: bool = False,
                      tail: int | None = None) -> list[dict[str, Any]]:
