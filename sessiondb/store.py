@@ -355,8 +355,8 @@ class SessionDB:
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         try:
-            with self._lock:  # the version read after COMMIT must be this commit's
-                ids = self._append_encoded(session_id, encoded, holder)
+            ids = self.session_write(session_id, lambda conn, start: self._insert_held(
+                conn, session_id, encoded, holder, "message", start))
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
@@ -364,32 +364,47 @@ class SessionDB:
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
 
-    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
-                        holder: str | None) -> list[int]:
-        owned = not self._depth  # our own transaction: the tail may be used and kept
-        tail, self._tail = self._tail, None  # forgotten unless this append commits
-        end: list[int] = []
+    def session_write(self, session_id: str,
+                      body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
+        """Write one session's rows in `index_safe_write`: ``body(conn, start)``
+        gets the session's next position (the session exists; an unknown one
+        raises the typed not-found error first) and returns (result, next
+        position after its writes). The position query is skipped while
+        nothing was committed since this handle's last such write to the
+        same session (see `_known_start`)."""
+        with self._lock:  # the version read after COMMIT must be this commit's
+            owned = not self._depth  # our own transaction: the tail may be used and kept
+            tail, self._tail = self._tail, None  # forgotten unless this write commits
+            end: list[int] = []
 
-        def body(conn: apsw.Connection) -> list[int]:
-            known = self._known_start(conn, session_id, tail) if owned else None
-            ids, after = self._insert_checked(conn, session_id, encoded, holder, "message",
-                                              known)
-            end[:] = [after]
-            return ids
-        ids = self.index_safe_write(body)
-        if owned:
-            self._tail = (session_id, end[0], self._writer.data_version())
-        return ids
+            def run(conn: apsw.Connection) -> Any:
+                paths.validate_session_id(session_id)
+                start = self._known_start(conn, session_id, tail) if owned else None
+                result, after = body(conn, self._start_position(conn, session_id)
+                                     if start is None else start)
+                end[:] = [after]
+                return result
+            result = self.index_safe_write(run)
+            if owned:
+                self._tail = (session_id, end[0], self._writer.data_version())
+            return result
+
+    @staticmethod
+    def _start_position(conn: apsw.Connection, session_id: str) -> int:
+        position = messages.start_position(conn, session_id)
+        if position is None:
+            sessions.require(conn, session_id)  # raises the typed not-found error
+        return position  # type: ignore[return-value]
 
     @staticmethod
     def _known_start(conn: apsw.Connection, session_id: str,
                      tail: tuple[str, int, int] | None) -> int | None:
         """The next position of ``session_id`` without a query, when this
-        handle's last committed append went to it and nothing has been
-        committed since, by anyone: the writer's data version counts our own
-        commits and every change by others SQLite noticed at BEGIN (and
-        BEGIN IMMEDIATE holds the write lock from there on). The session
-        then still exists and its last position is the one we wrote."""
+        handle's last committed `session_write` went to it and nothing has
+        been committed since, by anyone: the writer's data version counts
+        our own commits and every change by others SQLite noticed at BEGIN
+        (and BEGIN IMMEDIATE holds the write lock from there on). The
+        session then still exists and its last position is the one we left."""
         if tail is None or tail[0] != session_id or tail[2] != conn.data_version():
             return None
         return tail[1]
@@ -405,18 +420,15 @@ class SessionDB:
                        kind: str = "message") -> list[int]:
         """Insert inside the caller's transaction; counters move with the rows.
         Damage to the search index cannot fail it (see `index_safe_write`)."""
-        return self._insert_checked(conn, session_id, encoded, holder, kind, None)[0]
-
-    def _insert_checked(self, conn: apsw.Connection, session_id: str,
-                        encoded: list[EncodedMessage], holder: str | None, kind: str,
-                        position: int | None) -> tuple[list[int], int]:
-        """(row ids, next position after them); ``position`` None: look it up
-        (one statement that also checks the session)."""
         paths.validate_session_id(session_id)
-        if position is None:
-            position = messages.start_position(conn, session_id)
-            if position is None:
-                sessions.require(conn, session_id)  # raises the typed not-found error
+        position = self._start_position(conn, session_id)
+        return self._insert_held(conn, session_id, encoded, holder, kind, position)[0]
+
+    def _insert_held(self, conn: apsw.Connection, session_id: str,
+                     encoded: list[EncodedMessage], holder: str | None, kind: str,
+                     position: int) -> tuple[list[int], int]:
+        """The lease check, then the rows from ``position`` on: (row ids, next
+        position after them)."""
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
         def insert() -> tuple[list[int], int]:

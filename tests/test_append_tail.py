@@ -15,6 +15,7 @@ import pytest
 
 from sessiondb import LeaseLost, SessionDB, SessionNotFound
 from sessiondb.codec import encode
+from sessiondb.transcript import TranscriptWriter
 
 SEEK = "SELECT (SELECT max(position)"
 OTHER_PROCESS = """
@@ -119,5 +120,18 @@ def test_inside_a_callers_transaction_the_database_is_asked(store):
         store.insert_encoded(conn, "s1", [encode({"role": "user", "content": "b"})])
         assert seeks(append(store, "c")) == 1  # sees b, uncommitted, not the tail
     assert seeks(append(store, "d")) == 1
+    assert positions(store) == [1, 2, 3, 4]
+    assert [m["content"] for m in store.get_messages("s1")] == ["a", "b", "c", "d"]
+
+
+def test_flushes_and_appends_share_the_tail(store, tmp_path, open_store):
+    writer = TranscriptWriter(store, "s1")
+    msgs = [{"role": "user", "content": "a"}]
+    writer.flush(msgs)
+    assert seeks(append(store, "b")) == 0  # the flush left the tail
+    other = open_store(tmp_path / "state.db")
+    other.append_message("s1", {"role": "assistant", "content": "c"})
+    msgs.append({"role": "user", "content": "d"})
+    writer.flush(msgs)  # must seek: another handle committed
     assert positions(store) == [1, 2, 3, 4]
     assert [m["content"] for m in store.get_messages("s1")] == ["a", "b", "c", "d"]
