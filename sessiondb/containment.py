@@ -59,9 +59,11 @@ _fds_lock = threading.Lock()
 
 
 def latched(key: FileKey) -> Quarantine | None:
-    """The quarantine recorded for a file identity in this process, if any."""
-    with _latch_lock:
-        return _latch.get(key)
+    """The quarantine recorded for a file identity in this process, if any.
+
+    A lone dict lookup is atomic under the GIL and entries are only ever
+    added (under the lock), so the read, once per write, takes no lock."""
+    return _latch.get(key)
 
 
 def _set_latch(key: FileKey, q: Quarantine) -> None:
@@ -132,6 +134,7 @@ class Guard:
     def __init__(self, path: Path, connections: Callable[[], Iterable[apsw.Connection | None]]
                  ) -> None:
         self.path = path
+        self._name, self._wal_name = str(path), f"{path}-wal"  # stat'ed before every write
         self._connections = connections
         self.key: FileKey | None = None
         self._fd: int | None = None
@@ -140,6 +143,9 @@ class Guard:
         self._wal_key: FileKey | None = None
         self._wal_mode = False
         self.quarantine: Quarantine | None = None
+        # The writer's data version (SQLITE_FCNTL_DATA_VERSION) at which SQLite's
+        # view of the stamp was last known to be ours; see `check_in_transaction`.
+        self._view_version: int | None = None
 
     # -- opening -----------------------------------------------------------
 
@@ -180,7 +186,7 @@ class Guard:
     def _remember_wal(self) -> None:
         """Pin the -wal this handle writes to (it exists once WAL is in use)."""
         try:
-            st = os.stat(f"{self.path}-wal")
+            st = os.stat(self._wal_name)
         except FileNotFoundError:
             return
         self._wal_key = (st.st_dev, st.st_ino)
@@ -222,14 +228,14 @@ class Guard:
         """(why the file is not ours any more, whether this handle's view of
         it is still whole and worth rescuing), or (None, False)."""
         try:
-            st = os.stat(self.path)
+            st = os.stat(self._name)
         except FileNotFoundError:
             return "the database file was deleted while in use", True
         if (st.st_dev, st.st_ino) != self.key:
             return "the database file was replaced by another file while in use", True
         if self._wal_key is not None:
             try:
-                wal = os.stat(f"{self.path}-wal")
+                wal = os.stat(self._wal_name)
             except FileNotFoundError:
                 return "its -wal file was deleted while in use", True
             if (wal.st_dev, wal.st_ino) != self._wal_key:
@@ -238,14 +244,41 @@ class Guard:
         return None, False
 
     def check_in_transaction(self, conn: apsw.Connection) -> None:
-        """Inside BEGIN IMMEDIATE: the generation on disk and in SQLite's view."""
-        found = self._foreign_generation(conn)
+        """Inside BEGIN IMMEDIATE: the generation on disk and in SQLite's view.
+
+        The header on disk is read every time (a ``cp`` over the file
+        changes nothing SQLite would notice). SQLite's view is asked only
+        when the writer's data version moved since it was last known to be
+        ours: the version counts this connection's own commits and every
+        change by another connection that SQLite has noticed (it is bumped
+        when a transaction starts on a changed file), so an unchanged
+        version means page 1 is the page this handle itself last committed.
+        """
+        version = conn.data_version()
+        found = self._foreign_generation(conn, view_known=version == self._view_version)
         if found is not None:
             raise self.contain(self._copied_over(found))
+        self._view_version = version if self.generation is not None else None
 
-    def _foreign_generation(self, conn: apsw.Connection) -> str | None:
+    def forget_view(self) -> None:
+        """After a rollback: ask SQLite's view again at the next check."""
+        self._view_version = None
+
+    def committed(self, conn: apsw.Connection) -> None:
+        """After this handle's COMMIT, whose check found the view ours: the
+        version now also counts that commit. Nothing else can be in it (a
+        change by another connection is noticed only when the next
+        transaction starts), and no write of ours changes the stamp once
+        the handle is open (`stamp_generation` runs while ``generation`` is
+        unset), so the view is still known to be ours."""
+        if self._view_version is not None:
+            self._view_version = conn.data_version()
+
+    def _foreign_generation(self, conn: apsw.Connection, *,
+                            view_known: bool = False) -> str | None:
         """The generation found when it is not ours (``"unreadable"`` when the
-        header is gone); None when the file is still ours or still opening."""
+        header is gone); None when the file is still ours or still opening.
+        ``view_known``: SQLite's view is known to be ours; read only the disk."""
         if self.generation is None or self._fd is None:
             return None
         disk = disk_application_id(self._fd)
@@ -255,6 +288,8 @@ class Guard:
             self._disk_zero_ok = False
         if disk != self.generation:
             return "unreadable" if disk is None else str(disk)
+        if view_known:
+            return None
         seen = self._app_id(conn)
         if seen == self.generation:
             return None

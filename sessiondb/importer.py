@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
@@ -359,7 +359,7 @@ class _Run:
         sid = chunk[0].session_id
         for kind, group in itertools.groupby(fresh, key=lambda m: m.kind):
             batch = list(group)
-            encoded = [replace(encode(m.message, uid=m.uid), timestamp=m.timestamp)
+            encoded = [encode(m.message, uid=m.uid)._replace(timestamp=m.timestamp)
                        for m in batch]
             ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
             for m, rid in zip(batch, ids):

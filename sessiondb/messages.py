@@ -23,16 +23,10 @@ _INSERT = (
     " ON CONFLICT(session_id, uid) DO NOTHING")
 
 
-def next_position(conn: apsw.Connection, session_id: str) -> int:
-    """One past the highest position in the session (an index seek)."""
-    row = conn.execute("SELECT max(position) FROM messages WHERE session_id = ?",
-                       (session_id,)).fetchone()
-    return (row[0] or 0) + 1
-
-
 def start_position(conn: apsw.Connection, session_id: str) -> int | None:
-    """`next_position`, or None when the session does not exist (one statement
-    for the append path's existence check and position seek)."""
+    """One past the highest position in the session (an index seek), or None
+    when the session does not exist: one statement for the write paths'
+    existence check and position seek."""
     row = conn.execute("SELECT (SELECT max(position) FROM messages WHERE session_id = ?1)"
                        " FROM sessions WHERE id = ?1", (session_id,)).fetchone()
     return None if row is None else (row[0] or 0) + 1

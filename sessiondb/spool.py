@@ -224,7 +224,7 @@ def _encoded(records: Iterable[tuple[int, dict[str, Any]]], result: SpoolFileRes
             continue
         try:
             enc = encode(record["message"], uid=str(record["uid"]))
-            out.append(dataclasses.replace(enc, timestamp=float(record["timestamp"])))
+            out.append(enc._replace(timestamp=float(record["timestamp"])))
         except (KeyError, TypeError, ValueError, InvalidMessage):
             result.bad_lines.append(number)
     return out

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import apsw
 
 from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
-               search, search_index, search_maintenance, sessions, spool)
+               search, search_index, search_maintenance, sessions, spool, txn)
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -55,6 +55,7 @@ class SessionDB:
         self._reader_conn: apsw.Connection | None = None
         self._closed = False
         self._index_covered = False  # set while index_safe_write covers a write
+        self._tail: tuple[str, int, int] | None = None  # see _known_start
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
@@ -198,51 +199,15 @@ class SessionDB:
                 time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
                 delay = min(delay * 2, 0.1)
 
-    @contextmanager
-    def atomic(self, *, patience: float | None = None) -> Iterator[apsw.Connection]:
+    def atomic(self, *, patience: float | None = None) -> txn.Atomic:
         """The one transaction primitive: BEGIN IMMEDIATE, or a SAVEPOINT when nested.
 
         Yields the writer connection. Any exception rolls back everything
         done inside the block; apsw errors are re-raised as StorageError.
+        Before BEGIN and inside it, the containment guard checks that the
+        file is still ours (see sessiondb/txn.py and containment.py).
         """
-        self._check_open()
-        with self._lock:
-            conn = self._writer
-            if self._depth:
-                yield from self._savepoint(conn)
-                return
-            self._guard.before_write()  # quarantine latch, replaced file, lost -wal
-            try:
-                self._begin_immediate(self.patience if patience is None else patience)
-            except apsw.Error as e:
-                raise self._guard.on_error(e, conn) from e
-            self._depth = 1
-            try:
-                self._guard.check_in_transaction(conn)
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException as e:
-                self._rollback(conn)
-                if isinstance(e, apsw.Error):
-                    raise self._guard.on_error(e, conn) from e
-                raise
-            finally:
-                self._depth = 0
-
-    def _savepoint(self, conn: apsw.Connection) -> Iterator[apsw.Connection]:
-        name = f"sp_{self._depth}"
-        conn.execute(f"SAVEPOINT {name}")
-        self._depth += 1
-        try:
-            yield conn
-        except BaseException:
-            conn.execute(f"ROLLBACK TO {name}")
-            conn.execute(f"RELEASE {name}")
-            raise
-        else:
-            conn.execute(f"RELEASE {name}")
-        finally:
-            self._depth -= 1
+        return txn.Atomic(self, patience)
 
     @staticmethod
     def _rollback(conn: apsw.Connection) -> None:
@@ -390,14 +355,59 @@ class SessionDB:
             raise InvalidMessage("messages must be a list of dicts")
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         try:
-            ids = self.index_safe_write(
-                lambda conn: self.insert_encoded(conn, session_id, encoded, holder=holder))
+            ids = self.session_write(session_id, lambda conn, start: self._insert_held(
+                conn, session_id, encoded, holder, "message", start))
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
+
+    def session_write(self, session_id: str,
+                      body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
+        """Write one session's rows in `index_safe_write`: ``body(conn, start)``
+        gets the session's next position (the session exists; an unknown one
+        raises the typed not-found error first) and returns (result, next
+        position after its writes). The position query is skipped while
+        nothing was committed since this handle's last such write to the
+        same session (see `_known_start`)."""
+        with self._lock:  # the version read after COMMIT must be this commit's
+            owned = not self._depth  # our own transaction: the tail may be used and kept
+            tail, self._tail = self._tail, None  # forgotten unless this write commits
+            end: list[int] = []
+
+            def run(conn: apsw.Connection) -> Any:
+                paths.validate_session_id(session_id)
+                start = self._known_start(conn, session_id, tail) if owned else None
+                result, after = body(conn, self._start_position(conn, session_id)
+                                     if start is None else start)
+                end[:] = [after]
+                return result
+            result = self.index_safe_write(run)
+            if owned:
+                self._tail = (session_id, end[0], self._writer.data_version())
+            return result
+
+    @staticmethod
+    def _start_position(conn: apsw.Connection, session_id: str) -> int:
+        position = messages.start_position(conn, session_id)
+        if position is None:
+            sessions.require(conn, session_id)  # raises the typed not-found error
+        return position  # type: ignore[return-value]
+
+    @staticmethod
+    def _known_start(conn: apsw.Connection, session_id: str,
+                     tail: tuple[str, int, int] | None) -> int | None:
+        """The next position of ``session_id`` without a query, when this
+        handle's last committed `session_write` went to it and nothing has
+        been committed since, by anyone: the writer's data version counts
+        our own commits and every change by others SQLite noticed at BEGIN
+        (and BEGIN IMMEDIATE holds the write lock from there on). The
+        session then still exists and its last position is the one we left."""
+        if tail is None or tail[0] != session_id or tail[2] != conn.data_version():
+            return None
+        return tail[1]
 
     @staticmethod
     def _encode_for_append(message: Any, index: int) -> EncodedMessage:
@@ -411,19 +421,25 @@ class SessionDB:
         """Insert inside the caller's transaction; counters move with the rows.
         Damage to the search index cannot fail it (see `index_safe_write`)."""
         paths.validate_session_id(session_id)
-        position = messages.start_position(conn, session_id)
-        if position is None:
-            sessions.require(conn, session_id)  # raises the typed not-found error
+        position = self._start_position(conn, session_id)
+        return self._insert_held(conn, session_id, encoded, holder, kind, position)[0]
+
+    def _insert_held(self, conn: apsw.Connection, session_id: str,
+                     encoded: list[EncodedMessage], holder: str | None, kind: str,
+                     position: int) -> tuple[list[int], int]:
+        """The lease check, then the rows from ``position`` on: (row ids, next
+        position after them)."""
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        def insert() -> list[int]:
+        def insert() -> tuple[list[int], int]:
             return self._insert_rows(conn, session_id, encoded, kind, position)
         # Inside index_safe_write the index is already covered; a caller's own
         # transaction needs the in-place guard.
         return insert() if self._index_covered else self.index_guarded(conn, insert)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
-                     encoded: list[EncodedMessage], kind: str, position: int) -> list[int]:
+                     encoded: list[EncodedMessage], kind: str,
+                     position: int) -> tuple[list[int], int]:
         ids, added, calls = [], 0, 0
         for enc in encoded:
             rid, inserted = messages.insert(conn, session_id, enc, position, kind)
@@ -434,7 +450,7 @@ class SessionDB:
                 calls += enc.tool_call_total
         if added:
             sessions.add_message_counts(conn, session_id, self.now(), added, calls)
-        return ids
+        return ids, position
 
     def get_messages(self, session_id: str, *, include_archived: bool = False,
                      tail: int | None = None) -> list[dict[str, Any]]:

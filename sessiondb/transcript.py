@@ -175,18 +175,21 @@ class TranscriptWriter:
             plan.append(_Write(i, m, enc, marker, had_uid))
 
     def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
-        def body(conn: apsw.Connection) -> tuple[list[int], int, int]:
-            sessions.require(conn, self.session_id)
+        def body(conn: apsw.Connection, start: int) -> tuple[tuple[list[int], int, int], int]:
             if holder is not None:
                 leases.check(conn, self.session_id, holder, self.db.now())
-            return self._apply(conn, plan)
-        return self.db.index_safe_write(body)  # search index damage never fails a flush
+            return self._apply(conn, plan, start)
+        # As appends: the session check and the position seek are one statement,
+        # skipped while nothing else committed since this handle's last write to
+        # the session; search index damage never fails a flush.
+        return self.db.session_write(self.session_id, body)
 
-    def _apply(self, conn: apsw.Connection, plan: list[_Write]) -> tuple[list[int], int, int]:
+    def _apply(self, conn: apsw.Connection, plan: list[_Write],
+               position: int) -> tuple[tuple[list[int], int, int], int]:
         """Per dict: one UPDATE (marked, changed), one SELECT and at most one
-        UPDATE (unmarked with a uid), or one INSERT (new)."""
+        UPDATE (unmarked with a uid), or one INSERT (new) at ``position`` on.
+        ((ids, inserted, updated), next position)."""
         sid = self.session_id
-        position: int | None = None
         ids: list[int] = []
         inserted = updated = calls = 0
         for w in plan:
@@ -195,7 +198,6 @@ class TranscriptWriter:
             else:
                 stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
             if stored is None:
-                position = rows.next_position(conn, sid) if position is None else position
                 rid, new = rows.insert(conn, sid, w.enc, position)
                 if new:
                     ids.append(rid)
@@ -211,7 +213,7 @@ class TranscriptWriter:
             ids.append(stored[0])
         if inserted:
             sessions.add_message_counts(conn, sid, self.db.now(), inserted, calls)
-        return ids, inserted, updated
+        return (ids, inserted, updated), position
 
     def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
         """Bring a stored row (id, fingerprint, state) up to date; False if it was."""

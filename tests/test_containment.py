@@ -113,3 +113,70 @@ def test_closing_one_handle_keeps_the_other_handles_locks(tmp_path: Path) -> Non
     finally:
         keep.close()
     assert probe() == "free"
+
+
+# -- the view check is skipped only while nobody else committed ---------------
+
+RESTAMP = """
+import apsw, sys
+conn = apsw.Connection(sys.argv[1])
+conn.execute("PRAGMA wal_autocheckpoint=0")  # the new stamp stays in the -wal only
+conn.execute("PRAGMA application_id = 4242")
+conn.close()
+"""
+
+
+def traced(db: SessionDB, fn) -> list[str]:
+    seen: list[str] = []
+
+    def tracer(_cursor, sql, _bindings):
+        seen.append(sql)
+        return True
+
+    db._writer.exec_trace = tracer
+    try:
+        fn()
+    finally:
+        db._writer.exec_trace = None
+    return seen
+
+
+def test_a_stamp_committed_by_another_process_is_refused(tmp_path: Path,
+                                                         open_store) -> None:
+    path = tmp_path / "state.db"
+    db = open_store(path)
+    db.create_session("s1", source="test")
+    db.append_message("s1", {"role": "user", "content": "kept"})  # the view is now trusted
+    subprocess.run([sys.executable, "-c", RESTAMP, str(path)], check=True, timeout=60)
+    fd = os.open(path, os.O_RDONLY)
+    try:  # only SQLite's view changed: the header on disk is still ours
+        assert disk_application_id(fd) == db._guard.generation
+    finally:
+        os.close(fd)
+    with pytest.raises(StoreReplaced, match="generation"):
+        db.append_message("s1", {"role": "user", "content": "refused"})
+    assert db.quarantined
+    assert [m["content"] for m in db.get_messages("s1")] == ["kept"]
+
+
+def test_the_view_is_asked_again_after_another_writer_commits(tmp_path: Path,
+                                                              open_store) -> None:
+    path = tmp_path / "state.db"
+    db, other = open_store(path), open_store(path)
+    create = traced(db, lambda: db.create_session("s1", source="test"))
+    assert "PRAGMA application_id" in create  # the first write after opening asks
+
+    def append(text: str) -> list[str]:
+        return traced(db, lambda: db.append_message("s1", {"role": "user", "content": text}))
+
+    assert "PRAGMA application_id" not in append("first")  # only our own commit since
+    assert "PRAGMA application_id" not in append("second")
+    other.append_message("s1", {"role": "assistant", "content": "from the other handle"})
+    assert "PRAGMA application_id" in append("third")  # someone else committed
+    assert "PRAGMA application_id" not in append("fourth")
+    with pytest.raises(RuntimeError):
+        with db.atomic():
+            raise RuntimeError("rolled back")
+    assert "PRAGMA application_id" in append("fifth")  # a rollback forgets the view
+    assert [m["content"] for m in db.get_messages("s1")] == [
+        "first", "second", "from the other handle", "third", "fourth", "fifth"]

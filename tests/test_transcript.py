@@ -267,23 +267,43 @@ def traced_flush(db: SessionDB, writer: TranscriptWriter, msgs: list) -> list[tu
     return seen
 
 
+# What committed between the two flushes -> statements besides the inserts:
+# BEGIN, [the guard's view check (PRAGMA application_id)], [the session check
+# and next-position seek, one statement], counters, COMMIT. The view check runs
+# only after another connection committed; the seek only after any commit
+# other than this handle's last write to the session.
+BETWEEN = {"nothing": 3, "own_commit": 4, "other_handle": 5}
+
+
+@pytest.mark.parametrize("between", sorted(BETWEEN))
 @pytest.mark.parametrize("new", [1, 5])
-def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new):
+def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new,
+                                                                     between, open_store):
     msgs = [user(str(i)) for i in range(2_000)]
     writer.flush(msgs)
+    if between == "own_commit":
+        db.record_usage(sid, input_tokens=1)
+    elif between == "other_handle":
+        open_store(db.path).create_session("elsewhere", source="test")
     msgs.extend(user(f"new{i}") for i in range(new))
     statements = traced_flush(db, writer, msgs)
     inserts = [s for s, _ in statements if s.lstrip().upper().startswith("INSERT")]
     assert len(inserts) == new
-    # BEGIN, the replaced-file guard's header check, session check, next
-    # position, the inserts, counters, COMMIT.
-    assert len(statements) == 6 + new
+    assert len(statements) == BETWEEN[between] + new
+    seeks = [s for s, _ in statements if s.startswith("SELECT (SELECT max(position)")]
+    assert len(seeks) == (between != "nothing")
+    assert any(s == "PRAGMA application_id" for s, _ in statements) == (between == "other_handle")
     with db._read() as conn:
         for sql, bindings in statements:
             if sql.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT")):
                 plan = " ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql,
                                                            bindings or ()))
                 assert "SCAN messages" not in plan, (sql, plan)
+    assert [m["content"] for m in db.get_messages(sid)] == [m["content"] for m in msgs]
+    with db._read() as conn:
+        stored = [r[0] for r in conn.execute(
+            "SELECT position FROM messages WHERE session_id = ? ORDER BY id", (sid,))]
+    assert stored == list(range(1, len(msgs) + 1))
 
 
 def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
@@ -294,5 +314,6 @@ def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
     updates = [s for s, _ in statements if s.lstrip().upper().startswith("UPDATE")]
     assert len(updates) == 1 and not any(s.lstrip().upper().startswith("INSERT")
                                          for s, _ in statements)
-    # BEGIN, guard header check, session check, uid lookup, the UPDATE, COMMIT.
-    assert len(statements) == 6
+    # BEGIN, uid lookup, the UPDATE, COMMIT: nothing committed since the last
+    # flush, so neither the view check nor the session seek runs (as above).
+    assert len(statements) == 4
