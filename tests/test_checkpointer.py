@@ -8,19 +8,27 @@ Waits are for events (a pass finished, a thread ended), never for time.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
+import random
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
 
+import apsw
 import pytest
 
 from sessiondb import InvalidInput, SessionDB, StoreReplaced
 from sessiondb.checkpointer import RESET_FACTOR, THREAD_NAME
 from tests.helpers.ckptvfs import ThreadVFS
 from tests.helpers.faultvfs import FaultVFS
+from tests.reliability.checks import store_findings
 
 _names = itertools.count()
 THRESHOLD = 64  # pages; one commit of a message writes ten or twenty
@@ -200,3 +208,64 @@ def test_checkpoint_pages_is_checked_before_the_file_is_touched(tmp_path: Path, 
     with pytest.raises(InvalidInput, match="checkpoint_pages"):
         SessionDB(tmp_path / "state.db", checkpoint_pages=bad)
     assert not (tmp_path / "state.db").exists()
+
+
+# -- processes ----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_worker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tests.helpers.ckpt_workers", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_fork_while_the_thread_works(tmp_path: Path) -> None:
+    """The child forgets the parent's thread and connection and, using the
+    inherited handle, checkpoints with a thread of its own; the parent's
+    thread goes on after the fork and nothing is lost on either side."""
+    done = run_worker("fork", str(tmp_path / "state.db"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["alive_at_fork"] and report["child_exit"] == 0, done.stderr[-3000:]
+    assert report["background_after"] > report["background_before"]
+    assert report["counts"] == {"parent": 400, "child": 200}
+    assert report["quick_check"] == ["ok"]
+
+
+def test_kill9_mid_run_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    """Writers with a busy checkpointer are killed at seeded points of their
+    run (after N acknowledgements, so the kill lands while the thread copies
+    and the WAL restarts); every acknowledged message is there exactly once."""
+    path, journal = tmp_path / "state.db", tmp_path / "acks.txt"
+    rng = random.Random(20261130)
+    acked, initial = 0, None
+    for episode in range(4):
+        target = acked + rng.randint(120, 320)
+        proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.ckpt_workers", "append",
+                                 str(path), str(journal), str(episode * 100_000)], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdout.readline().strip() == b"ready", proc.stderr.read()[-2000:]
+            initial = initial or os.path.getsize(path)
+            wait_for(lambda: journal.read_bytes().count(b"\n") >= target or
+                     proc.poll() is not None, "acknowledgements")
+            assert proc.poll() is None, proc.stderr.read()[-2000:]
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        acked = journal.read_bytes().count(b"\n")
+    assert os.path.getsize(path) > initial + 256 * 1024  # the threads copied frames back
+    texts = journal.read_text().splitlines()
+    assert len(texts) == acked >= 480
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        stored = Counter(r[0] for r in conn.execute(
+            "SELECT content FROM messages WHERE session_id = 'crash'"))
+    finally:
+        conn.close()
+    assert [t for t in texts if stored[t] != 1] == []
+    assert store_findings(path) == []
