@@ -5,22 +5,26 @@ past its threshold, so that commit pays for copying ~1000 pages back into
 the database file. The store turns that off on its writer (policy
 `set_wal_autocheckpoint_off`) and checkpoints itself, the way litestream
 does: a WAL hook on the writer, called after every commit with the WAL's
-page count, wakes a daemon thread while the WAL is past ``threshold``
-pages, and the thread copies back whatever is new, pass after pass, with
-PASSIVE checkpoints (they never wait on, nor block, readers or writers)
-through its own connection, outside the GIL, on another core.
+page count, wakes a daemon thread each time ``threshold`` new pages are
+waiting, and the thread copies them back with a PASSIVE checkpoint (it
+never waits on, nor blocks, readers or writers) through its own
+connection, outside the GIL, on another core. Pages short of a threshold
+are copied after a quiet spell (``QUIET_S``), so a burst of commits
+followed by a pause leaves the WAL fully copied back.
 
 Only the writer can restart the WAL from its start, and only at a commit
 that begins with every frame copied back; under a steady stream of commits
-the thread is always a few frames behind, so the WAL would grow without
-end (and each growth of the file costs an fsync of its metadata). So at
-``RESET_FACTOR`` times the threshold the commit that sees it runs one
+the thread is always some frames behind, so the WAL would grow without end
+(and each growth of the file costs an fsync of its metadata in FULL mode).
+So at ``RESET_FACTOR`` times the threshold the commit that sees it runs one
 PASSIVE checkpoint inline: it copies only what the thread has not copied
 yet, and the next commit restarts the WAL (``journal_size_limit`` applies
-there, as before). Should the thread be in the middle of a pass, the next
-commit tries again. The same inline checkpoint is the backstop when the
-thread cannot run (cannot open its connection, keeps failing, is
-starved): then it copies everything, like SQLite's own, but 4x less often.
+there, as before). If the thread is mid-pass the next commit tries again,
+and after another reset span one waits for that pass to end. When a reader
+keeps the WAL from restarting, the catch-up comes again every threshold.
+The same inline checkpoint is the backstop when the thread cannot run (its
+connection will not open, it keeps failing, it is starved): then it copies
+everything, as SQLite's own would, but RESET_FACTOR times less often.
 
 Containment: no checkpoint is started once the handle is quarantined, when
 the process latch names the file, or when the path no longer names the file
@@ -29,10 +33,11 @@ guard calls `halt()` when it quarantines, which waits for a checkpoint in
 flight, so none runs afterwards. The thread's connection never
 checkpoints at close. Errors in the thread are logged, never raised.
 
-Processes: the thread starts on first need and ends after a quiet spell,
-so a fork seldom meets one; at a fork every checkpointer's gate is held (no
-checkpoint in flight inside SQLite), and the child forgets the parent's
-thread and connection and starts its own when it needs one.
+Processes: the thread starts on first need and ends after a quiet spell
+(``IDLE_EXIT_S``), so a fork seldom meets one; at a fork every
+checkpointer's gate is held (no checkpoint in flight inside SQLite), and
+the child forgets the parent's thread and connection and starts its own
+when it needs one.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ from .errors import InvalidInput
 log = logging.getLogger(__name__)
 
 RESET_FACTOR = 4
+QUIET_S = 0.1  # frames short of a threshold are copied back this long after the last pass
 IDLE_EXIT_S = 30.0  # a quiet thread closes its connection and ends
 RETRY_FIRST_S, RETRY_LONGEST_S = 0.01, 1.0  # after a failure, before the next try
 THREAD_NAME = "hermes-checkpointer"
@@ -120,6 +126,7 @@ class Checkpointer:
         self._generation = 0  # WAL restarts seen by the hook
         self._done = (0, 0)  # (generation, frames) the thread's last pass left copied
         self._halted = self._stopping = False
+        self._pending = False  # frames past the threshold the thread has not seen
         self._new_process_state()
         _live.add(self)
 
@@ -164,8 +171,12 @@ class Checkpointer:
             # in flight; before that it tries again at the next commit.
             wait = pages >= self._next_inline + self.reset_pages
             if self._inline(conn, pages, wait):
-                self._next_inline = pages + self.reset_pages
-        else:
+                # The next commit restarts the WAL (and resets this); if a
+                # reader holds on to it, catch up again a threshold later.
+                self._next_inline = pages + self.threshold
+            return
+        self._pending = True
+        if pages - self._backfilled() >= self.threshold or self._thread is None:
             self._signal()
 
     def _backfilled(self) -> int:
@@ -197,9 +208,9 @@ class Checkpointer:
             return True
         self.stats.inline += 1
         self.stats.inline_frames += behind
-        if behind >= self.threshold:
-            log.warning("the background checkpoint was %d of %d WAL pages behind; "
-                        "a commit copied them back", behind, pages)
+        if behind >= self.threshold:  # the thread is starved or failing
+            log.info("the background checkpoint was %d of %d WAL pages behind; "
+                     "a commit copied them back", behind, pages)
         return True
 
     def _signal(self) -> None:
@@ -224,17 +235,22 @@ class Checkpointer:
                 self._close_connection()
 
     def _next_round(self, failures: int) -> bool:
-        """Wait for a wake-up; False when the thread should end."""
+        """Wait for a wake-up (a threshold of new frames), or a quiet spell
+        with frames left over; False when the thread should end."""
         if failures:  # back off; a stop or halt still ends the wait at once
             self._quit.wait(min(RETRY_FIRST_S * 2 ** min(failures, 10), RETRY_LONGEST_S))
-        woke = self._wake.wait(IDLE_EXIT_S)
+        woke = self._wake.wait(QUIET_S if self._pending else IDLE_EXIT_S)
         with self._state:
-            if self._stopping or self._halted or (not woke and not self._wake.is_set()):
+            idle = not woke and not self._wake.is_set() and not self._pending
+            if self._stopping or self._halted or idle:
+                with self._gate:  # before a new thread can be started
+                    self._close_connection()
                 self._thread = None
                 return False
-            # Cleared before the pass: a commit during it asks for one more,
-            # so the last pass of a burst copies everything back.
+            # Cleared before the pass: what commits add during it is left
+            # for the next round.
             self._wake.clear()
+            self._pending = False
         return True
 
     def _checkpoint_once(self) -> bool:

@@ -117,7 +117,7 @@ def test_backstop_when_the_thread_cannot_open_its_connection(
     db.create_session("s1", source="test")
     before = len(vfs.main_writes)
     high = 0
-    with caplog.at_level(logging.WARNING, logger="sessiondb.checkpointer"):
+    with caplog.at_level(logging.INFO, logger="sessiondb.checkpointer"):
         for i in range(400):
             db.append_message("s1", text(i))  # never raises for the thread's failures
             high = max(high, wal_pages(path))
