@@ -91,6 +91,9 @@ def connector(path: str, vfs: str | None) -> Callable[[], apsw.Connection]:
                 else apsw.Connection(path, flags=flags))
         try:
             policy.apply_policy(conn, policy.CHECKPOINTER_POLICY)
+            # A connection that has read nothing may not know the file is in
+            # WAL mode yet; its checkpoints would then do nothing (-1, -1).
+            conn.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchall()
         except BaseException:
             conn.close()
             raise
@@ -269,9 +272,10 @@ class Checkpointer:
                 except apsw.BusyError:
                     self.stats.busy += 1  # another connection is checkpointing
                     return True
-                self._done = (generation, self.stats.last[1])
+                copied = max(self.stats.last[1], 0)  # -1: the file is not in WAL mode
+                self._done = (generation, copied)
                 self.stats.background += 1
-                self.stats.background_frames += max(self.stats.last[1] - before, 0)
+                self.stats.background_frames += max(copied - before, 0)
         except Exception:
             with self._gate:
                 self._failed()

@@ -77,7 +77,7 @@ def test_the_writer_leaves_checkpoints_to_the_thread(tmp_path: Path, open_store,
         db.append_message("s1", text(i))
         i += 1
     stats = db.checkpoint_stats
-    wait_for(lambda: stats.background >= 1 and stats.last[0] == stats.last[1],
+    wait_for(lambda: stats.background >= 1 and stats.last[0] == stats.last[1] > 0,
              "a pass that copied every frame back")
     assert stats.inline == 0
     writes = vfs.main_writes[before:]
