@@ -146,6 +146,7 @@ class Guard:
         # The writer's data version (SQLITE_FCNTL_DATA_VERSION) at which SQLite's
         # view of the stamp was last known to be ours; see `check_in_transaction`.
         self._view_version: int | None = None
+        self.on_quarantine: list[Callable[[], None]] = []  # e.g. stop the checkpointer
 
     # -- opening -----------------------------------------------------------
 
@@ -332,10 +333,27 @@ class Guard:
 
     def _quarantine_self(self, q: Quarantine) -> None:
         self.quarantine = q
+        for stop in self.on_quarantine:
+            stop()
         for conn in self._connections():
             if conn is not None:
                 # Keep the -wal as it is for forensics; never fold it in.
                 conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+
+    def checkpoint_allowed(self) -> bool:
+        """Whether a background checkpoint may write the file now: not
+        quarantined (here or by the latch), the path still names our file and
+        -wal, the header still carries our stamp. Only looks; the next write
+        reports and contains whatever is wrong."""
+        if self.quarantine is not None or self.key is None or self.generation is None:
+            return False
+        q = latched(self.key)
+        if q is not None and q.generation in (None, self.generation):
+            return False
+        if self._replaced_reason()[0] is not None or self._fd is None:
+            return False
+        disk = disk_application_id(self._fd)
+        return disk == self.generation or (disk == 0 and self._disk_zero_ok)
 
     def _refusal(self) -> StorageError:
         q = self.quarantine

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 100
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+WAL_CHECKPOINT_PAGES = 1000  # SQLite's default autocheckpoint threshold
 WAL_HEADER_BYTES = (2, 2)  # file header offsets 18/19 say "WAL" when both are 2
 
 
@@ -143,16 +144,29 @@ def set_journal_size_limit(conn: apsw.Connection) -> None:
     conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
 
+def set_wal_autocheckpoint_off(conn: apsw.Connection) -> None:
+    """The writer never checkpoints inside a commit: with two FTS indexes
+    every commit writes several pages, so SQLite's automatic checkpoint
+    would land on a commit every few hundred; the store's background
+    checkpointer (checkpointer.py) does it on another thread instead."""
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+
+
 def set_trusted_schema_off(conn: apsw.Connection) -> None:
     """Functions in a damaged or foreign schema must not run with privileges."""
     conn.execute("PRAGMA trusted_schema=OFF")
 
 
 WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_journal_wal,
-                     set_synchronous_normal, set_foreign_keys, set_journal_size_limit)
+                     set_synchronous_normal, set_foreign_keys, set_journal_size_limit,
+                     set_wal_autocheckpoint_off)
 WRITER_POLICY_DELETE = (set_busy_timeout, set_trusted_schema_off, set_journal_delete,
                         set_synchronous_full, set_foreign_keys)
 READER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_foreign_keys)
+# The background checkpointer's own connection: it only runs checkpoints,
+# with the writer's durability (a checkpoint syncs unless synchronous=OFF).
+CHECKPOINTER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_synchronous_normal,
+                       set_journal_size_limit)
 
 
 def apply_policy(conn: apsw.Connection, policy: tuple) -> None:

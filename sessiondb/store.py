@@ -20,6 +20,8 @@ import apsw
 
 from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
                search, search_index, search_maintenance, sessions, spool, txn)
+from . import checkpointer
+from .checkpointer import Checkpointer, CheckpointStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -35,16 +37,20 @@ class SessionDB:
     ``SessionDB(path)`` opens (creating if needed, 0600) the file at
     ``path``; ``SessionDB.open(home, profile)`` resolves the home first.
     ``journal_mode`` is ``"wal"`` (default) or ``"delete"`` for filesystems
-    where WAL cannot work; a WAL file is never downgraded.
+    where WAL cannot work; a WAL file is never downgraded. In WAL mode a
+    background thread checkpoints once the WAL passes ``checkpoint_pages``
+    (see checkpointer.py); commits never do.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: str = "wal",
                  patience: float = DEFAULT_PATIENCE_S, clock: Callable[[], float] = time.time,
                  home: Path | None = None, profile: str | None = None,
-                 vfs: str | None = None) -> None:
+                 vfs: str | None = None,
+                 checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
+        checkpointer.check_threshold(checkpoint_pages)
         self.path = Path(path)
         self.home, self.profile = home, profile
         self.patience = patience
@@ -56,6 +62,7 @@ class SessionDB:
         self._closed = False
         self._index_covered = False  # set while index_safe_write covers a write
         self._tail: tuple[str, int, int] | None = None  # see _known_start
+        self._checkpointer: Checkpointer | None = None
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
@@ -66,6 +73,9 @@ class SessionDB:
             self._writer.close()
             self._guard.release()
             raise
+        if journal_mode == "wal" and not self._writer.readonly("main"):
+            self._checkpointer = checkpointer.for_writer(
+                self._writer, self._guard, str(self.path), vfs, checkpoint_pages)
         # A stale search index is rebuilt here only if no other process holds the file.
         self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
 
@@ -108,6 +118,11 @@ class SessionDB:
             raise
         return conn
 
+    @property
+    def checkpoint_stats(self) -> CheckpointStats | None:
+        """What the background checkpointer did (None: it does not run here)."""
+        return self._checkpointer.stats if self._checkpointer else None
+
     def _reader(self) -> apsw.Connection:
         if self._reader_conn is None:
             conn = self._connect(apsw.SQLITE_OPEN_READONLY)
@@ -149,6 +164,8 @@ class SessionDB:
             if self._closed:
                 return
             self._closed = True
+            if self._checkpointer is not None:
+                self._checkpointer.close()  # joined, its connection closed first
             failure: apsw.Error | None = None
             for conn in (self._reader_conn, self._writer):
                 if conn is not None:
