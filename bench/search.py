@@ -311,6 +311,7 @@ def main() -> None:
                     help="also time search while the index is marked stale, then rebuild")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--repeats", type=int, default=REPEATS, help="timed runs of each query")
+    ap.add_argument("--only", help="comma-separated query classes to run (default: all)")
     args = ap.parse_args()
     path = args.path or Path(tempfile.mkdtemp(prefix="hermes-bench-")) / "state.db"
     gen = Generator()
@@ -321,6 +322,8 @@ def main() -> None:
     size_mb = sum(os.path.getsize(f"{path}{s}") for s in ("", "-wal")
                   if os.path.exists(f"{path}{s}")) / 1e6
     queries = query_set(path, gen)
+    if args.only:
+        queries = {k: v for k, v in queries.items() if k in args.only.split(",")}
     with SessionDB(path) as db:
         with db._read() as conn:
             (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()

@@ -124,17 +124,12 @@ def _snippet_sql(table: str) -> str:
             f" {SNIPPET_TOKENS})")
 
 
-def _window_floor(conn: apsw.Connection, table: str, p: Plan, filters: Filters, base: str,
-                  params: list[Any]) -> int | None:
-    """The oldest rowid among the RANK_WINDOW most recent matches. Without
-    narrowing filters the index alone answers (no join per candidate); the
-    state filter is left to the ranked pass, as few rows are not active."""
-    if filters.narrowing or p.likes:
-        sql, args = f"SELECT f.rowid AS id{base}", params
-    else:
-        sql, args = f"SELECT rowid AS id FROM {table} WHERE {table} MATCH ?", [p.match]
-    (floor,) = conn.execute(f"SELECT min(id) FROM ({sql} ORDER BY id DESC"
-                            f" LIMIT {RANK_WINDOW})", args).fetchone()
+def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int | None:
+    """The oldest rowid among the RANK_WINDOW most recent matches in the
+    index (any state), for the joined re-rank of `_rank_unjoined`."""
+    (floor,) = conn.execute(f"SELECT min(id) FROM (SELECT rowid AS id FROM {table}"
+                            f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
+                            (match,)).fetchone()
     return floor
 
 
@@ -154,26 +149,43 @@ def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
     return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
 
 
-def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters, floor: int,
-                   limit: int, offset: int) -> list[tuple] | None:
+def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
+                   base: str, params: list[Any], limit: int, offset: int) -> list[tuple]:
     """Rank the window on the index alone, then join only the best rows.
 
-    Exact whenever enough of the best rows pass the state filter (nearly
-    always: few rows are not active); None otherwise, and the caller runs
-    the joined query."""
+    One pass over the index: the RANK_WINDOW most recent matches, streamed
+    in rowid order, scored, and the best ``2 x (offset + limit)`` kept. That
+    is enough whenever enough of them pass the state filter (nearly always:
+    few rows are not active); otherwise the joined query ranks the window."""
     want = offset + limit
     best = list(conn.execute(
-        f"SELECT rowid, bm25({table}) AS score FROM {table} WHERE {table} MATCH ?"
-        f" AND rowid >= ? ORDER BY score, rowid DESC LIMIT ?", (p.match, floor, 2 * want)))
+        f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}) AS score FROM {table}"
+        f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
+        f" ORDER BY score, id DESC LIMIT ?", (p.match, 2 * want)))
+    if not best:
+        return []
     where, args = filters.sql()
     marks = ",".join("?" * len(best))
     rows = {r[0]: r for r in conn.execute(
         f"SELECT {_COLS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
         f" WHERE m.id IN ({marks}) AND {where}", (*[b[0] for b in best], *args))}
     kept = [(*rows[rid], score) for rid, score in best if rid in rows]
-    if len(kept) < want and len(best) == 2 * want:
-        return None
-    return kept[offset:want]
+    if len(kept) >= want or len(best) < 2 * want:
+        return kept[offset:want]
+    floor = _window_floor(conn, table, p.match)
+    sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
+           f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
+    return list(conn.execute(sql, (*params, floor, limit, offset)))
+
+
+def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any],
+                 limit: int, offset: int) -> list[tuple]:
+    """Rank the RANK_WINDOW most recent matches that pass the filters (and
+    LIKE checks), in one pass: FTS5 streams them in rowid order through the
+    join, and only those are scored."""
+    sql = (f"SELECT * FROM (SELECT {_COLS}, bm25({table}) AS score{base}"
+           f" ORDER BY f.rowid DESC LIMIT {RANK_WINDOW}) ORDER BY score, id DESC LIMIT ? OFFSET ?")
+    return list(conn.execute(sql, (*params, limit, offset)))
 
 
 def _session_bounds(conn: apsw.Connection, session_id: str | None) -> tuple[int, int] | None:
@@ -200,16 +212,10 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
     params = [p.match, *bounds, *args, *p.likes]
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     if order == "rank":
-        floor = _window_floor(conn, table, p, filters, base, params)
-        if floor is None:
-            return []
-        rows = None
-        if not (filters.narrowing or p.likes):
-            rows = _rank_unjoined(conn, table, p, filters, floor, limit, offset)
-        if rows is None:
-            sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
-                   f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
-            rows = list(conn.execute(sql, (*params, floor, limit, offset)))
+        if filters.narrowing or p.likes:
+            rows = _rank_joined(conn, table, base, params, limit, offset)
+        else:
+            rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
         rows = _with_snippets(conn, table, p.match, rows)
     else:
         direction = "DESC" if order == "newest" else "ASC"
@@ -271,15 +277,19 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
     """Execute ``p`` on a healthy index."""
     if p.kind == "scan":
         return _scan(conn, p, filters, order, limit, offset, "scan")
-    if p.alt is not None and not _any_match(conn, search_index.FTS_TABLE, p.match):
-        return run(conn, p.alt, filters, order, limit, offset)
     table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
     try:
-        return _indexed(conn, p, table, filters, order, limit, offset)
+        hits = _indexed(conn, p, table, filters, order, limit, offset)
     except apsw.SQLError as e:
         if p.kind == "raw":  # FTS5 reports syntax errors as SQLITE_ERROR
             raise InvalidQuery(f"not a valid FTS5 query: {e}") from None
         raise
+    # Words the word index does not hold at all run as substrings. Checked
+    # only when the page is empty (a hit proves the index holds a match),
+    # and on the whole index, so every page of a query takes the same path.
+    if not hits and p.alt is not None and not _any_match(conn, search_index.FTS_TABLE, p.match):
+        return run(conn, p.alt, filters, order, limit, offset)
+    return hits
 
 
 def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
