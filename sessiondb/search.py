@@ -162,8 +162,11 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
         f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}) AS score FROM {table}"
         f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
         f" ORDER BY score, id DESC LIMIT ?", (p.match, 2 * want)))
-    if not best:
+    if len(best) <= offset:
         return []
+    page = _page_if_all_pass(conn, table, p.match, filters, best[:want], offset)
+    if page is not None:
+        return page
     where, args = filters.sql()
     marks = ",".join("?" * len(best))
     rows = {r[0]: r for r in conn.execute(
@@ -171,11 +174,32 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
         f" WHERE m.id IN ({marks}) AND {where}", (*[b[0] for b in best], *args))}
     kept = [(*rows[rid], score) for rid, score in best if rid in rows]
     if len(kept) >= want or len(best) < 2 * want:
-        return kept[offset:want]
+        return _with_snippets(conn, table, p.match, kept[offset:want])
     floor = _window_floor(conn, table, p.match)
     sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
            f" ORDER BY score, m.id DESC LIMIT ? OFFSET ?")
-    return list(conn.execute(sql, (*params, floor, limit, offset)))
+    return _with_snippets(conn, table, p.match,
+                          list(conn.execute(sql, (*params, floor, limit, offset))))
+
+
+def _page_if_all_pass(conn: apsw.Connection, table: str, match: str | None,
+                      filters: Filters, head: list[tuple], offset: int) -> list[tuple] | None:
+    """The page when every row of ``head`` (the best ``offset + limit``)
+    passes the state filter, the common case: one statement joins them and
+    builds snippets for the page rows only. None when some row does not."""
+    where, args = filters.sql()
+    ids = [rid for rid, _ in head]
+    page = ids[offset:]
+    marks, page_marks = ",".join("?" * len(ids)), ",".join("?" * len(page))
+    found = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS}, CASE WHEN f.rowid IN ({page_marks}) THEN {_snippet_sql(table)} END"
+        f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
+        f" JOIN sessions AS s ON s.id = m.session_id WHERE f.{table} MATCH ?"
+        f" AND f.rowid BETWEEN ? AND ? AND +f.rowid IN ({marks}) AND {where}",
+        (*page, match, min(ids), max(ids), *ids, *args))}
+    if len(found) < len(ids):
+        return None
+    return [(*found[rid], score) for rid, score in head[offset:]]
 
 
 def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any],
@@ -213,10 +237,10 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     if order == "rank":
         if filters.narrowing or p.likes:
-            rows = _rank_joined(conn, table, base, params, limit, offset)
+            rows = _with_snippets(conn, table, p.match,
+                                  _rank_joined(conn, table, base, params, limit, offset))
         else:
             rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
-        rows = _with_snippets(conn, table, p.match, rows)
     else:
         direction = "DESC" if order == "newest" else "ASC"
         sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
