@@ -142,3 +142,15 @@ def test_the_corpus_exercises_the_window(store):
     assert outside and outside[0].message_id not in {h.message_id for h in db.search("alpha")}
     assert db.search("alpha", order="oldest", limit=1, source="t")[0].message_id not in {
         h.message_id for h in db.search("alpha", source="t")}
+
+
+def test_hits_are_ordinary_frozen_hits(store):
+    import dataclasses
+    db, _ = store
+    for hit in db.search("beta", limit=3) + db.search("b", limit=2):   # indexed, scan
+        fields = {f.name: getattr(hit, f.name) for f in dataclasses.fields(hit)}
+        twin = search_mod.SearchHit(**fields)
+        assert hit == twin and hash(hit) == hash(twin) and repr(hit) == repr(twin)
+        assert hit.to_dict() == twin.to_dict()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            hit.snippet = "changed"
