@@ -132,11 +132,11 @@ def _check_args(filters: Filters, limit: int, offset: int, order: str) -> None:
 
 # -- indexed paths -----------------------------------------------------------
 
-# Numbers that shape a statement on an FTS5 table (LIMIT, OFFSET, rowid
-# bounds) are written into the SQL as integer literals, never bound: measured
-# with SQLite 3.54, each bound one costs 10-20 us a statement, about what a
-# rare word's whole raw FTS5 query costs. They are ints we produced or
-# validated. Statements whose text is unique to one search are not cached.
+# LIMIT and OFFSET of statements on an FTS5 table are written into the SQL as
+# integer literals (validated ints), not bound: measured with SQLite 3.54, a
+# bound LIMIT costs 15-20 us a statement (about a rare word's whole raw FTS5
+# query). Rowid bounds stay bound: as literals every statement's text would
+# be new, and preparing one costs more than that.
 
 def _page_sql(limit: int, offset: int) -> str:
     return f" LIMIT {int(limit)} OFFSET {int(offset)}"
@@ -167,8 +167,8 @@ def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
     marks = ",".join("?" * len(wanted))
     found = dict(conn.execute(
         f"SELECT rowid, {_snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
-        f" AND rowid BETWEEN {int(min(wanted))} AND {int(max(wanted))} AND +rowid IN ({marks})",
-        (match, *wanted), can_cache=False))
+        f" AND rowid BETWEEN ? AND ? AND +rowid IN ({marks})",
+        (match, min(wanted), max(wanted), *wanted)))
     return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
 
 
@@ -199,10 +199,9 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
     if len(kept) >= want or len(best) < 2 * want:
         return _with_snippets(conn, table, p.match, kept[offset:want])
     floor = _window_floor(conn, table, p.match)
-    sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= {int(floor)}"
+    sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
            f" ORDER BY score, m.id DESC{_page_sql(limit, offset)}")
-    return _with_snippets(conn, table, p.match,
-                          list(conn.execute(sql, params, can_cache=False)))
+    return _with_snippets(conn, table, p.match, list(conn.execute(sql, (*params, floor))))
 
 
 def _page_if_all_pass(conn: apsw.Connection, table: str, match: str | None,
@@ -219,23 +218,22 @@ def _page_if_all_pass(conn: apsw.Connection, table: str, match: str | None,
     found = {r[0]: r for r in conn.execute(
         f"SELECT {_COLS}, {snippet} FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
         f" JOIN sessions AS s ON s.id = m.session_id WHERE f.{table} MATCH ?"
-        f" AND f.rowid BETWEEN {int(min(ids))} AND {int(max(ids))}"
-        f" AND +f.rowid IN ({','.join('?' * len(ids))}) AND {where}",
-        (*page, match, *ids, *args), can_cache=False)}
+        f" AND f.rowid BETWEEN ? AND ? AND +f.rowid IN ({','.join('?' * len(ids))}) AND {where}",
+        (*page, match, min(ids), max(ids), *ids, *args))}
     if len(found) < len(ids):
         return None
     return [(*found[rid], score) for rid, score in head[offset:]]
 
 
 def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any],
-                 limit: int, offset: int, cache: bool) -> list[tuple]:
+                 limit: int, offset: int) -> list[tuple]:
     """Rank the RANK_WINDOW most recent matches that pass the filters (and
     LIKE checks), in one pass: FTS5 streams them in rowid order through the
     join, and only those are scored."""
     sql = (f"SELECT * FROM (SELECT {_COLS}, bm25({table}) AS score{base}"
            f" ORDER BY f.rowid DESC LIMIT {RANK_WINDOW}) ORDER BY score, id DESC"
            f"{_page_sql(limit, offset)}")
-    return list(conn.execute(sql, params, can_cache=cache))
+    return list(conn.execute(sql, params))
 
 
 def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] | None:
@@ -250,29 +248,29 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
              limit: int, offset: int) -> list[SearchHit]:
     where, args = filters.sql()
-    span = ""
+    span, bounds = "", ()
     if filters.session_id is not None:
         bounds = _session_bounds(conn, filters.session_id)
         if bounds is None:
             return []
-        span = f" AND f.rowid BETWEEN {int(bounds[0])} AND {int(bounds[1])}"
+        span = " AND f.rowid BETWEEN ? AND ?"
     likes = "".join(f" AND {search_index.text_expr('m')} LIKE ? ESCAPE '\\'" for _ in p.likes)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
-    params = [p.match, *args, *p.likes]
+    params = [p.match, *bounds, *args, *p.likes]
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     if order == "rank":
         if filters.narrowing or p.likes:
             rows = _with_snippets(conn, table, p.match,
-                                  _rank_joined(conn, table, base, params, limit, offset, not span))
+                                  _rank_joined(conn, table, base, params, limit, offset))
         else:
             rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
     else:
         direction = "DESC" if order == "newest" else "ASC"
         sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
                f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
-        rows = list(conn.execute(sql, params, can_cache=not span))
+        rows = list(conn.execute(sql, params))
     return [SearchHit._of(sid, mid, role, ts, snip or "", title, state, via, score)
             for mid, sid, role, ts, state, title, snip, score in rows]
 
