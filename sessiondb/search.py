@@ -173,8 +173,10 @@ def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
 
 
 def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
-                   base: str, params: list[Any], limit: int, offset: int) -> list[tuple]:
-    """Rank the window on the index alone, then join only the best rows.
+                   base: str, params: list[Any], limit: int,
+                   offset: int) -> list[tuple] | None:
+    """Rank the window on the index alone, then join only the best rows
+    (None when the index holds no match at all).
 
     One pass over the index: the RANK_WINDOW most recent matches, streamed
     in rowid order, scored, and the best ``2 x (offset + limit)`` kept. That
@@ -186,7 +188,7 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
         f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
         f" ORDER BY score, id DESC LIMIT {int(2 * want)}", (p.match,)))
     if len(best) <= offset:
-        return []
+        return None if not best else []
     page = _page_if_all_pass(conn, table, p.match, filters, best[:want], offset)
     if page is not None:
         return page
@@ -246,7 +248,9 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
 
 
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
-             limit: int, offset: int) -> list[SearchHit]:
+             limit: int, offset: int) -> list[SearchHit] | None:
+    """One page of hits from ``table``; None when the ranked path saw that
+    the index holds no match for ``p.match`` at all."""
     where, args = filters.sql()
     span, bounds = "", ()
     if filters.session_id is not None:
@@ -266,6 +270,8 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
                                   _rank_joined(conn, table, base, params, limit, offset))
         else:
             rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
+            if rows is None:
+                return None
     else:
         direction = "DESC" if order == "newest" else "ASC"
         sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
@@ -336,9 +342,10 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
     # Words the word index does not hold at all run as substrings. Checked
     # only when the page is empty (a hit proves the index holds a match),
     # and on the whole index, so every page of a query takes the same path.
-    if not hits and p.alt is not None and not _any_match(conn, search_index.FTS_TABLE, p.match):
+    if p.alt is not None and (hits is None or not hits and not _any_match(
+            conn, search_index.FTS_TABLE, p.match)):
         return run(conn, p.alt, filters, order, limit, offset)
-    return hits
+    return hits or []
 
 
 def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
