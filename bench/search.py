@@ -237,7 +237,7 @@ def check_answer(ours: list, floor: list, order: str) -> tuple[bool, float]:
 def run_class(db: SessionDB, queries: list, order: str, repeats: int,
               check: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {"ours": [], "floor": [], "bare": [], "hits": [], "same": [],
-                           "wrong": []}
+                           "wrong": [], "checked": check}
     with db._read() as conn:
         for item in queries:
             q, sid = item if isinstance(item, tuple) else (item, None)
@@ -273,7 +273,7 @@ def report(results: dict[str, dict[str, Any]]) -> list[dict]:
                      "ratio_p95": round(o95 / max(f95, 1e-6), 2),
                      "mean_hits": round(statistics.mean(r["hits"]), 1),
                      "same_as_floor": round(statistics.mean(r["same"]), 2),
-                     "wrong": r["wrong"]})
+                     "wrong": r["wrong"], "checked": r["checked"]})
     return rows
 
 
@@ -284,7 +284,8 @@ def print_table(rows: list[dict], title: str) -> None:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        answer = "ok" if not r["wrong"] else f"WRONG for {len(r['wrong'])} queries"
+        answer = ("not checked" if not r["checked"] else "ok" if not r["wrong"]
+                  else f"WRONG for {len(r['wrong'])} queries")
         print(f"| {r['class']} | {r['ours_p50_ms']:.2f} ms | {r['ours_p95_ms']:.2f} ms | "
               f"{r['floor_p50_ms']:.2f} ms | {r['floor_p95_ms']:.2f} ms | {r['ratio_p50']} | "
               f"{r['ratio_p95']} | {r['bare_p95_ms']:.2f} ms | {r['mean_hits']} | "
@@ -301,7 +302,7 @@ def goal_line(rows: list[dict], order: str) -> str:
             + (f"; missed: {missed}" if missed else f" (worst {worst['class']} {worst['ratio_p95']}x)"))
 
 
-def main() -> None:
+def options() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=1_000_000)
     ap.add_argument("--path", type=Path, help="store file (default: a temp dir)")
@@ -312,7 +313,36 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--repeats", type=int, default=REPEATS, help="timed runs of each query")
     ap.add_argument("--only", help="comma-separated query classes to run (default: all)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def healthy(db: SessionDB, queries: dict[str, list], repeats: int,
+            out: dict[str, Any]) -> list[str]:
+    """Both orders on the healthy index; returns the goal lines."""
+    goals = []
+    for order in ("rank", "newest"):
+        rows = report({name: run_class(db, qs, order, repeats) for name, qs in queries.items()})
+        print_table(rows, f"order={order}, limit={LIMIT}, {repeats} runs x 10 queries"
+                    " per class; floor = like-for-like raw FTS5 (ranked, with snippet)")
+        out[order] = rows
+        goals.append(goal_line(rows, order))
+    return goals
+
+
+def while_stale(db: SessionDB, queries: dict[str, list], repeats: int,
+                out: dict[str, Any]) -> None:
+    with db.atomic() as conn:
+        mark_stale(conn, "benchmark: fallback timing", None)
+    classes = [n for n in ("rare", "medium", "very common", "phrase", "in session")
+               if n in queries]
+    rows = report({n: run_class(db, queries[n], "rank", repeats, check=False) for n in classes})
+    print_table(rows, "while stale (fallback LIKE scan; floor is the healthy index's;"
+                " answers not checked: LIKE is approximate)")
+    out["fallback"] = rows
+
+
+def main() -> None:
+    args = options()
     path = args.path or Path(tempfile.mkdtemp(prefix="hermes-bench-")) / "state.db"
     gen = Generator()
     build_s = None
@@ -330,25 +360,10 @@ def main() -> None:
         print(f"{count:,} messages, {size_mb:.0f} MB"
               + (f", built in {build_s:.0f}s ({count / build_s:,.0f} msg/s)" if build_s else ""))
         out: dict[str, Any] = {"messages": count, "size_mb": round(size_mb), "build_s": build_s}
-        goals = []
-        for order in ("rank", "newest"):
-            rows = report({name: run_class(db, qs, order, args.repeats)
-                           for name, qs in queries.items()})
-            print_table(rows, f"order={order}, limit={LIMIT}, {args.repeats} runs x 10 queries"
-                        " per class; floor = like-for-like raw FTS5 (ranked, with snippet)")
-            out[order] = rows
-            goals.append(goal_line(rows, order))
+        goals = healthy(db, queries, args.repeats, out)
         if args.fallback:
-            with db.atomic() as conn:
-                mark_stale(conn, "benchmark: fallback timing", None)
-            classes = ("rare", "medium", "very common", "phrase", "in session")
-            rows = report({n: run_class(db, queries[n], "rank", args.repeats, check=False)
-                           for n in classes})
-            print_table(rows, "while stale (fallback LIKE scan; floor is the healthy index's;"
-                        " answers not checked: LIKE is approximate)")
-            out["fallback"] = rows
-            args.rebuild = True
-        if args.rebuild:
+            while_stale(db, queries, args.repeats, out)
+        if args.fallback or args.rebuild:
             stats = db.rebuild_search_index()
             print(f"\nrebuild_search_index(): {stats['seconds']:.1f}s for {stats['messages']:,}")
             out["rebuild_s"] = stats["seconds"]

@@ -3,11 +3,12 @@
 Bounded work, by design (documented in docs/search.md):
 
 - ``order="rank"`` ranks with bm25 only among the ``RANK_WINDOW`` most
-  recently stored matches. The window is found by walking doclists in
-  rowid order without scoring; bm25 then runs on the index alone over at
-  most that many rows, and only the best few are joined to their rows. So
-  a term in every message costs about the same as one in 5,000. Older
-  matches stay reachable with ``order="oldest"`` or filters.
+  recently stored matches. FTS5 streams matches in rowid order, newest
+  first; the first RANK_WINDOW are scored in that same pass (on the index
+  alone unless filters need the rows) and only the best few are joined to
+  their rows and given snippets. So a term in every message costs about
+  the same as one in 5,000. Older matches stay reachable with
+  ``order="oldest"`` or filters.
 - a ``session_id`` filter bounds FTS5 to the session's rowid range.
 - ``order="newest"``/``"oldest"`` follow storage order (message id), which
   FTS5 streams without sorting.
