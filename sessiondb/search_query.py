@@ -51,7 +51,15 @@ class Plan:
     match: str | None = None        # FTS5 expression for the chosen index
     likes: list[str] = field(default_factory=list)   # LIKE patterns checked on candidates
     terms: list[str] = field(default_factory=list)   # plain terms, for scan snippets
-    alt: "Plan | None" = None       # words only: the substring plan used when no word matches
+
+    @property
+    def alt(self) -> "Plan | None":
+        """Words only: the substring plan used when the word index holds no
+        match (derived on demand: most queries never need it)."""
+        if self.kind != "words":
+            return None
+        alt = _substring_plan(self.terms)
+        return alt if alt.kind == "substring" else None
 
 
 def _is_cjk(ch: str) -> bool:
@@ -94,6 +102,8 @@ def clean(text: object) -> str:
 
 def split_terms(text: str) -> list[Term]:
     """Words and quoted phrases; an unbalanced quote runs to the end."""
+    if '"' not in text:   # the common case, the same words as the loop below
+        return [_word(w) for w in text.split()]
     terms: list[Term] = []
     i, n = 0, len(text)
     while i < n:
@@ -111,19 +121,20 @@ def split_terms(text: str) -> list[Term]:
             j = i
             while j < n and not text[j].isspace() and text[j] != '"':
                 j += 1
-            word = text[i:j]
-            prefix = len(word) > 1 and word.endswith("*")
-            terms.append(Term(word.rstrip("*") if prefix else word, prefix=prefix))
+            terms.append(_word(text[i:j]))
             i = j
     return terms
+
+
+def _word(word: str) -> Term:
+    prefix = len(word) > 1 and word.endswith("*")
+    return Term(word.rstrip("*") if prefix else word, prefix=prefix)
 
 
 def _words_plan(terms: list[Term]) -> Plan:
     words = [t for t in terms if t.has_word_chars]
     parts = [fts_string(t.text) + ("*" if t.prefix else "") for t in words]
-    alt = _substring_plan([t.text for t in words])
-    return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words],
-                alt=alt if alt.kind == "substring" else None)
+    return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words])
 
 
 def _substring_plan(pieces: list[str]) -> Plan:

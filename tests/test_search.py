@@ -319,3 +319,16 @@ def test_rank_when_the_best_matches_are_mostly_archived(db, sid):
     top = db.search("topic", limit=5, include_archived=True)
     assert len(top) == 5 and set(ids(top)) <= set(archived)
     assert all(h.snippet.startswith("**topic**") for h in top)
+
+
+def test_words_the_index_holds_never_switch_to_substrings(db, sid):
+    """The substring fallback is for words the index holds nowhere; an empty
+    page (past the last hit, or filtered out) must stay empty."""
+    word = db.append_message(sid, {"role": "user", "content": "the connection dropped"})
+    longer = db.append_message(sid, {"role": "assistant", "content": "reconnections happen"})
+    assert ids(db.search("connection")) == [word]
+    assert db.search("connection", offset=1) == []
+    assert db.search("connection", role="assistant") == []
+    assert db.search("connection", order="newest", role="assistant") == []
+    assert ids(db.search("reconnection")) == [longer]            # the fallback itself
+    assert [h.via for h in db.search("onnections")] == ["trigram"]

@@ -57,3 +57,23 @@ def test_holders_parse_and_self_exclusion(tmp_path):
     with SessionDB(tmp_path / "x.db"):
         assert other_holders(tmp_path / "x.db") == []   # our own locks never count
     assert os.getpid() not in (other_holders(tmp_path / "x.db") or [])
+
+
+def test_unquoted_text_splits_as_the_quote_aware_scanner_does():
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)
+           | st.text(alphabet=" \t\n\u3000\u00a0\u2028*ab東", max_size=20))
+    def check(text):
+        text = text.replace('"', "")
+        # a trailing lone quote opens an empty phrase: no term, but the scanner runs
+        assert split_terms(text) == split_terms(text + ' "')
+
+    check()
+
+
+def test_substring_alternative_of_word_plans():
+    assert plan("onnectio").alt.match == '"onnectio"' and plan("onnectio").alt.kind == "substring"
+    assert plan("ab cd").alt is None              # no term of 3+ characters: no trigram plan
+    assert plan("東京タワー").alt is None            # not a words plan
