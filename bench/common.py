@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 import apsw  # noqa: E402
 
-from sessiondb import migrations  # noqa: E402
+from sessiondb import migrations, policy  # noqa: E402
 
 SYNC_MODES = ("NORMAL", "FULL")
 LOREM = "lorem ipsum dolor sit amet " * 8
@@ -125,6 +125,7 @@ def floor_connection(path: Path, sync: str) -> apsw.Connection:
     guard, no codec) is involved.
     """
     conn = apsw.Connection(str(path))
+    conn.execute(f"PRAGMA page_size={policy.PAGE_SIZE}")  # the store's page size
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={sync}")
     conn.execute("PRAGMA foreign_keys=ON")

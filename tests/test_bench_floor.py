@@ -17,8 +17,9 @@ import common  # noqa: E402  (bench/common.py)
 def schema(path: Path) -> list[tuple]:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        return list(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema"
-                                 " ORDER BY type, name"))
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+        return [("page_size", page_size)] + list(conn.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_schema ORDER BY type, name"))
     finally:
         conn.close()
 

@@ -49,7 +49,9 @@ def text(i: int) -> dict:
 
 def wal_pages(path: Path) -> int:
     """Frames the -wal file has room for (32-byte header, 24 per frame)."""
-    return max(os.path.getsize(f"{path}-wal") - 32, 0) // (4096 + 24)
+    with open(f"{path}-wal", "rb") as f:
+        page_size = int.from_bytes(f.read(32)[8:12], "big")  # the WAL header says
+    return max(os.path.getsize(f"{path}-wal") - 32, 0) // (page_size + 24)
 
 
 def wait_for(condition: Callable[[], bool], what: str) -> None:
