@@ -68,24 +68,36 @@ def flush_scaling(quick: bool) -> dict[str, Any]:
 
 def salvage(sqlite3: str | None) -> dict[str, Any]:
     res = script("salvage.py", ["--sqlite3", sqlite3] if sqlite3 else [], 900)
-    rows = [ln.split() for ln in res["stdout"].splitlines()[2:] if ln.strip()]
-    classes = []
-    for parts in rows:
-        # "<class words> ours theirs ratio ours_s theirs_s"
-        if len(parts) >= 6 and parts[-5].isdigit():
-            classes.append({"class": " ".join(parts[:-5]), "ours": int(parts[-5]),
-                            "recover": int(parts[-4]), "seconds_ours": float(parts[-2])})
+    classes = _salvage_rows(res["stdout"])
     res["classes"] = classes
     theirs = "" if sqlite3 else " (.recover unavailable: no --sqlite3 shell given)"
     if classes:
         behind = [c["class"] for c in classes if sqlite3 and c["ours"] < c["recover"]]
-        summary = ", ".join(f"{c['class']} {c['ours']}/{c['recover'] if sqlite3 else '-'}"
-                            for c in classes)
-        res["line"] = (f"B5 salvage ours/.recover rows | {summary}{theirs} | behind on: "
-                       f"{', '.join(behind) or 'none'}")
+        ahead = ", ".join(f"{c['class']} {c['ours']}/{c['recover']}" for c in classes
+                          if sqlite3 and c["ours"] > c["recover"])
+        res["line"] = (f"B5 salvage ours/.recover rows{theirs} | equal or ahead on "
+                       f"{len(classes) - len(behind)}/{len(classes)} classes | ahead on: "
+                       f"{ahead or 'none'} | behind on: {', '.join(behind) or 'none'}")
     else:
         res["line"] = f"B5 salvage | {res['status']}"
     return res
+
+
+def _salvage_rows(stdout: str) -> list[dict[str, Any]]:
+    """The per-class rows of salvage.py's markdown table, by column name."""
+    table = [[c.strip() for c in ln.strip().strip("|").split("|")]
+             for ln in stdout.splitlines() if ln.lstrip().startswith("|")]
+    if not table:
+        return []
+    head = table[0]
+    classes = []
+    for cells in table[1:]:
+        row = dict(zip(head, cells))
+        if row.get("ours", "").isdigit() and row.get("recover", "").isdigit():
+            classes.append({"class": row["class"], "ours": int(row["ours"]),
+                            "recover": int(row["recover"]),
+                            "seconds_ours": float(row.get("ours_s") or "nan")})
+    return classes
 
 
 def search(quick: bool) -> dict[str, Any]:
