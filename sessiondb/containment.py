@@ -211,8 +211,8 @@ class Guard:
             raise self._refusal()
         if self.key is None or self.generation is None:
             return  # still opening: migrations and the first stamp
-        q = latched(self.key)
-        if q is not None and q.generation in (None, self.generation):
+        q = self._latch_for_us()
+        if q is not None:
             self._quarantine_self(q)
             raise self._refusal()
         if self._wal_mode and self._wal_key is None:
@@ -224,6 +224,11 @@ class Guard:
             # this handle still holds open but nobody can reach by name.
             err.rescued_to = self._rescue() if rescue else None
             raise self.contain(err)
+
+    def _latch_for_us(self) -> Quarantine | None:
+        """The process latch's quarantine when it names this file and stamp."""
+        q = latched(self.key) if self.key is not None else None
+        return q if q is not None and q.generation in (None, self.generation) else None
 
     def _replaced_reason(self) -> tuple[str | None, bool]:
         """(why the file is not ours any more, whether this handle's view of
@@ -282,19 +287,23 @@ class Guard:
         ``view_known``: SQLite's view is known to be ours; read only the disk."""
         if self.generation is None or self._fd is None:
             return None
-        disk = disk_application_id(self._fd)
-        if disk == 0 and self._disk_zero_ok:
-            disk = self.generation  # our stamp not yet checkpointed into the file
-        elif disk == self.generation:
-            self._disk_zero_ok = False
-        if disk != self.generation:
-            return "unreadable" if disk is None else str(disk)
-        if view_known:
-            return None
+        found = self._foreign_on_disk(self._fd)
+        if found is not None or view_known:
+            return found
         seen = self._app_id(conn)
         if seen == self.generation:
             return None
         return "unreadable" if seen is None else str(seen)
+
+    def _foreign_on_disk(self, fd: int) -> str | None:
+        """The header's generation when it is not ours (None: ours)."""
+        disk = disk_application_id(fd)
+        if disk == 0 and self._disk_zero_ok:
+            return None  # our stamp not yet checkpointed into the file
+        if disk == self.generation:
+            self._disk_zero_ok = False
+            return None
+        return "unreadable" if disk is None else str(disk)
 
     def _copied_over(self, found: str) -> StoreReplaced:
         return StoreReplaced(
@@ -347,13 +356,10 @@ class Guard:
         reports and contains whatever is wrong."""
         if self.quarantine is not None or self.key is None or self.generation is None:
             return False
-        q = latched(self.key)
-        if q is not None and q.generation in (None, self.generation):
+        fd = self._fd
+        if fd is None or self._latch_for_us() is not None or self._replaced_reason()[0]:
             return False
-        if self._replaced_reason()[0] is not None or self._fd is None:
-            return False
-        disk = disk_application_id(self._fd)
-        return disk == self.generation or (disk == 0 and self._disk_zero_ok)
+        return self._foreign_on_disk(fd) is None
 
     def _refusal(self) -> StorageError:
         q = self.quarantine
