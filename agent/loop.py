@@ -60,6 +60,11 @@ class TurnResult:
     explanation: Any = None  # sessiondb.explain.StorageFailure when storage failed
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
+    #: The user's text when the turn failed before the model saw it: it was
+    #: taken back out of the transcript, so the next turn does not resend it.
+    withdrawn: str | None = None
+    #: Messages saved nowhere (neither the store nor the spool could take them).
+    unsaved: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Agent:
@@ -96,11 +101,10 @@ class Agent:
         self._interrupt.clear()
         self._streamed = False  # text already passed to on_text in this turn
         usage, steps, answer = Usage(), 0, ""
+        user = {"role": "user", "content": user_text, "timestamp": time.time()}
         try:
-            self.messages.append({"role": "user", "content": user_text,
-                                  "timestamp": time.time()})
+            self.messages.append(user)
             self.store.begin_turn(self.messages)
-            self.store.flush(self.messages)
             while steps < self.max_steps:
                 steps += 1
                 reply = self._model_step(on_text, usage)
@@ -117,15 +121,25 @@ class Agent:
         except TurnInterrupted:
             return TurnResult(False, True, False, answer, usage=usage, steps=steps)
         except PersistenceFailed as e:
+            withdrawn = self._withdraw(user) if steps == 0 else None
             return TurnResult(False, False, True, answer or wire.pending_text(self.messages),
                               failure_reason=f"session_persistence_failed:{e.cause}",
-                              explanation=e.failure, usage=usage, steps=steps)
+                              explanation=e.failure, usage=usage, steps=steps,
+                              withdrawn=withdrawn, unsaved=list(e.error.unsaved))
         except anthropic.APIError as e:
             reason = getattr(e, "type", None) or type(e).__name__
             return TurnResult(False, False, True, answer, failure_reason=f"model_error:{reason}",
                               explanation=str(e), usage=usage, steps=steps)
         finally:
             self.store.end_turn(usage)
+
+    def _withdraw(self, user: dict[str, Any]) -> str | None:
+        """Take back a user line the model never saw (its turn failed at the
+        start), so it is not sent again, unannounced, with the next line."""
+        if self.messages and self.messages[-1] is user:
+            self.messages.pop()
+            return str(user["content"])
+        return None
 
     def _add(self, message: dict[str, Any]) -> None:
         self.messages.append(message)

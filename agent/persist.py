@@ -48,11 +48,13 @@ class TurnPersistence:
         """The session's live transcript (marked), for resuming."""
         return self.db.get_messages(self.session_id)
 
-    def _fail(self, err: StorageError, messages: list[dict[str, Any]]) -> PersistenceFailed:
-        """Spool what is not stored yet (once per message), explain, fail closed."""
+    def _fail(self, err: StorageError, messages: list[dict[str, Any]], *,
+              causes: frozenset[Cause] = AGENT_SPOOL_CAUSES) -> PersistenceFailed:
+        """Spool what is not stored yet (once per message), explain, fail closed.
+        What the spool could not take either is in ``err.unsaved``."""
         unwritten = [m for m in messages if MARKER_KEY not in m
                      and m.get(UID_KEY) not in self._spooled]
-        spool_failed_write(self.db, self.session_id, unwritten, err, causes=AGENT_SPOOL_CAUSES)
+        spool_failed_write(self.db, self.session_id, unwritten, err, causes=causes)
         if getattr(err, "spooled_to", None):
             self._spooled.update(m[UID_KEY] for m in unwritten)
         failure = describe_error(err, home=self.db.home, profile=self.db.profile)
@@ -60,13 +62,19 @@ class TurnPersistence:
         return self.failed
 
     def begin_turn(self, messages: list[dict[str, Any]]) -> None:
-        """Take the turn lease; if the store refuses, keep ``messages`` in the spool."""
+        """Take the turn lease and store the new user line. If the store refuses,
+        the turn did not start: a lock timeout spools nothing (the caller
+        withdraws the line and the user sends it again); other causes keep it
+        in the spool."""
         self.failed = None
         try:
             self._lease_until = self.db.acquire_lease(self.session_id, self.holder,
                                                       LEASE_TTL_S).expires_at
+            self.writer.flush(messages)
         except StorageError as e:
-            raise self._fail(e, messages) from e
+            if getattr(e, "spooled_to", None):
+                self._spooled.update(m[UID_KEY] for m in self.writer.unwritten)
+            raise self._fail(e, messages, causes=SPOOL_CAUSES) from e
 
     def _keep_lease(self) -> None:
         """Renew when half the lease is gone: one extra write per minute, not per flush."""

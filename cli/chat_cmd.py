@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import stat
 import sys
+from pathlib import Path
 from typing import Any, Iterator
 
 import click
@@ -30,17 +33,47 @@ def model_client(offline: bool) -> Iterator[Any]:
     yield anthropic.Anthropic()
 
 
-def report_failure(result: Any) -> None:
-    """The failed turn's reason and, for storage, the copy-table explanation."""
+def report_failure(result: Any, unsaved_to: Path | None = None) -> None:
+    """The failed turn's reason and, for storage, the copy-table explanation;
+    a withdrawn line is announced, and messages saved nowhere are handed to
+    the user: written to ``unsaved_to`` when given, else printed."""
     click.echo(f"Error: turn failed: {result.failure_reason}", err=True)
     exp = result.explanation
     if exp is not None and hasattr(exp, "summary"):
         click.echo(exp.summary, err=True)
         for action in exp.actions:
             click.echo(f"  {action}", err=True)
+    if result.withdrawn is not None:
+        click.echo("[your line was not sent to the model; send it again when the store "
+                   "is back]", err=True)
+    if result.unsaved:
+        _hand_back(result.unsaved, unsaved_to)
 
 
-def run_one(agent: Any, text: str) -> Any:
+def _hand_back(messages: list[dict[str, Any]], unsaved_to: Path | None) -> None:
+    from sessiondb import strip_markers
+    clean = strip_markers(messages)
+    if unsaved_to is not None:
+        fd = os.open(unsaved_to, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
+                     0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(m, ensure_ascii=False, default=str) + "\n" for m in clean)
+            f.flush()
+            os.fsync(f.fileno())
+        click.echo(f"[{len(clean)} unsaved message(s) written to {unsaved_to}]", err=True)
+        return
+    click.echo(f"[{len(clean)} message(s) saved nowhere; here they are:]", err=True)
+    for m in clean:
+        click.echo(f"  {m.get('role')}: {m.get('content')}", err=True)
+
+
+def _check_unsaved_to(path: Path | None) -> None:
+    """Refuse before any turn a target that is not a regular file we can append to."""
+    if path is not None and os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise click.BadParameter(f"{path} is not a regular file", param_hint="--unsaved-to")
+
+
+def run_one(agent: Any, text: str, unsaved_to: Path | None = None) -> Any:
     """One turn, streaming to stdout; Ctrl-C interrupts the turn."""
     presses = []
 
@@ -58,7 +91,7 @@ def run_one(agent: Any, text: str) -> Any:
     if result.interrupted:
         click.echo("[interrupted; what arrived so far is saved]", err=True)
     elif result.failed:
-        report_failure(result)
+        report_failure(result, unsaved_to)
     return result
 
 
@@ -71,13 +104,17 @@ def run_one(agent: Any, text: str) -> Any:
 @click.option("--compact/--no-compact", default=None,
               help="Micro-compact old exchanges after a turn (default on; "
                    "HERMES_MICRO_COMPACT=off turns it off).")
+@click.option("--unsaved-to", type=click.Path(dir_okay=False, path_type=Path),
+              help="If neither the store nor its spool can take a message, append it "
+                   "here (JSONL, 0600) instead of printing it.")
 @click.pass_obj
 def chat(app: AppContext, query: str | None, resume: str | None, model: str | None,
-         offline: bool, compact: bool | None) -> None:
+         offline: bool, compact: bool | None, unsaved_to: Path | None) -> None:
     """Chat with a model; every message is stored as it happens.
 
     Without -q, reads lines until EOF or a second Ctrl-C. Ctrl-C during a
-    reply interrupts that turn. Exits 1 when a -q turn fails.
+    reply interrupts that turn. Exits 1 when a -q turn fails. A line whose
+    turn failed before the model saw it is not sent again with the next one.
 
     \b
     Example:
@@ -87,6 +124,7 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
     """
     from agent import Agent, CompactionPolicy
     from agent.loop import DEFAULT_MODEL
+    _check_unsaved_to(unsaved_to)
     if compact is None:
         compact = os.environ.get("HERMES_MICRO_COMPACT", "on").lower() not in ("off", "0", "no")
     with app.open_store() as db, model_client(offline) as client:
@@ -96,13 +134,13 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
                       source="cli", micro_compact=CompactionPolicy() if compact else None)
         click.echo(f"[session {agent.session_id}]", err=True)
         if query is not None:
-            if not run_one(agent, query).completed:
+            if not run_one(agent, query, unsaved_to).completed:
                 sys.exit(1)
             return
-        _interactive(agent)
+        _interactive(agent, unsaved_to)
 
 
-def _interactive(agent: Any) -> None:
+def _interactive(agent: Any, unsaved_to: Path | None) -> None:
     while True:
         try:
             text = input("> ")
@@ -111,6 +149,6 @@ def _interactive(agent: Any) -> None:
             return
         if text.strip():
             try:
-                run_one(agent, text)
+                run_one(agent, text, unsaved_to)
             except KeyboardInterrupt:
                 return

@@ -65,6 +65,33 @@ def explain_for_cli(err: StorageError, app: Any) -> str:
     return "\n".join(lines)
 
 
+class _CliLogHandler(logging.Handler):
+    """Library warnings as the CLI prints them: ``Warning: <message>`` on the
+    stderr of the moment, no logger name, and a traceback only with -v."""
+
+    verbose = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = " ".join(record.getMessage().split())
+            if self.verbose and record.exc_info:
+                text += "\n" + logging.Formatter().formatException(record.exc_info)
+            click.echo(f"{record.levelname.capitalize()}: {text}", err=True)
+        except Exception:  # logging must never break a command
+            self.handleError(record)
+
+
+def configure_logging(verbose: bool) -> None:
+    """One handler on the root logger (again and again under CliRunner)."""
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if isinstance(h, _CliLogHandler)), None)
+    if handler is None:
+        handler = _CliLogHandler()
+        root.addHandler(handler)
+    handler.verbose = verbose
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         from sessiondb.policy import sqlite_library_version
@@ -92,7 +119,7 @@ def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: boo
     Example:
       hermes --home ~/.hermes sessions list
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    configure_logging(verbose)
     from sessiondb.paths import resolve_home, validate_profile
     try:
         if profile is not None:

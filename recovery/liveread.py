@@ -20,7 +20,7 @@ import apsw
 
 from sessiondb import holders, migrations, search_index
 from sessiondb.classify import classify_text
-from sessiondb.errors import Cause, StorageError, from_apsw
+from sessiondb.errors import Cause, StorageError, connection_errno, from_apsw
 from sessiondb.search_maintenance import SearchHealth, health_on
 
 from .errors import RecoveryError
@@ -35,13 +35,18 @@ CANONICAL = ("sessions", "messages")
 
 def open_readonly(db_path: Path) -> apsw.Connection:
     """A read-only connection to the live file (typed error if it cannot open)."""
+    conn = None
     try:
         conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
         conn.set_busy_timeout(BUSY_MS)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
         return conn
     except apsw.Error as e:
-        raise from_apsw(e, path=str(db_path), context=f"cannot read {db_path}") from e
+        err = from_apsw(e, path=str(db_path), context=f"cannot read {db_path}",
+                        system_errno=connection_errno(conn) if conn is not None else None)
+        if conn is not None:
+            conn.close()
+        raise err from e
 
 
 def bounded_check(conn: apsw.Connection, *, full: bool = False,

@@ -8,6 +8,8 @@ at the exception class and result codes, never at message text.
 from __future__ import annotations
 
 import enum
+import errno
+import os
 from typing import Any
 
 import apsw
@@ -35,6 +37,9 @@ class StorageError(Exception):
     cause: Cause = Cause.UNKNOWN
     #: Where the messages of a failed write were kept (see sessiondb.spool).
     spooled_to: str | None = None
+    #: Messages of a failed write that could not be spooled either: saved
+    #: nowhere, so they are handed back to the caller (never silently dropped).
+    unsaved: tuple[dict[str, Any], ...] = ()
     #: A copy of what a quarantined handle could still read (deleted -wal).
     rescued_to: str | None = None
     #: False for failures of other files (an export's output): the store's
@@ -187,6 +192,16 @@ _BY_EXTENDED: dict[int, type[StorageError]] = {
     apsw.SQLITE_CORRUPT_VTAB: SearchIndexCorrupt,
     apsw.SQLITE_IOERR_NOMEM: StorageError,
     apsw.SQLITE_READONLY_DBMOVED: StoreReplaced,
+    # Growing the -shm failed: in practice the filesystem is full (the unix
+    # VFS reports ENOSPC from its allocation as this code, not SQLITE_FULL).
+    apsw.SQLITE_IOERR_SHMSIZE: DiskFull,
+}
+
+# The OS errno SQLite saw (sqlite3_system_errno) behind an open or I/O error:
+# a full or read-only filesystem is not a failing disk or a missing file.
+_BY_ERRNO: dict[int, type[StorageError]] = {
+    errno.ENOSPC: DiskFull, errno.EDQUOT: DiskFull,
+    errno.EROFS: StoreReadOnly, errno.EACCES: StoreReadOnly, errno.EPERM: StoreReadOnly,
 }
 
 
@@ -196,9 +211,36 @@ def extended_code(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
+def on_readonly_mount(path: str | os.PathLike[str]) -> bool:
+    """True when the nearest existing directory of ``path`` is on a read-only mount."""
+    p = os.path.abspath(os.fspath(path))
+    while p and not os.path.isdir(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return False
+        p = parent
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def connection_errno(conn: Any) -> int | None:
+    """The OS errno behind the connection's last failure (None when unknown)."""
+    try:
+        value = conn.system_errno
+    except (AttributeError, apsw.Error):
+        return None
+    return value or None
+
+
 def from_apsw(exc: BaseException, *, path: str | None = None,
-              context: str = "") -> StorageError:
-    """Build the typed error for an apsw exception (class and codes only)."""
+              context: str = "", system_errno: int | None = None) -> StorageError:
+    """Build the typed error for an apsw exception (class and codes only).
+
+    ``system_errno`` (the connection's ``system_errno`` right after the
+    failure) refines an I/O or open error whose errno says disk full or
+    read-only."""
     if isinstance(exc, StorageError):
         return exc
     code = extended_code(exc)
@@ -210,5 +252,10 @@ def from_apsw(exc: BaseException, *, path: str | None = None,
             if isinstance(exc, apsw_cls):
                 cls = ours
                 break
+    if cls in (StoreIOError, StoreNotFound):
+        if system_errno in _BY_ERRNO:
+            cls = _BY_ERRNO[system_errno]  # type: ignore[index]
+        elif cls is StoreNotFound and path is not None and on_readonly_mount(path):
+            cls = StoreReadOnly  # the -shm could not be created: ENOENT, not "missing"
     text = f"{context}: {exc}" if context else str(exc)
     return cls(text, path=path, sqlite_code=code)

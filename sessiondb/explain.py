@@ -65,11 +65,13 @@ def commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]
     }
 
 
-# cause -> (summary, action keys). Summaries may name the store's path.
+# cause -> (summary, action keys). Summaries may name the store's path and
+# never claim a spool: that sentence is added only when something was spooled
+# (`spool_note`), and so is the "import" step.
 _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
     Cause.CORRUPT: (
         "The session database {db} is damaged; hermes will not write to it, so the damage "
-        "cannot spread, and messages it could not save are kept in the spool.",
+        "cannot spread.",
         ("inspect", "recover", "import")),
     Cause.FTS_INDEX: (
         "Only the search index of {db} is damaged; your messages are intact, but search may "
@@ -77,25 +79,24 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
         ("reindex", "doctor")),
     Cause.LOCKED: (
         "Another program kept the session database {db} busy for too long, so this "
-        "operation did not happen; see which program holds it, then try again.",
-        ("inspect", "doctor")),
+        "operation did not happen; doctor names the program that holds it: stop it or let "
+        "it finish, then try again.",
+        ("doctor",)),
     Cause.DISK_FULL: (
-        "The disk holding {db} is full (or a size limit was reached); messages that could "
-        "not be saved are kept in the spool. Free space on that disk, then import them.",
+        "The disk holding {db} is full (or a size limit was reached); free space on that "
+        "disk, then try again.",
         ("doctor", "import")),
     Cause.READONLY: (
         "The session database {db} cannot be written (read-only file, folder or disk); "
-        "messages that could not be saved are kept in the spool. Make it writable, then "
-        "import them.",
+        "make it writable, then try again.",
         ("doctor", "import")),
     Cause.IO_ERROR: (
         "The operating system reported a read/write error for {db}; the disk or the file may "
-        "be failing, and messages that could not be saved are kept in the spool.",
+        "be failing.",
         ("inspect", "doctor", "import")),
     Cause.REPLACED: (
         "The session database {db} was replaced or its write-ahead log was removed while "
-        "hermes was using it; hermes stopped writing to it, and messages it could not save "
-        "are kept in the spool.",
+        "hermes was using it; hermes stopped writing to it.",
         ("inspect", "recover", "import")),
     Cause.LEASE_LOST: (
         "Another agent took over this session's turn, so this one stopped writing to it.",
@@ -112,16 +113,36 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def spool_note(spooled_to: str | None, unsaved: int = 0) -> str:
+    """The sentence about the messages of a failed write: where they are kept,
+    or that they are nowhere. Empty when the failure left no messages behind."""
+    if spooled_to:
+        return (f"The messages it could not save are kept in the spool ({spooled_to}); "
+                "import them once the store can take them.")
+    if unsaved:
+        return (f"{unsaved} message(s) could not be saved anywhere: the spool could not be "
+                "written either; they are handed back to you.")
+    return ""
+
+
 def describe(cause: Cause | str, *, db_path: str | os.PathLike[str],
              home: str | os.PathLike[str] | None = None,
-             profile: str | None = None) -> StorageFailure:
-    """Explain ``cause`` for the store at ``db_path`` of ``home``/``profile``."""
+             profile: str | None = None, spooled_to: str | None = None,
+             unsaved: int = 0) -> StorageFailure:
+    """Explain ``cause`` for the store at ``db_path`` of ``home``/``profile``.
+    ``spooled_to``/``unsaved``: what happened to the failed write's messages;
+    only when some were spooled does the explanation mention the spool."""
     cause = Cause(cause)
     db = Path(db_path)
     summary, keys = _TABLE[cause]
+    summary = summary.format(db=db)
+    note = spool_note(spooled_to, unsaved)
+    if note:
+        summary = f"{summary} {note}"
+    if not spooled_to:
+        keys = tuple(k for k in keys if k != "import")
     actions = commands(db, Path(home) if home is not None else None, profile)
-    return StorageFailure(code=f"storage_{cause.value}", cause=cause,
-                          summary=summary.format(db=db),
+    return StorageFailure(code=f"storage_{cause.value}", cause=cause, summary=summary,
                           actions=tuple(actions[k] for k in keys))
 
 
@@ -133,7 +154,8 @@ def describe_error(err: StorageError, *, home: str | os.PathLike[str] | None = N
     if path is None:
         from .paths import store_path
         path = store_path(home, profile)
-    failure = describe(err.cause, db_path=path, home=home, profile=profile)
+    failure = describe(err.cause, db_path=path, home=home, profile=profile,
+                       spooled_to=err.spooled_to, unsaved=len(err.unsaved))
     if err.code != failure.code:  # e.g. storage_unsafe_sqlite keeps its own code
         failure = StorageFailure(err.code, failure.cause, failure.summary, failure.actions)
     return failure
@@ -145,4 +167,5 @@ def all_causes() -> tuple[Cause, ...]:
 
 
 __all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "commands",
+           "spool_note",
            "RECOVERED_NAME"]

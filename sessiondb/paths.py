@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from .errors import InvalidInput
+from .errors import InvalidInput, StorageError
 
 HOME_MODE = 0o700
 FILE_MODE = 0o600
@@ -18,6 +18,14 @@ SIDECARS = ("-wal", "-shm", "-journal")
 
 _PROFILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}$")
+
+
+def os_error(e: OSError, what: str, path: str | os.PathLike[str]) -> StorageError:
+    """An OS failure creating one of our files or folders, typed by its errno
+    (read-only, full, missing parent), as one line: ``what: reason``."""
+    from .classify import classify
+    reason = e.strerror or str(e)
+    return StorageError(f"{what}: {reason}", path=str(path), cause=classify(e))
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
@@ -73,6 +81,8 @@ def ensure_private_dir(path: Path) -> Path:
             d.mkdir(mode=HOME_MODE)
         except FileExistsError:
             continue
+        except OSError as e:
+            raise os_error(e, f"cannot create the directory {d}", d) from e
         os.chmod(d, HOME_MODE)  # mkdir's mode is filtered by the umask
     return path
 
@@ -87,6 +97,8 @@ def create_private_file(path: Path) -> bool:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:
         return False
+    except OSError as e:
+        raise os_error(e, f"cannot create {path}", path) from e
     try:
         os.fchmod(fd, FILE_MODE)
     finally:

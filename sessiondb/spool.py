@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import apsw
 
-from . import paths, sessions
+from . import paths, sessions, spool_reserve
 from .codec import UID_KEY, EncodedMessage, encode, public_fields
 from .errors import Cause, InvalidMessage, StorageError
 from .outfile import fsync_dir
@@ -45,6 +45,11 @@ SPOOL_CAUSES = frozenset({Cause.CORRUPT, Cause.REPLACED, Cause.DISK_FULL, Cause.
 def spool_dir_for(db_path: str | os.PathLike[str]) -> Path:
     """The spool directory beside a store (``<home>/spool`` for a home's store)."""
     return Path(db_path).parent / SPOOL_DIR
+
+
+def reserve_for(db_path: str | os.PathLike[str]) -> bool:
+    """Reserve space for the spool beside ``db_path`` (see `spool_reserve`)."""
+    return spool_reserve.ensure(spool_dir_for(db_path))
 
 
 def spool_file(directory: Path, session_id: str) -> Path:
@@ -82,26 +87,48 @@ def write_records(directory: Path, session_id: str, records: list[dict[str, Any]
                   session_meta: dict[str, Any]) -> Path:
     """Append ``records`` (one JSON line each) to the session's spool file.
 
-    The session line goes first when the file is new or empty. Returns only
-    after the data (and a new file's directory entry) is fsynced.
+    The session line goes first when the file is new or empty. A new file
+    takes the space reserved ahead of need (see `spool_reserve`); otherwise
+    the reserve is released right before the write. Returns only after the
+    data (and a new file's directory entry) is fsynced; on failure the file
+    is cut back to where it was (no torn line for a later append to bury, no
+    empty file left behind) and the OSError propagates.
     """
     paths.ensure_private_dir(directory)
     path = spool_file(directory, session_id)
+    adopted = spool_reserve.adopt(directory, path)
+    if not adopted:
+        spool_reserve.release(directory)
     fd, created = _open_locked_for_append(path)
+    start = os.fstat(fd).st_size
     try:
         lines = []
-        if os.fstat(fd).st_size == 0:
+        if start == 0:
             lines.append({"kind": "session", "version": FORMAT_VERSION,
                           "session_id": session_id, **session_meta})
         lines.extend(records)
         data = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in lines)
         _write_all(fd, data.encode("utf-8"))
         os.fsync(fd)
+    except OSError:
+        _undo_append(fd, path, start)
+        raise
     finally:
         os.close(fd)  # releases the flock
-    if created:
+    if created or adopted:
         fsync_dir(directory)
+    spool_reserve.ensure(directory)  # for the next failure, when space allows
     return path
+
+
+def _undo_append(fd: int, path: Path, start: int) -> None:
+    """Cut a failed append back to ``start``; remove the file if it was empty."""
+    try:
+        os.ftruncate(fd, start)
+        if start == 0 and os.stat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def message_records(session_id: str, batch: list[dict[str, Any]],
@@ -130,11 +157,13 @@ def spool_failed_write(db: "SessionDB", session_id: str, batch: list[dict[str, A
                        err: StorageError, *, encoded: list[EncodedMessage] | None = None,
                        causes: frozenset[Cause] = SPOOL_CAUSES) -> Path | None:
     """Spool the messages of a write that failed with ``err``, when its cause
-    is one of ``causes``; sets ``err.spooled_to``. A failing spool is logged,
-    never raised over the original error. (The agent also spools on `locked`:
-    its turn ends there, so nobody would retry the write.)"""
-    if err.cause not in causes or not batch or getattr(err, "spooled_to", None):
-        return None
+    is one of ``causes``; sets ``err.spooled_to``. When the spool cannot take
+    them either, they are saved nowhere: ``err.unsaved`` hands them back to
+    the caller and one warning is logged; never raised over the original
+    error. (The agent also spools on `locked`: its turn ends there, so nobody
+    would retry the write.)"""
+    if err.cause not in causes or not batch or err.spooled_to or err.unsaved:
+        return None  # not for the spool, or already tried (one warning per failure)
     try:
         if encoded is None:
             encoded = [encode(m, index=i, uid=m.get(UID_KEY)) for i, m in enumerate(batch)]
@@ -143,10 +172,15 @@ def spool_failed_write(db: "SessionDB", session_id: str, batch: list[dict[str, A
         records = message_records(session_id, batch, encoded, err.cause)
         path = write_records(spool_dir_for(db.path), session_id, records,
                              _session_meta(db, session_id, err))
-    except (OSError, StorageError):
-        log.exception("could not spool %d message(s) of session %s", len(batch), session_id)
+    except (OSError, StorageError) as e:
+        err.unsaved = tuple(batch)
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        log.warning("%d message(s) of session %s could not be saved anywhere: the store "
+                    "failed (%s) and the spool could not be written either (%s)",
+                    len(batch), session_id, err.cause.value, reason)
         return None
     err.spooled_to = str(path)
+    err.unsaved = ()
     return path
 
 

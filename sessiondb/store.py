@@ -24,7 +24,7 @@ from . import checkpointer
 from .checkpointer import Checkpointer, CheckpointStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
-                     StoreNotFound, from_apsw)
+                     StoreNotFound, connection_errno, from_apsw)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,8 @@ class SessionDB:
                 self._writer, self._guard, str(self.path), vfs, checkpoint_pages)
         # A stale search index is rebuilt here only if no other process holds the file.
         self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
+        if home is not None and not self._writer.readonly("main"):
+            spool.reserve_for(self.path)  # a home's spool takes space while there is some
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -111,8 +113,10 @@ class SessionDB:
         try:
             policy.apply_policy(conn, chosen)
         except apsw.Error as e:
+            err = from_apsw(e, path=str(self.path), context=f"cannot use {self.path}",
+                            system_errno=connection_errno(conn))
             conn.close()
-            raise from_apsw(e, path=str(self.path), context=f"cannot use {self.path}") from e
+            raise err from e
         except BaseException:
             conn.close()
             raise

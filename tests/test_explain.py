@@ -76,7 +76,8 @@ def test_guidance_never_suggests_dangerous_steps() -> None:
         assert not re.search(r"\b(rm|del|delete|remove|unlink)\b", text)
         if failure.cause is not Cause.DISK_FULL:
             assert not re.search(r"\bfree\b|disk space", text), failure.cause
-    corrupt = describe(Cause.CORRUPT, db_path="/h/state.db", home="/h")
+    corrupt = describe(Cause.CORRUPT, db_path="/h/state.db", home="/h",
+                       spooled_to="/h/spool/s.jsonl")
     assert any("--inspect-only" in a for a in corrupt.actions)
     assert any("import-spool" in a for a in corrupt.actions)
     fts = describe(Cause.FTS_INDEX, db_path="/h/state.db", home="/h")
