@@ -25,7 +25,7 @@ from sessiondb.explain import RECOVERED_NAME, StorageFailure, describe
 from sessiondb import policy
 from sessiondb.spool import spool_dir_for
 
-from . import backups, liveread
+from . import backups, doctor_health, liveread
 
 SEVERITIES = ("ok", "info", "warn", "error")
 WAL_WARN_BYTES = 64 << 20
@@ -95,7 +95,7 @@ def check_disk(t: Target) -> list[Finding]:
     need = 2 * size + DISK_ERROR_BYTES  # a backup plus a scratch copy, with headroom
     if free < DISK_ERROR_BYTES:
         return [Finding("free_disk", "error", f"{free} bytes free beside {t.db}",
-                        t.fix_text(Cause.DISK_FULL))]
+                        f"free space on that filesystem; then: {t.command('doctor')}")]
     if free < need:
         return [Finding("free_disk", "warn", f"{free} bytes free; repair and recover need "
                         f"about {need}", "free space on that filesystem")]
@@ -132,8 +132,12 @@ def check_sidecars(t: Target) -> list[Finding]:
                            "separately, or a crash); it may hold your newest messages: "
                            "never delete it", t.command("doctor")))
     elif shm.exists() and not wal.exists():
-        out.append(Finding("sidecars", "info", f"{shm.name} without -wal: harmless, SQLite "
-                           "rebuilds it"))
+        if doctor_health.deleted_wal_holders(t.db):  # see deleted_wal: not harmless
+            out.append(Finding("sidecars", "error", f"{shm.name} without -wal: the -wal was "
+                               "deleted while a process still has it open (see deleted_wal)"))
+        else:
+            out.append(Finding("sidecars", "info", f"{shm.name} without -wal: harmless, "
+                               "SQLite rebuilds it"))
     else:
         out.append(Finding("sidecars", "ok", "-wal and -shm are consistent"))
     return out
@@ -160,7 +164,13 @@ def check_store(t: Target) -> list[Finding]:
         finally:
             conn.close()
     except StorageError as e:
-        failure = t.failure(classify(e))
+        cause = classify(e)
+        if cause is Cause.IO_ERROR and doctor_health.deleted_wal_holders(t.db):
+            failure = t.failure(Cause.REPLACED)  # the -shm describes a deleted -wal
+            return [Finding("open", "error", f"cannot read the store: {e}. "
+                            f"{failure.summary}", "first copy the deleted -wal out of the "
+                            "process that holds it: see the deleted_wal finding")]
+        failure = t.failure(cause)
         return [Finding("open", "error", f"cannot read the store: {e}. {failure.summary}",
                         "; then ".join(failure.actions) or None)]
     out = [_journal(mode), _quick_check(t, diag)]
@@ -234,7 +244,7 @@ def check_spool(t: Target) -> list[Finding]:
     spooled = sorted(spool_dir_for(t.db).glob("*.jsonl"))
     if spooled:
         return [Finding("spool", "warn", f"{len(spooled)} spool file(s) with messages not "
-                        f"yet in the store", t.failure(Cause.DISK_FULL).actions[-1], True)]
+                        f"yet in the store", t.command("sessions", "import-spool"), True)]
     return [Finding("spool", "ok", "no pending spool files")]
 
 
@@ -287,7 +297,8 @@ HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_sidecars, check_holders, check_store, check_spool, check_temp, check_quarantine,
-    check_backups)
+    check_backups, doctor_health.check_write_lock, doctor_health.check_write_probe,
+    doctor_health.check_deleted_wal)
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,

@@ -24,7 +24,8 @@ from tests.helpers.stores import (fill_home, held_by_another_process, make_old_s
 def run_doctor(*args: str) -> tuple[int, dict]:
     res = CliRunner().invoke(cli, ["doctor", "--json", *args])
     assert res.exception is None or isinstance(res.exception, SystemExit), res.output
-    return res.exit_code, json.loads(res.output) if res.output.startswith("{") else {}
+    # stdout only: library warnings go to stderr as "Warning: ..." lines
+    return res.exit_code, json.loads(res.stdout) if res.stdout.startswith("{") else {}
 
 
 def by_id(doc: dict, check: str) -> list[dict]:
@@ -59,7 +60,7 @@ def test_human_output_is_a_table_with_a_summary(hermes_home: Path) -> None:
     assert res.exit_code == 0
     assert res.output.splitlines()[0].split() == ["severity", "check", "finding", "fix"]
     assert res.output.rstrip().splitlines()[-1] == \
-        "15 checks: 14 ok, 1 info, 0 warn, 0 error; worst: info"
+        "18 checks: 17 ok, 1 info, 0 warn, 0 error; worst: info"
 
 
 def test_permissions_warn_and_fix_tightens(hermes_home: Path) -> None:
@@ -84,7 +85,7 @@ def test_free_disk_below_the_floor_is_an_error(hermes_home: Path, monkeypatch) -
     code, doc = run_doctor()
     assert code == 4
     finding = only(doc, "free_disk")
-    assert finding["severity"] == "error" and "import-spool" in finding["fix"]
+    assert finding["severity"] == "error" and "free space" in finding["fix"]
 
 
 def test_no_room_for_the_private_copy_leaves_search_unchecked(hermes_home: Path,

@@ -1,0 +1,240 @@
+"""Doctor checks that the store can take a write now: who holds the write lock
+and since when, a rolled-back write probe, and a ``-wal`` deleted under a
+process that still has it open.
+
+A store that reads fine can still refuse every write: another process sat
+on the write lock for minutes, the file is immutable (``chattr +i``) or on a
+read-only mount, or its ``-wal`` was deleted while a writer kept it open
+(then that writer's descriptor holds the only copy of the newest
+transactions). These checks name the cause and the person-step that ends it.
+They never change the store: the probe's transaction is rolled back on a
+connection that never checkpoints, and it runs on a private copy when
+another process holds the store.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import apsw
+
+from sessiondb import holders
+from sessiondb.errors import Cause, StorageError, from_apsw
+
+from . import liveread
+
+if TYPE_CHECKING:
+    from .doctor import Finding, Target
+
+# SQLite's unix VFS: the WAL write lock is byte 120 of the -shm (WAL_WRITE_LOCK
+# 0 at WALINDEX_LOCK_OFFSET 120); in rollback mode a writer holds RESERVED,
+# the byte after PENDING (0x40000000) of the database file.
+WAL_WRITE_LOCK = 120
+RESERVED_BYTE = 0x40000001
+LOCK_WATCH_S = 1.0  # a commit takes milliseconds; still held after this is not one
+IDLE_ERROR_S = 10.0  # a writer's default patience: past it, writes fail with locked
+FS_IOC_GETFLAGS = 0x80086601
+FS_IMMUTABLE_FL = 0x10
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    pid: int
+    command: str
+
+
+def write_lock_holder(db: Path) -> LockHolder | None:
+    """The other process holding the store's write lock (from /proc/locks)."""
+    try:
+        text = holders.PROC_LOCKS.read_text()
+    except OSError:
+        return None
+    targets = {}
+    for suffix, byte in (("-shm", WAL_WRITE_LOCK), ("", RESERVED_BYTE)):
+        try:
+            targets[os.stat(f"{db}{suffix}").st_ino] = byte
+        except OSError:
+            continue
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < 8 or f[1] == "->" or f[3] != "WRITE":
+            continue
+        try:
+            pid, ino = int(f[4]), int(f[5].rsplit(":", 1)[1])
+            start, end = int(f[6]), (int(f[7]) if f[7] != "EOF" else 1 << 62)
+        except (ValueError, IndexError):
+            continue
+        byte = targets.get(ino)
+        if byte is not None and start <= byte <= end and pid != os.getpid():
+            return LockHolder(pid, liveread._cmdline(pid))
+    return None
+
+
+def _bundle_idle_s(db: Path) -> float:
+    """Seconds since any file of the bundle last changed."""
+    mtimes = []
+    for suffix in ("", "-wal"):
+        try:
+            mtimes.append(os.stat(f"{db}{suffix}").st_mtime)
+        except OSError:
+            continue
+    return max(0.0, time.time() - max(mtimes)) if mtimes else 0.0
+
+
+def check_write_lock(t: "Target") -> list["Finding"]:
+    from .doctor import Finding
+    holder = write_lock_holder(t.db)
+    deadline = time.monotonic() + LOCK_WATCH_S
+    while holder is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # a commit in progress lets go within milliseconds
+        holder = write_lock_holder(t.db)
+    if holder is None:
+        return [Finding("write_lock", "ok", "no process is sitting on the write lock")]
+    idle = _bundle_idle_s(t.db)
+    who = f"process {holder.pid} ({holder.command})"
+    fix = f"stop {who} or let it finish its transaction; then: {t.command('doctor')}"
+    if idle >= IDLE_ERROR_S:
+        return [Finding("write_lock", "error", f"{who} holds the write lock (still held "
+                        f"after {LOCK_WATCH_S:.0f} s of watching) and the store has not "
+                        f"changed for {idle:.0f} s: every write waits for it and fails "
+                        "with 'locked'", fix)]
+    return [Finding("write_lock", "warn", f"{who} has held the write lock for more than "
+                    f"{LOCK_WATCH_S:.0f} s (a commit takes milliseconds); writes wait "
+                    "for it", fix)]
+
+
+def immutable(path: Path) -> bool:
+    """True when ``path`` has the immutable attribute (``chattr +i``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        raw = fcntl.ioctl(fd, FS_IOC_GETFLAGS, struct.pack("l", 0))
+        return bool(struct.unpack("l", raw)[0] & FS_IMMUTABLE_FL)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def probe_write(db: Path) -> str | None:
+    """A rolled-back ``BEGIN IMMEDIATE`` plus a schema write on ``db``, on a
+    connection that never checkpoints; None when the store takes it, else why
+    not (a cause value)."""
+    try:
+        conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READWRITE)
+    except apsw.Error as e:
+        return from_apsw(e, path=str(db)).cause.value
+    try:
+        conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+        conn.set_busy_timeout(int(LOCK_WATCH_S * 1000))
+        if conn.readonly("main"):
+            return Cause.READONLY.value  # SQLite fell back to a read-only open
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE main._hermes_write_probe(x)")  # dirties page 1
+        finally:
+            conn.execute("ROLLBACK")
+    except apsw.Error as e:
+        return from_apsw(e, path=str(db)).cause.value
+    finally:
+        conn.close()
+    return None
+
+
+def _probe_copy(t: "Target") -> str | None:
+    """The probe on a private copy (another process holds the live file)."""
+    work = liveread.scratch_dir(t.pdir)
+    try:
+        conn = liveread.open_readonly(t.db)
+        try:
+            liveread.copy_live(conn, work / "probe.db")
+        finally:
+            conn.close()
+        return probe_write(work / "probe.db")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_write_probe(t: "Target") -> list["Finding"]:
+    from .doctor import Finding
+    held = bool(liveread.holder_names(t.db))
+    try:
+        cause = _probe_copy(t) if held else probe_write(t.db)
+    except (StorageError, OSError) as e:
+        return [Finding("write_probe", "info", f"write probe not run: {e}")]
+    where = "a private copy of the store" if held else "the store"
+    if cause is None:
+        return [Finding("write_probe", "ok", f"{where} takes a write (probe rolled back)")]
+    if cause == Cause.LOCKED.value:
+        return [Finding("write_probe", "warn", "the write probe waited for the write lock "
+                        "and gave up; see write_lock", t.command("doctor"))]
+    if cause == Cause.READONLY.value and immutable(t.db):
+        return [Finding("write_probe", "error", f"{t.db} is immutable (chattr +i): every "
+                        "write fails; reading still works",
+                        f"as root: chattr -i {t.db}; then: {t.command('doctor')}")]
+    failure = t.failure(Cause(cause))
+    return [Finding("write_probe", "error", f"{where} refuses a write: {failure.summary}",
+                    t.fix_text(Cause(cause)))]
+
+
+# -- a -wal deleted under a live process -----------------------------------------
+
+@dataclass(frozen=True)
+class DeletedWal:
+    pid: int
+    fd: int
+    command: str
+
+    @property
+    def proc_path(self) -> str:
+        return f"/proc/{self.pid}/fd/{self.fd}"
+
+
+def deleted_wal_holders(db: Path, proc: Path = holders.PROC) -> list[DeletedWal]:
+    """Processes with the store's ``-wal`` open after it was deleted: each
+    descriptor (``/proc/PID/fd/N -> .../state.db-wal (deleted)``) is then the
+    only copy of the transactions in it."""
+    wanted = f"{os.path.abspath(db)}-wal (deleted)"
+    found = []
+    try:
+        entries = [e for e in proc.iterdir() if e.name.isdigit()]
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == wanted:
+                    found.append(DeletedWal(int(entry.name), int(fd.name),
+                                            liveread._cmdline(int(entry.name))))
+            except (OSError, ValueError):
+                continue
+    return sorted(found, key=lambda d: (d.pid, d.fd))
+
+
+def check_deleted_wal(t: "Target") -> list["Finding"]:
+    from .doctor import Finding
+    held = deleted_wal_holders(t.db)  # even if a reader has made a new, empty -wal
+    if not held:
+        return [Finding("deleted_wal", "ok", "no process holds a deleted -wal")]
+    h = held[0]
+    rescue = t.pdir / f"wal-rescue-{h.pid}"
+    copy = rescue / t.db.name
+    return [Finding("deleted_wal", "error", f"the -wal of {t.db} was deleted while process "
+                    f"{h.pid} ({h.command}) kept it open: its descriptor {h.proc_path} is "
+                    "the only copy of the newest transactions. Do not stop that process "
+                    "before copying it out",
+                    f"mkdir -m 700 {rescue} && cp {t.db} {copy} && cp {h.proc_path} "
+                    f"{copy}-wal; then: " + t.command("sessions", "recover", "--source",
+                                                      str(copy), "--inspect-only"))]
