@@ -1,29 +1,47 @@
 """`hermes sessions import-spool`: bring spooled messages back into the store."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from sessiondb.spool import SpoolImportReport, import_spool
+from sessiondb.spool import SpoolFileResult, SpoolImportReport, import_spool
 
 from .main import AppContext
 from .output import emit_json, table
 from .sessions_cmd import sessions
 
 
+def _status(f: SpoolFileResult, dry_run: bool) -> str:
+    """What happened to one file, as it really happened."""
+    if f.error:
+        return f"not imported: {f.error}"
+    if f.bad_lines:
+        return f"kept in place: unreadable lines {f.bad_lines}"
+    if dry_run:
+        return "nothing to import" if f.empty else "would import"
+    if f.moved_to:
+        return "empty, moved to imported/" if f.empty else "moved to imported/"
+    return "kept in place"
+
+
 def _print_report(report: SpoolImportReport) -> None:
     if not report.files:
         click.echo(f"nothing to import: {report.spool_dir} has no spool files")
         return
-    table(((f.session_id or "?", f.messages, f.imported, f.already_present,
+    table(((f.session_id or "?", Path(f.file).name, f.messages, f.imported,
+            f.already_present,
             "" if f.truncated_last_line is None else f"torn line {f.truncated_last_line}",
-            f"unreadable lines {f.bad_lines}" if f.bad_lines else
-            ("would import" if report.dry_run else "moved to imported/"))
+            _status(f, report.dry_run))
            for f in report.files),
-          ("session", "spooled", "imported" if not report.dry_run else "to import",
+          ("session", "file", "spooled", "imported" if not report.dry_run else "to import",
            "already present", "note", "status"))
     verb = "would import" if report.dry_run else "imported"
     click.echo(f"{verb} {report.imported} message(s); {report.already_present} were "
                "already in the store")
+    for f in report.problems:
+        click.echo(f"Error: {f.file}: {f.error or f'unreadable lines {f.bad_lines}'}",
+                   err=True)
 
 
 @sessions.command("import-spool")
@@ -35,7 +53,8 @@ def import_spool_cmd(app: AppContext, dry_run: bool, as_json: bool) -> None:
 
     Safe to run more than once: messages already in the store are skipped.
     Fully imported spool files move to spool/imported/. Exits 1 when a spool
-    file has unreadable lines (it is then left in place, untouched).
+    file has unreadable lines or cannot be imported (it is then left in
+    place, untouched, and named on stderr); the other files are imported.
 
     \b
     Example:

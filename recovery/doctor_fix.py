@@ -76,8 +76,10 @@ def _store_fixes(t: doctor.Target, wanted: set[str]) -> list[str]:
             done.append(f"rebuilt the search index ({stats['messages']} messages)")
         if "spool" in wanted:
             report = import_spool(db)
-            done.append(f"imported the spool: {report.imported} message(s), "
-                        f"{report.already_present} already present")
+            if report.moved:  # "fixed" only for files that really left the spool
+                done.append(f"imported the spool: {len(report.moved)} file(s), "
+                            f"{report.imported} message(s), {report.already_present} "
+                            "already present")
         if "wal_size" in wanted:
             frames, copied = db.checkpoint()
             done.append(f"PASSIVE checkpoint ({copied} of {frames} WAL frames copied back)")

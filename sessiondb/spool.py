@@ -199,6 +199,11 @@ class SpoolFileResult:
     truncated_last_line: int | None = None
     bad_lines: list[int] = field(default_factory=list)
     moved_to: str | None = None
+    #: Why the file could not be imported at all (a bad session id, a failed
+    #: write); the file stays in place and the other files are still imported.
+    error: str | None = None
+    #: The file held no message (0 bytes, or only a torn line): moved aside.
+    empty: bool = False
 
 
 @dataclass
@@ -219,12 +224,17 @@ class SpoolImportReport:
 
     @property
     def problems(self) -> list[SpoolFileResult]:
-        """Files kept in place because some line could not be read."""
-        return [f for f in self.files if f.bad_lines]
+        """Files kept in place: some line could not be read, or the import failed."""
+        return [f for f in self.files if f.bad_lines or f.error]
+
+    @property
+    def moved(self) -> list[SpoolFileResult]:
+        return [f for f in self.files if f.moved_to]
 
     def to_dict(self) -> dict[str, Any]:
         return {"spool_dir": self.spool_dir, "dry_run": self.dry_run,
                 "imported": self.imported, "already_present": self.already_present,
+                "problems": len(self.problems),
                 "files": [dataclasses.asdict(f) for f in self.files]}
 
 
@@ -306,7 +316,11 @@ def _move_to_imported(path: Path) -> Path:
 
 def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
     result = SpoolFileResult(file=str(path))
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as e:  # a symlink (ELOOP) or a file gone meanwhile
+        result.error = f"cannot open it: {e.strerror or e}"
+        return result
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
@@ -315,13 +329,25 @@ def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
         messages = [r for _, r in records if r.get("kind") == "message"]
         session_id = head.get("session_id") or (messages[0].get("session_id")
                                                 if messages else None)
-        result.session_id = session_id
+        result.session_id = session_id if isinstance(session_id, str) else None
         encoded = _encoded(records, result)
         result.messages = len(encoded)
-        if session_id is None or result.bad_lines:
+        if result.bad_lines:
             return result
-        paths.validate_session_id(session_id)
-        result.already_present = _store_records(db, session_id, head, encoded, dry_run)
+        if not encoded:  # nothing to import: do not leave it to warn forever
+            result.empty = True
+            if not dry_run:
+                result.moved_to = str(_move_to_imported(path))
+            return result
+        if session_id is None:
+            result.error = "no session id in the file"
+            return result
+        try:
+            paths.validate_session_id(session_id)
+            result.already_present = _store_records(db, session_id, head, encoded, dry_run)
+        except StorageError as e:
+            result.error = " ".join(str(e).split())
+            return result
         result.imported = len(encoded) - result.already_present
         if not dry_run:
             result.moved_to = str(_move_to_imported(path))
@@ -337,7 +363,10 @@ def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = 
     Each file is imported in one transaction and then moved to
     ``imported/``. A torn last line (a write cut short by a crash, never
     acknowledged) is reported and skipped; a file with any other unreadable
-    line is not imported at all and stays in place, listed in ``problems``.
+    line, or whose import fails (a bad session id, a store error of a cause
+    that concerns only that file), is not imported, stays in place and is
+    listed in ``problems`` with the reason; the other files are still
+    imported. A file without any message is moved aside as ``empty``.
     ``dry_run`` reads and counts, and changes nothing.
     """
     directory = Path(spool_dir) if spool_dir is not None else spool_dir_for(db.path)
@@ -346,6 +375,8 @@ def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = 
         return report
     for path in sorted(directory.glob("*.jsonl")):
         report.files.append(_import_file(db, path, dry_run))
+    if not dry_run:
+        spool_reserve.ensure(directory)  # space is back: reserve it again
     return report
 
 
