@@ -313,8 +313,7 @@ def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None =
     """Run every check; read-only. A home without a store gets one info finding."""
     t = target(home, profile, full)
     if not t.db.is_file():
-        return [Finding("store", "info", f"no store at {t.db} yet; it is created on first use",
-                        t.command("sessions", "list"))]
+        return doctor_health.no_store(t)
     out: list[Finding] = []
     for check in HOME_CHECKS + STORE_CHECKS:
         out += check(t)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from sessiondb import holders
-from sessiondb.errors import Cause, StorageError, from_apsw
+from sessiondb.errors import Cause, StorageError, from_apsw, on_readonly_mount
 
 from . import liveread
 
@@ -183,6 +183,26 @@ def check_write_probe(t: "Target") -> list["Finding"]:
     failure = t.failure(Cause(cause))
     return [Finding("write_probe", "error", f"{where} refuses a write: {failure.summary}",
                     t.fix_text(Cause(cause)))]
+
+
+def _nearest_dir(path: Path) -> Path:
+    while not path.is_dir() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def no_store(t: "Target") -> list["Finding"]:
+    """A home without a store: fine if one can be created there, else say why not
+    (so an unwritable home does not loop between doctor and "sessions list")."""
+    from .doctor import Finding
+    where = _nearest_dir(t.db.parent)
+    if on_readonly_mount(where) or not os.access(where, os.W_OK | os.X_OK):
+        return [Finding("store", "error", f"no store at {t.db}, and none can be created: "
+                        f"{where} is not writable (permissions or a read-only mount)",
+                        f"make {where} writable for this user (chmod/chown, or mount it "
+                        f"read-write); then: {t.command('doctor')}")]
+    return [Finding("store", "info", f"no store at {t.db} yet; it is created on first use",
+                    t.command("sessions", "list"))]
 
 
 # -- a -wal deleted under a live process -----------------------------------------
