@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sessiondb import SessionDB, paths
+from sessiondb.errors import SearchIndexCorrupt
 from sessiondb.spool import import_spool
 
 from . import doctor, liveread
+from .repair import repair
 from .errors import RecoveryError
 
 STORE_FIXES = {"search_index", "fts_stale", "wal_size", "spool"}
@@ -70,10 +72,14 @@ def _remove_scratch(t: doctor.Target) -> list[str]:
 
 def _store_fixes(t: doctor.Target, wanted: set[str]) -> list[str]:
     done = []
+    pages_damaged = False
     with SessionDB(t.db, home=t.home, profile=t.profile) as db:
         if wanted & {"search_index", "fts_stale"}:
-            stats = db.rebuild_search_index()
-            done.append(f"rebuilt the search index ({stats['messages']} messages)")
+            try:
+                stats = db.rebuild_search_index()
+                done.append(f"rebuilt the search index ({stats['messages']} messages)")
+            except SearchIndexCorrupt:
+                pages_damaged = True  # its b-tree pages: only a rebuilt store heals it
         if "spool" in wanted:
             report = import_spool(db)
             if report.moved:  # "fixed" only for files that really left the spool
@@ -83,6 +89,12 @@ def _store_fixes(t: doctor.Target, wanted: set[str]) -> list[str]:
         if "wal_size" in wanted:
             frames, copied = db.checkpoint()
             done.append(f"PASSIVE checkpoint ({copied} of {frames} WAL frames copied back)")
+    if pages_damaged:
+        report = repair(t.home, t.profile)
+        if report.status == "repaired":
+            done.append("rebuilt the store from its canonical tables (search index pages "
+                        f"were damaged); backup of the damaged file: "
+                        f"{(report.backup or {}).get('path', 'none')}")
     return done
 
 

@@ -98,8 +98,8 @@ class InspectReport:
 # which has just been done.
 FROM_TABLE: dict[str, tuple[Cause, str]] = {
     "structural": (Cause.CORRUPT, "recover"),
-    "fts_only": (Cause.FTS_INDEX, "reindex"),
-    "locked": (Cause.LOCKED, "inspect"),
+    "fts_only": (Cause.FTS_INDEX, "repair"),  # repair also heals b-tree damage
+    "locked": (Cause.LOCKED, "doctor"),  # doctor names the holder; inspect again would loop
 }
 # Verdicts that are no storage failure, so the table has no entry for them.
 OWN_WORDS: dict[str, tuple[str, str | None]] = {
@@ -137,8 +137,10 @@ def advice(verdict: str, source: Path) -> tuple[str, str | None]:
         text, action = OWN_WORDS[verdict]
         return text, actions[action] if action else None
     cause, action = FROM_TABLE[verdict]
-    if action == "reindex" and place is None:
-        action = "recover"  # reindex reaches a home's store only; a copy is indexed anew
+    if action == "repair" and place is None:
+        action = "recover"  # repair reaches a home's store only; a copy is indexed anew
+    if action == "doctor" and place is None:  # doctor reaches a home's store only; the
+        return describe(cause, db_path=source).summary, None  # report lists the holders
     return describe(cause, db_path=source, home=home, profile=profile).summary, actions[action]
 
 

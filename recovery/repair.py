@@ -29,11 +29,11 @@ from typing import Any, Callable
 import apsw
 
 from sessiondb import SessionDB, migrations, paths
-from sessiondb.errors import Cause, StorageError, StoreNotFound
+from sessiondb.errors import Cause, SearchIndexCorrupt, StorageError, StoreNotFound
 from sessiondb.explain import describe
 from sessiondb.search_maintenance import health_on
 
-from . import backups, liveread
+from . import backups, fts_rebuild, liveread
 from .errors import RecoveryError
 from .snapshot import check_space, source_bytes
 
@@ -234,10 +234,32 @@ def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int,
 
 def _fix_copy(copy: Path) -> None:
     """Open the private copy as a store (applies pending migrations), then
-    rebuild both search indexes, their triggers, and clear `fts_stale`."""
+    rebuild both search indexes, their triggers, and clear `fts_stale`. When
+    the index's b-tree pages are damaged (no rebuild in place can free them),
+    rebuild the copy from its canonical tables instead (`fts_rebuild`), and
+    check that every row of every canonical table came through."""
+    with SessionDB(copy) as db:
+        try:
+            db.rebuild_search_index(force=True)
+            db.checkpoint()
+            return
+        except SearchIndexCorrupt:
+            pass
+    before = _digest_of(copy)
+    fts_rebuild.strip_search_index(copy)
     with SessionDB(copy) as db:
         db.rebuild_search_index(force=True)
         db.checkpoint()
+    if _digest_of(copy) != before:
+        raise RepairFailed("rebuilding the copy from its canonical tables changed their rows")
+
+
+def _digest_of(path: Path) -> str:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return fts_rebuild.digest(conn)
+    finally:
+        conn.close()
 
 
 def _verify_copy(copy: Path, digest: str) -> None:

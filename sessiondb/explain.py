@@ -61,6 +61,7 @@ def commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]
         "import": _hermes(home, profile, "sessions", "import-spool"),
         "doctor": _hermes(home, profile, "doctor"),
         "reindex": _hermes(home, profile, "sessions", "reindex"),
+        "repair": _hermes(home, profile, "sessions", "repair"),
         "list": _hermes(home, profile, "sessions", "list"),
     }
 
@@ -76,7 +77,7 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
     Cause.FTS_INDEX: (
         "Only the search index of {db} is damaged; your messages are intact, but search may "
         "miss results until the index is rebuilt.",
-        ("reindex", "doctor")),
+        ("repair", "doctor")),
     Cause.LOCKED: (
         "Another program kept the session database {db} busy for too long, so this "
         "operation did not happen; doctor names the program that holds it: stop it or let "

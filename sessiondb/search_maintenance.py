@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from . import holders, search_index
-from .errors import SearchIndexCorrupt, SearchRebuildRefused, StorageError, StoreCorrupt
+from .errors import SearchIndexCorrupt, SearchRebuildRefused, StorageError
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -81,10 +81,11 @@ def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
         # cannot free those pages, so no rebuild in place can succeed and
         # reindexing again would fail the same way. Only recovery, which
         # writes a new file with a fresh index, gets search back.
-        raise StoreCorrupt(
+        raise SearchIndexCorrupt(
             f"the search index of {db.path} cannot be rebuilt in place, its pages are "
             f"damaged ({e}); messages are intact and still written, search keeps using "
-            "the fallback scan; recover the store into a new file to get the index back",
+            "the fallback scan; `hermes sessions repair` rebuilds the store from its "
+            "canonical tables to get the index back",
             path=str(db.path), sqlite_code=e.sqlite_code) from e
     return {**stats, "was_stale": was_stale, "seconds": round(time.monotonic() - started, 3)}
 

@@ -193,7 +193,7 @@ def test_search_index_damage_and_fix_restores_results(hermes_home: Path) -> None
     code, doc = run_doctor()
     assert code == 3
     finding = only(doc, "search_index")
-    assert finding["fix_available"] and "sessions reindex" in finding["fix"]
+    assert finding["fix_available"] and "sessions repair" in finding["fix"]
     code, doc = run_doctor("--fix")
     assert code == 0, doc
     assert any(a.startswith("rebuilt the search index") for a in doc["applied"])
@@ -305,4 +305,4 @@ def test_profile_commands_name_the_profile(hermes_home: Path, profile: str) -> N
     mark_stale(hermes_home / "profiles" / profile / "state.db")
     res = CliRunner().invoke(cli, ["--profile", profile, "doctor", "--json"])
     finding = only(json.loads(res.output), "fts_stale")
-    assert f"--profile {profile} sessions reindex" in finding["fix"]
+    assert f"--profile {profile} sessions repair" in finding["fix"]

@@ -81,7 +81,7 @@ def test_guidance_never_suggests_dangerous_steps() -> None:
     assert any("--inspect-only" in a for a in corrupt.actions)
     assert any("import-spool" in a for a in corrupt.actions)
     fts = describe(Cause.FTS_INDEX, db_path="/h/state.db", home="/h")
-    assert any(a.endswith("sessions reindex") for a in fts.actions)
+    assert any(a.endswith("sessions repair") for a in fts.actions)
     assert not any("recover" in a for a in fts.actions)  # derived data: no salvage
 
 

@@ -8,6 +8,7 @@ import apsw
 import pytest
 
 from sessiondb import SearchRebuildRefused, SessionDB, StorageError, StoreCorrupt
+from sessiondb.errors import SearchIndexCorrupt
 from sessiondb.search_index import triggers_attached
 from tests.helpers import search_workers
 from tests.helpers.search_damage import junk_fts_blocks, junk_pages
@@ -125,7 +126,7 @@ def test_btree_page_damage_fails_open_and_rebuild_leaves_it_to_recovery(tmp_path
     assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
     hits = db.search("alpha", limit=1000)
     assert rid in [h.message_id for h in hits] and all(h.fallback for h in hits)
-    with pytest.raises(StoreCorrupt, match="cannot be rebuilt in place"):
+    with pytest.raises(SearchIndexCorrupt, match="cannot be rebuilt in place"):
         db.rebuild_search_index()
     assert not db.quarantined  # the damage is the index's: canonical writes go on
     assert db.search_index_stale() == stale
