@@ -14,6 +14,7 @@ import click
 
 from recovery import LANES, InspectReport, RecoveryReport, check_options, inspect, recover
 from recovery.errors import RecoveryError, RecoveryUsageError
+from recovery.install import next_after_recover
 from recovery.report import INSPECT_EXIT
 
 from .output import emit_json, human_bytes, table
@@ -114,6 +115,10 @@ def print_recovery(r: RecoveryReport) -> None:
                                        "FAILED: " + "; ".join(v.get("findings", [])[:3])))
     if r.report_path:
         click.echo(f"report: {r.report_path}")
+    step = next_after_recover(r.source, r.output, r.outcome)
+    if step and r.outcome == "partial":
+        click.echo("the output lost rows (see loss: above); if you accept that, install it")
+    click.echo(f"next: {step}" if step else "next: no command to run")
 
 
 def _run_inspect(source: Path, work_dir: Path | None, as_json: bool) -> int:

@@ -16,7 +16,7 @@ SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
     "Move": ("export", "import"),
     "Change": ("rename", "delete"),
-    "Maintain": ("reindex", "repair", "import-spool"),
+    "Maintain": ("reindex", "repair", "import-spool", "install-recovered"),
 }
 
 

@@ -273,15 +273,23 @@ def check_quarantine(t: Target) -> list[Finding]:
                              t.pdir / f"{RECOVERED_NAME}.partial",
                              t.pdir / f"{RECOVERED_NAME}.unverified") if p.exists()]
     out = []
-    if rescued:
+    if rescued:  # what the handle could still read: a whole store, ready to install
         out.append(Finding("quarantine", "warn", f"a handle quarantined the store and "
-                           f"saved {', '.join(p.name for p in rescued)}; recover from it",
-                           t.command("sessions", "recover", "--source", str(rescued[-1]),
-                                     "--inspect-only")))
-    if recovered:
+                           f"saved {', '.join(p.name for p in rescued)}; install it (the "
+                           "replaced files are kept, the spool is imported)",
+                           t.command("sessions", "install-recovered", str(rescued[-1]))))
+    installable = [p for p in recovered if not p.name.endswith(".unverified")]
+    if installable:
         out.append(Finding("quarantine", "info", f"recovered store(s) waiting to be "
-                           f"installed: {', '.join(p.name for p in recovered)}",
-                           "see 'Installing a recovered file' in docs/state-db-recovery.md"))
+                           f"installed: {', '.join(p.name for p in recovered)}"
+                           + (" (.partial: read its report's losses first)"
+                              if installable[0].name.endswith(".partial") else ""),
+                           t.command("sessions", "install-recovered", str(installable[0]))))
+    elif recovered:
+        out.append(Finding("quarantine", "warn", f"{recovered[0].name} failed verification; "
+                           "recover again into a new file and read the report",
+                           t.command("sessions", "recover", "--source", str(t.db),
+                                     "--inspect-only")))
     return out or [Finding("quarantine", "ok", "no rescued or recovered files waiting")]
 
 

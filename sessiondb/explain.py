@@ -49,6 +49,11 @@ def _hermes(home: Path | None, profile: str | None, *args: str) -> str:
     return shlex.join(words + list(args))
 
 
+def hermes_command(home: Path | None, profile: str | None, *args: str) -> str:
+    """A `hermes` command line pinned to a home and profile, shell-quoted."""
+    return _hermes(home, profile, *args)
+
+
 def commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]:
     """Every action the table names, by key, pinned to this store (for a
     caller such as inspect that takes one step of an entry, not all)."""
@@ -168,5 +173,5 @@ def all_causes() -> tuple[Cause, ...]:
 
 
 __all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "commands",
-           "spool_note",
+           "spool_note", "hermes_command",
            "RECOVERED_NAME"]
