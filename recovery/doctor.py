@@ -28,6 +28,13 @@ from sessiondb.spool import spool_dir_for
 from . import backups, doctor_health, liveread
 
 SEVERITIES = ("ok", "info", "warn", "error")
+# Causes no command ends: the first step is a person's (then doctor again).
+PERSON_STEPS = {
+    Cause.DISK_FULL: "free space on the disk holding {db}",
+    Cause.READONLY: "make {db} and its folder writable (file mode, chattr -i, or mount the "
+                    "disk read-write)",
+    Cause.LOCKED: "stop the process that holds {db} (see holders and write_lock)",
+}
 WAL_WARN_BYTES = 64 << 20
 DISK_ERROR_BYTES = 16 << 20
 STALE_SCRATCH_S = 3600.0
@@ -63,7 +70,14 @@ class Target:
         return describe(cause, db_path=self.db, home=self.home, profile=self.profile)
 
     def fix_text(self, cause: Cause) -> str | None:
-        return "; then ".join(self.failure(cause).actions) or None
+        """The copy table's commands, minus "doctor" itself (doctor is what is
+        running): a cause only a person can end starts with that step."""
+        me = self.command("doctor")
+        steps = [a for a in self.failure(cause).actions if a != me]
+        person = PERSON_STEPS.get(cause)
+        if person:
+            steps = [person.format(db=self.db)] + steps + [me]
+        return "; then ".join(steps) or None
 
     def command(self, *args: str) -> str:
         words = ["hermes", "--home", str(self.home)]
@@ -165,14 +179,14 @@ def check_store(t: Target) -> list[Finding]:
             conn.close()
     except StorageError as e:
         cause = classify(e)
-        if cause is Cause.IO_ERROR and doctor_health.deleted_wal_holders(t.db):
-            failure = t.failure(Cause.REPLACED)  # the -shm describes a deleted -wal
+        deleted = doctor_health.deleted_wal_holders(t.db) if cause is Cause.IO_ERROR else []
+        if deleted:  # the -shm describes a -wal that was deleted: not a failing disk
+            failure = t.failure(Cause.REPLACED)
             return [Finding("open", "error", f"cannot read the store: {e}. "
-                            f"{failure.summary}", "first copy the deleted -wal out of the "
-                            "process that holds it: see the deleted_wal finding")]
+                            f"{failure.summary}", doctor_health.rescue_fix(t, deleted[0]))]
         failure = t.failure(cause)
         return [Finding("open", "error", f"cannot read the store: {e}. {failure.summary}",
-                        "; then ".join(failure.actions) or None)]
+                        t.fix_text(cause))]
     out = [_journal(mode), _quick_check(t, diag)]
     if diag.structural:
         return out

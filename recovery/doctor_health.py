@@ -249,12 +249,17 @@ def check_deleted_wal(t: "Target") -> list["Finding"]:
     if not held:
         return [Finding("deleted_wal", "ok", "no process holds a deleted -wal")]
     h = held[0]
-    rescue = t.pdir / f"wal-rescue-{h.pid}"
-    copy = rescue / t.db.name
     return [Finding("deleted_wal", "error", f"the -wal of {t.db} was deleted while process "
                     f"{h.pid} ({h.command}) kept it open: its descriptor {h.proc_path} is "
                     "the only copy of the newest transactions. Do not stop that process "
-                    "before copying it out",
-                    f"mkdir -m 700 {rescue} && cp {t.db} {copy} && cp {h.proc_path} "
-                    f"{copy}-wal; then: " + t.command("sessions", "recover", "--source",
-                                                      str(copy), "--inspect-only"))]
+                    "before copying it out", rescue_fix(t, h))]
+
+
+def rescue_fix(t: "Target", h: DeletedWal) -> str:
+    """Copy the store and the deleted -wal (from the holder's descriptor) into
+    a private directory, then inspect that pair."""
+    rescue = t.pdir / f"wal-rescue-{h.pid}"
+    copy = rescue / t.db.name
+    return (f"mkdir -m 700 {rescue} && cp {t.db} {copy} && cp {h.proc_path} {copy}-wal; "
+            "then: " + t.command("sessions", "recover", "--source", str(copy),
+                                 "--inspect-only"))
