@@ -78,7 +78,8 @@ def test_holder_process_is_named_and_verdict_locked(source, holder):
     report = recovery.inspect(source)
     assert (report.verdict, report.data_verdict) == ("locked", "healthy")
     assert [h["pid"] for h in report.holders] == [holder.pid]
-    assert report.next_command.endswith("--inspect-only")
+    # doctor names the holder; inspect again would be a loop
+    assert report.next_command.endswith(" doctor")
 
 
 def test_open_and_lock_views_see_different_holders(source, holder):

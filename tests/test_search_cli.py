@@ -62,7 +62,7 @@ def test_search_special_characters_do_not_crash(filled):
 
 
 def test_reindex_json_and_text(filled):
-    doc = json.loads(run("sessions", "reindex", "--json").output)
+    doc = json.loads(run("sessions", "reindex", "--json").stdout)  # stderr: a warning
     assert doc["messages"] == 3 and doc["was_stale"] is False
     res = run("sessions", "reindex")
     assert res.exit_code == 0
