@@ -101,7 +101,7 @@ def test_reindex_of_a_stale_store_rebuilds_once(filled):
     with SessionDB.open() as db:
         with db.atomic() as conn:
             mark_stale(conn, "test", None)
-    doc = json.loads(run("sessions", "reindex", "--json").output)
+    doc = json.loads(run("sessions", "reindex", "--json").stdout)  # stderr: a warning
     assert doc["was_stale"] is True and doc["messages"] == 3
     with SessionDB.open() as db:
         assert db.search_index_stale() is None and db.search_rebuilt_on_open is None
