@@ -24,6 +24,7 @@ from . import wire
 from .compact import CompactionPolicy, MicroCompactor
 from .persist import PersistenceFailed, TurnPersistence
 from .tools import ToolRegistry
+from .usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +33,6 @@ DEFAULT_MODEL = "claude-sonnet-5"
 
 class TurnInterrupted(Exception):
     """Raised inside the loop when `interrupt()` was called (control flow)."""
-
-
-@dataclass
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def add(self, u: Any) -> None:
-        self.input_tokens += getattr(u, "input_tokens", 0) or 0
-        self.output_tokens += getattr(u, "output_tokens", 0) or 0
-        self.cache_read_tokens += getattr(u, "cache_read_input_tokens", 0) or 0
-        self.cache_write_tokens += getattr(u, "cache_creation_input_tokens", 0) or 0
 
 
 @dataclass
@@ -125,7 +112,7 @@ class Agent:
             return TurnResult(False, False, True, answer, failure_reason=f"model_error:{reason}",
                               explanation=str(e), usage=usage, steps=steps)
         finally:
-            self.store.end_turn(usage)
+            self.store.end_turn(usage, self.model)
 
     def _add(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -173,7 +160,7 @@ class Agent:
 
     def _after_turn(self, usage: Usage) -> None:
         if self.compactor is not None:
-            self.compactor.maybe_compact(usage)
+            self.compactor.maybe_compact()
 
     # -- used by the compactor ---------------------------------------------
 
