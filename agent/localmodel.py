@@ -122,6 +122,7 @@ class LocalModelServer:
     def __init__(self, script: Script = rule_based, port: int = 0) -> None:
         self.script = script
         self.requests: list[dict[str, Any]] = []
+        self.raw_requests: list[bytes] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
