@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -68,16 +69,30 @@ class ReviewRun:
         with self._lock:
             stream = self._stream
         if stream is not None:
-            try:
-                stream.close()
-            except Exception:  # noqa: BLE001 (closing a stream another thread reads)
-                log.debug("closing the review's stream failed", exc_info=True)
+            abort_stream(stream)
 
     def attach(self, stream: Any) -> None:
         with self._lock:
             self._stream = stream
         if self.cancel_event.is_set():
             self.cancel()
+
+
+def abort_stream(stream: Any) -> None:
+    """Stop a stream another thread is reading, now: closing the response
+    alone does not wake a read blocked in ``recv`` (a model that pauses
+    between chunks), shutting the socket down does."""
+    try:
+        network = stream.response.extensions.get("network_stream")
+        sock = network.get_extra_info("socket") if network is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 (best effort; the close below still runs)
+        log.debug("could not shut the review's socket down", exc_info=True)
+    try:
+        stream.close()
+    except Exception:  # noqa: BLE001 (closing a stream another thread reads)
+        log.debug("closing the review's stream failed", exc_info=True)
 
 
 def deny(name: str) -> ToolOutcome:

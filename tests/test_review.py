@@ -287,3 +287,17 @@ def test_unattended_replace_and_remove_are_staged_not_applied(db, hermes_home):
     assert results[0]["applied"] and [e.text for e in store.entries("memory")] == [
         "The store lives on ext4."]
     assert [c.id for c in pending.list()] == [staged[1].id]
+
+
+def test_a_stalled_review_stream_is_cut_at_once(db):
+    # One chunk every 3 s: only shutting the socket down wakes the blocked read.
+    script = TwoScripts([Reply.text("One."), Reply.text("Two.")],
+                        lambda _r: Reply.text("x" * 200, chunk_delay=3.0))
+    with LocalModelServer(script) as srv:
+        agent = make_agent(db, srv)
+        agent.run_turn("first")
+        assert script.review_started.wait(5)
+        time.sleep(0.3)
+        second = agent.run_turn("second")
+        assert agent.reviewer.last.status == "cancelled"
+    assert second.completed and second.review_wait_s < 1.0
