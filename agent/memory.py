@@ -12,7 +12,6 @@ pending`` and applied only by ``hermes memory apply``. Adds are applied.
 """
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time

@@ -22,7 +22,7 @@ from . import wire
 from .memory_tools import READ_TOOLS, WRITE_TOOLS, HomeTools
 from .review_prompt import review_prompt
 from .silence import silenced
-from .tools import ToolOutcome
+from .tools import ToolOutcome, ToolRegistry
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -113,13 +113,12 @@ class ReviewFork:
         self.messages = [*snapshot, {"role": "user", "content": review_prompt(focus)}]
         self.home_tools = HomeTools(agent.home, run.result.origin, agent.session_id,
                                     stage_edits=run.result.origin == "background_review")
-        self.own = {t.name: t for t in self.home_tools.tools()}
+        self.own = ToolRegistry(self.home_tools.tools())  # with the review's write origin
 
     def dispatch(self, name: str, args: Any) -> ToolOutcome:
         """The whitelist: the fork sees the parent's tools but may run only these."""
-        if name in self.own:
-            from .tools import ToolRegistry
-            return ToolRegistry([self.own[name]]).call(name, args)
+        if name in self.own.names():
+            return self.own.call(name, args)
         if name in PARENT_READ_TOOLS and name in self.agent.tools.names():
             return self.agent.tools.call(name, args)
         return deny(name)

@@ -119,3 +119,28 @@ def test_cli_show_usage_and_stats(hermes_home):
     assert stats["usage"]["total"]["input_tokens"] == 40
     missing = runner.invoke(cli, ["sessions", "show", "nope", "--usage"])
     assert missing.exit_code == 1 and missing.output.startswith("Error: ")
+
+
+def test_recover_carries_the_ledger_over(tmp_path):
+    from recovery.recover import recover
+    src = tmp_path / "src"
+    src.mkdir(mode=0o700)
+    with SessionDB(src / "state.db") as db:
+        sid = db.create_session("r1", source="t", model="m")
+        db.append_messages(sid, [{"role": "user", "content": "hi"}])
+        db.record_usage(sid, input_tokens=5, api_calls=1)
+        db.record_auxiliary_usage(sid, task="background_review", model="m", input_tokens=7,
+                                  api_calls=1)
+        expected = db.session_usage(sid)
+    recover(src / "state.db", tmp_path / "out.db")
+    with SessionDB(tmp_path / "out.db") as out:
+        assert out.session_usage("r1") == expected
+
+
+def test_the_carver_knows_the_ledger_layout():
+    from recovery.layouts import KNOWN_LAYOUTS, best_fit
+    row = ["s1", "background_review", "m", "anthropic", 10, 2, 0, 0, 0, 1, None,
+           1.7e9, 1.7e9]
+    classes = ["text", "text", "text", "text", *["integer"] * 6, "null", "real", "real"]
+    layout, score = best_fit(row, classes, KNOWN_LAYOUTS)
+    assert layout.table == "usage_ledger" and score == 1.0
