@@ -108,6 +108,7 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
                       source="cli", micro_compact=CompactionPolicy() if compact else None,
                       review=review, on_review=show_review)
         click.echo(f"[session {agent.session_id}]", err=True)
+        pending_notice(agent.home)
         if query is not None:
             result = run_one(agent, query)
             agent.reviewer.wait(REVIEW_EXIT_WAIT_S)  # a one-shot keeps what its review saves
@@ -118,6 +119,21 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
 
 
 REVIEW_EXIT_WAIT_S = 60.0
+
+
+def pending_notice(base: Any) -> None:
+    """Say when reviews left memory changes waiting for the user."""
+    from agent.errors import AgentError
+    from agent.memory import MemoryStore
+    from agent.memory_pending import PendingChanges
+    try:
+        count = len(PendingChanges(MemoryStore(base)).list())
+    except AgentError as e:
+        click.echo(f"[memory: {shorten(str(e), 200)}]", err=True)
+        return
+    if count:
+        click.echo(f"[{count} memory change(s) proposed by a review wait for you: "
+                   "hermes memory pending]", err=True)
 
 
 def show_review(text: str) -> None:

@@ -129,3 +129,15 @@ def test_memory_and_skills_commands(hermes_home):
     assert shown["provenance"][0]["origin"] == "assistant_tool"
     res = run(cli, ["skills", "show", "Bad/Name"])
     assert res.exit_code == 1 and res.stderr.startswith("Error: invalid skill name")
+
+
+def test_chat_says_when_memory_changes_wait(hermes_home):
+    from agent.memory import MemoryStore, Provenance
+    from agent.memory_pending import PendingChanges
+    store = MemoryStore(hermes_home)
+    store.add("memory", "a fact", Provenance("user"))
+    PendingChanges(store).stage("remove", "memory", "a fact", "", Provenance("background_review"))
+    res = CliRunner().invoke(cli, ["chat", "--offline", "--no-review", "-q", "hi"])
+    assert res.exit_code == 0
+    assert "[1 memory change(s) proposed by a review wait for you: hermes memory pending]" \
+        in res.stderr

@@ -301,3 +301,76 @@ def test_a_stalled_review_stream_is_cut_at_once(db):
         second = agent.run_turn("second")
         assert agent.reviewer.last.status == "cancelled"
     assert second.completed and second.review_wait_s < 1.0
+
+
+def test_a_review_that_cannot_stop_in_time_is_left_behind_after_2s(db, hermes_home):
+    """The fork is inside a memory write blocked on the memories lock (held
+    here): the live turn waits 2 s, goes on with a warning, and its usage
+    stays its own."""
+    import fcntl
+    import os
+    lock_dir = hermes_home / "memories"
+    lock_dir.mkdir(parents=True, mode=0o700)
+    fd = os.open(lock_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    script = TwoScripts([Reply.text("One."), Reply.text("Two.")], [
+        Reply.tool("memory", {"action": "add", "target": "memory", "content": "late"}),
+        Reply.text("Saved.")])
+    try:
+        with LocalModelServer(script) as srv:
+            agent = make_agent(db, srv)
+            agent.run_turn("first")
+            run = agent.reviewer.current
+            deadline = time.monotonic() + 5
+            while len(script.replies) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # the fork is now blocked in flock
+            second = agent.run_turn("second")
+            assert 1.9 <= second.review_wait_s < 2.5 and second.completed
+            assert not run.done.is_set()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            assert run.done.wait(5)
+    finally:
+        os.close(fd)
+    assert run.result.status == "cancelled"  # stopped at its next check, after the write
+    live = script.reported(review=False)
+    assert db.get_session(agent.session_id).input_tokens == live["input_tokens"]
+
+
+def test_a_finished_run_never_clears_a_newer_one(db):
+    from agent.review_fork import ReviewRun
+    with LocalModelServer(TwoScripts([], [])) as srv:
+        agent = make_agent(db, srv)
+    reviewer = agent.reviewer
+    old, new = ReviewRun("background_review"), ReviewRun("refine_review")
+    reviewer._current = new
+    reviewer._finish(old)
+    assert reviewer.current is new and old.done.is_set()
+    reviewer._finish(new)
+    assert reviewer.current is None
+
+
+def test_summary_modes_and_malformed_results():
+    from agent.review import format_summary
+    from agent.review_fork import ReviewResult, _done_line
+    result = ReviewResult("background_review", status="done", actions=["Memory updated"],
+                          steps=2)
+    assert format_summary(result, "off") is None
+    assert format_summary(result, "on") == "[review] Memory updated"
+    assert format_summary(result, "verbose").splitlines()[1].startswith("[review] done: 1 saved")
+    assert format_summary(ReviewResult("background_review", status="done"), "on") is None
+    assert _done_line("not json") is None and _done_line('["x"]') is None
+    assert _done_line('{"done": "Skill \'x\' patched"}') == "Skill 'x' patched"
+
+
+def test_a_failed_write_call_keeps_the_actions_already_done(db):
+    script = TwoScripts([Reply.text("Hi.")], [
+        Reply.tool("memory", {"action": "add", "target": "memory", "content": "one"}),
+        Reply.tool("memory", {"action": "explode", "target": "memory"}),
+        Reply.tool("skill_manage", {"action": "create", "name": "Bad Name", "content": "x"}),
+        Reply.text("ok")])
+    with LocalModelServer(script) as srv:
+        agent = make_agent(db, srv)
+        agent.run_turn("hello")
+        review = agent.reviewer.wait(10)
+    assert review.status == "done" and review.actions == ["Memory updated"]
