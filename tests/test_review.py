@@ -300,7 +300,7 @@ def test_a_stalled_review_stream_is_cut_at_once(db):
         time.sleep(0.3)
         second = agent.run_turn("second")
         assert agent.reviewer.last.status == "cancelled"
-    assert second.completed and second.review_wait_s < 1.0
+    assert second.completed and second.review_wait_s < 1.5
 
 
 def test_a_review_that_cannot_stop_in_time_is_left_behind_after_2s(db, hermes_home):
@@ -326,7 +326,7 @@ def test_a_review_that_cannot_stop_in_time_is_left_behind_after_2s(db, hermes_ho
                 time.sleep(0.01)
             time.sleep(0.2)  # the fork is now blocked in flock
             second = agent.run_turn("second")
-            assert 1.9 <= second.review_wait_s < 2.5 and second.completed
+            assert 1.9 <= second.review_wait_s < 3.0 and second.completed
             assert not run.done.is_set()
             fcntl.flock(fd, fcntl.LOCK_UN)
             assert run.done.wait(5)
