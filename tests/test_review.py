@@ -374,3 +374,17 @@ def test_a_failed_write_call_keeps_the_actions_already_done(db):
         agent.run_turn("hello")
         review = agent.reviewer.wait(10)
     assert review.status == "done" and review.actions == ["Memory updated"]
+
+
+def test_summary_leaves_out_saves_already_in_the_snapshot(db, hermes_home):
+    script = TwoScripts([Reply.tool("memory", {"action": "add", "target": "memory",
+                                               "content": "saved by the live turn"}),
+                         Reply.text("Saved it.")], [Reply.text("Nothing to save.")])
+    summaries: list[str] = []
+    with LocalModelServer(script) as srv:
+        agent = make_agent(db, srv, summaries=summaries)
+        agent.run_turn("note this")
+        review = agent.reviewer.wait(10)
+    [entry] = MemoryStore(hermes_home).entries("memory")
+    assert entry.origin == "assistant_tool" and entry.session_id == agent.session_id
+    assert review.status == "done" and review.actions == [] and summaries == []
