@@ -305,7 +305,23 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
     return db.index_safe_write(body)
 
 
+def _trim(path: Path) -> None:
+    """Give back blocks a file holds past its end (an adopted reserve): a
+    same-size truncate frees them; imported files need no spare space."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.ftruncate(fd, os.fstat(fd).st_size)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)  # a flock lives on the importer's descriptor, not this one
+
+
 def _move_to_imported(path: Path) -> Path:
+    _trim(path)
     target_dir = paths.ensure_private_dir(path.parent / IMPORTED_DIR)
     target = target_dir / f"{path.stem}.{time.time_ns()}.jsonl"
     os.rename(path, target)

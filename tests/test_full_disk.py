@@ -74,6 +74,8 @@ def test_a_full_disk_spools_the_failed_batch_and_nothing_acknowledged_is_lost(
         filler.unlink()
         report = import_spool(db)
         assert report.imported == 1
+        moved = Path(report.files[0].moved_to)  # the adopted reserve's spare blocks
+        assert moved.stat().st_blocks * 512 < RESERVE_BYTES  # were given back
         stored = [m["content"] for m in strip_markers(db.get_messages(sid))]
     assert stored == acked + [failed]  # 0 acknowledged lost, the spooled one back once
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from sessiondb import SessionDB, StoreCorrupt
-from sessiondb.spool import spool_dir_for, spool_failed_write
+from sessiondb.spool import spool_failed_write
 from tests.helpers import damage
 from tests.helpers.stores import fill_home, held_by_another_process, sha
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cli.main import cli
-from sessiondb import Cause, SessionDB, StoreCorrupt
+from sessiondb import SessionDB, StoreCorrupt
 from sessiondb.spool import spool_dir_for, spool_failed_write
 
 
