@@ -39,6 +39,7 @@ WAL_WRITE_LOCK = 120
 RESERVED_BYTE = 0x40000001
 LOCK_WATCH_S = 1.0  # a commit takes milliseconds; still held after this is not one
 IDLE_ERROR_S = 10.0  # a writer's default patience: past it, writes fail with locked
+PROBE_COPY_MAX_BYTES = 64 << 20  # larger held stores are not copied just to probe
 FS_IOC_GETFLAGS = 0x80086601
 FS_IMMUTABLE_FL = 0x10
 
@@ -166,9 +167,13 @@ def _probe_copy(t: "Target") -> str | None:
 def check_write_probe(t: "Target") -> list["Finding"]:
     from .doctor import Finding
     held = bool(liveread.holder_names(t.db))
+    if held and os.path.getsize(t.db) > PROBE_COPY_MAX_BYTES:
+        return [Finding("write_probe", "info", "write probe not run: another process holds "
+                        f"the store and it is larger than {PROBE_COPY_MAX_BYTES >> 20} MiB "
+                        "to copy for the probe")]
     try:
         cause = _probe_copy(t) if held else probe_write(t.db)
-    except (StorageError, OSError) as e:
+    except (StorageError, OSError, apsw.Error) as e:
         return [Finding("write_probe", "info", f"write probe not run: {e}")]
     where = "a private copy of the store" if held else "the store"
     if cause is None:
