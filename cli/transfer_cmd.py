@@ -57,7 +57,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     """
     _check_export_args(session_ids, all_, output, force, as_json)
     ids = list(session_ids) if session_ids else None
-    with app.open_store() as db, ExitStack() as stack:
+    with app.open_store(create=False) as db, ExitStack() as stack:
         total = db.count_messages(ids) if stderr_is_tty() else None
         tick = stack.enter_context(progress(total, "exporting"))
         if output is None:
@@ -118,7 +118,7 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
       hermes sessions import --from llm ~/.config/io.datasette.llm/logs.db
     """
     run = import_llm_logs if source == "llm" else import_export_file
-    with app.open_store() as db, ExitStack() as stack:
+    with app.open_store(create=not dry_run) as db, ExitStack() as stack:
         result = run(db, path, dry_run=dry_run, progress_for=lambda total: stack.enter_context(
             progress(total, "importing")))
     if as_json:
