@@ -39,7 +39,7 @@ KINDS = (OURS, EMPTY, HERMES_AGENT, LLM, AGENTS_SDK, LANGGRAPH, SQLITE)
 #: Foreign kinds `sessions import --from KIND` reads.
 IMPORTABLE = (HERMES_AGENT, LLM)
 
-_SHADOW_SUFFIXES = ("_data", "_idx", "_content", "_docsize", "_config", "_segments",
+SHADOW_SUFFIXES = ("_data", "_idx", "_content", "_docsize", "_config", "_segments",
                     "_segdir", "_stat", "_node", "_parent", "_rowid")
 _LISTED_TABLES = 8
 
@@ -141,7 +141,7 @@ def _user_tables(entries: list[_Entry]) -> list[str]:
     for e in entries:
         if e.type != "table" or e.name.startswith("sqlite_"):
             continue
-        if any(e.name.startswith(v + "_") and e.name[len(v):] in _SHADOW_SUFFIXES
+        if any(e.name.startswith(v + "_") and e.name[len(v):] in SHADOW_SUFFIXES
                for v in vtabs):
             continue
         out.append(e.name)

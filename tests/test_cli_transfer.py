@@ -126,7 +126,7 @@ def test_unknown_session_in_export_writes_nothing(filled, tmp_path):
     (("sessions", "import", "/nonexistent/x.jsonl"),
      "Error: Invalid value for 'PATH': File '/nonexistent/x.jsonl' does not exist."),
     (("sessions", "import", "x", "--from", "chatgpt"),
-     "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'llm'."),
+     "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'hermes-agent', 'llm'."),
     (("sessions", "export", "bad/../id"),
      "Error: Invalid value for '[ID]...': invalid session id 'bad/../id': 1-128 characters "
      "from letters, digits and . _ : @ + = -, starting with a letter or digit, without '..'"),
