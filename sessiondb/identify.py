@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import StoreCorrupt
 from .rawfile import Pages, RawFileError, open_pages
@@ -161,10 +161,11 @@ def _column(pages: Pages, entry: _Entry, index: int) -> list[Any]:
     return [v[index] if len(v) > index else None for _r, v in pages.table_rows(entry.rootpage)]
 
 
-Rule = Any  # (pages, tables) -> (kind, label, version) | None
+Found = tuple[str, str, str | None]  # (kind, label, version)
+Rule = Callable[[Pages, dict[str, _Entry]], Found | None]
 
 
-def _ours(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None] | None:
+def _ours(pages: Pages, tables: dict[str, _Entry]) -> Found | None:
     if "migrations" not in tables or "state_meta" not in tables:
         return None
     try:
@@ -176,7 +177,7 @@ def _ours(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None
     return OURS, "a hermes-state store", names[-1]
 
 
-def _hermes_agent(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None] | None:
+def _hermes_agent(pages: Pages, tables: dict[str, _Entry]) -> Found | None:
     if not {"schema_version", "sessions", "messages"} <= set(tables):
         return None
     try:
@@ -189,7 +190,7 @@ def _hermes_agent(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, st
     return HERMES_AGENT, f"Hermes Agent state.db, schema v{version}", str(version)
 
 
-def _llm(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None] | None:
+def _llm(pages: Pages, tables: dict[str, _Entry]) -> Found | None:
     ledger = "_llm_migrations" in tables
     new = {"threads", "turns"} <= set(tables)
     old = {"responses", "conversations"} <= set(tables)
@@ -207,13 +208,13 @@ def _llm(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None]
     return LLM, f"llm logs.db ({layout})", version
 
 
-def _agents_sdk(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None] | None:
+def _agents_sdk(pages: Pages, tables: dict[str, _Entry]) -> Found | None:
     if {"agent_sessions", "agent_messages"} <= set(tables):
         return AGENTS_SDK, "OpenAI Agents SDK SQLiteSession", None
     return None
 
 
-def _langgraph(pages: Pages, tables: dict[str, _Entry]) -> tuple[str, str, str | None] | None:
+def _langgraph(pages: Pages, tables: dict[str, _Entry]) -> Found | None:
     if {"checkpoints", "writes"} <= set(tables):
         return LANGGRAPH, "LangGraph SqliteSaver", None
     return None
@@ -244,8 +245,4 @@ def check_before_open(path: Path, *, create: bool, home: Path | None = None,
     actions = foreign_actions(err, Path(path), home, profile)
     err.args = (f"{path} is {ident.label}, not a hermes-state store, so hermes did not open "
                 f"or change it; commands that apply: {'; '.join(reversed(actions))}",)
-    return _raise(err)
-
-
-def _raise(err: BaseException) -> Identity:
     raise err
