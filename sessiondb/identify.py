@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import StoreCorrupt
+from .errors import StoreCorrupt, StoreIOError, StoreReadOnly
 from .rawfile import Pages, RawFileError, open_pages
 
 OURS, EMPTY = "hermes-state", "empty"
@@ -108,6 +108,10 @@ def identify(path: str | os.PathLike[str]) -> Identity:
     except RawFileError as e:
         raise StoreCorrupt(f"file is not a database, or its schema is unreadable: {p}: {e}",
                            path=str(p)) from e
+    except PermissionError as e:
+        raise StoreReadOnly(f"cannot read {p}: {e.strerror}", path=str(p)) from e
+    except OSError as e:
+        raise StoreIOError(f"cannot read {p}: {e.strerror or e}", path=str(p)) from e
 
 
 def _identify_pages(path: Path, pages: Pages) -> Identity:

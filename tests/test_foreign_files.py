@@ -239,3 +239,26 @@ def test_import_dry_run_on_a_missing_store_creates_nothing(tmp_path: Path,
     with pytest.raises(StoreNotFound):
         SessionDB.open(home, create=False)
     assert not home.exists()
+
+
+@pytest.mark.parametrize("kind", ["hermes-agent", "llm", "langgraph"])
+def test_inspect_and_recover_read_a_copy_only(tmp_path: Path, kind: str) -> None:
+    """Their verdicts on foreign files are recovery's (by the file's own
+    schema); here only that the source and its sidecars stay byte-identical."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    _build(kind, home / "state.db", wal_tail=2)
+    before = snapshot(home)
+    src = str(home / "state.db")
+    for args in (["--inspect-only"], ["--inspect-only", "--json"],
+                 ["--output", str(tmp_path / "out.db")]):
+        res = CliRunner().invoke(cli, ["--home", str(home), "sessions", "recover",
+                                       "--source", src] + args)
+        assert "Traceback" not in res.output
+        assert snapshot(home) == before, args
+
+
+def test_the_foreign_cause_is_classified_from_its_code() -> None:
+    from sessiondb.classify import classify, classify_text
+    assert classify(ForeignStore("x", kind="llm")) is Cause.FOREIGN
+    assert classify_text("Error: storage_foreign: /h/state.db is ...") is Cause.FOREIGN
