@@ -128,15 +128,51 @@ def frame_ok(wal: bytes, at: int, page_size: int, big: bool | None = None) -> bo
     return (s0, s1) == struct.unpack(">2I", wal[at + 16:at + 24])
 
 
+JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def read_rollback_journal(journal: bytes) -> tuple[dict[int, bytes], int]:
+    """(page -> original content, database size in pages before the
+    transaction) from a rollback ``-journal``'s first segment; empty when it
+    holds none. Applying these originals gives the last committed state,
+    whether the journal is hot (a crash) or its writer is still committing.
+    A record whose checksum fails ends the segment, as in SQLite."""
+    if len(journal) < 28 or not journal.startswith(JOURNAL_MAGIC):
+        return {}, 0
+    nrec, nonce, db_size, sector, page_size = struct.unpack(">5I", journal[8:28])
+    if page_size < 512 or page_size & (page_size - 1) or not 0 < sector <= 65536:
+        return {}, 0
+    step = 8 + page_size
+    if nrec == 0xFFFFFFFF:
+        nrec = (len(journal) - sector) // step
+    pages: dict[int, bytes] = {}
+    for k in range(nrec):
+        at = sector + k * step
+        if at + step > len(journal):
+            break
+        pgno = struct.unpack(">I", journal[at:at + 4])[0]
+        data = journal[at + 4:at + 4 + page_size]
+        total = nonce + sum(data[i] for i in range(page_size - 200, 0, -200))
+        if pgno == 0 or total & 0xFFFFFFFF != struct.unpack(">I", journal[at + step - 4:
+                                                                           at + step])[0]:
+            break
+        pages.setdefault(pgno, data)  # the first record of a page holds its original
+    return pages, db_size
+
+
 class Pages:
     """Pages of one database as its last committed transaction left them."""
 
-    def __init__(self, fd: int | None, main_size: int, wal: bytes) -> None:
+    def __init__(self, fd: int | None, main_size: int, wal: bytes,
+                 journal: bytes = b"") -> None:
         self._fd, self._main_size, self._wal = fd, main_size, wal
         self._checked: set[int] = set()
         wal_size, self._frames, wal_db_size = read_wal_index(wal)
+        self._originals, journal_db_size = read_rollback_journal(journal)
         if 1 in self._frames:
             head = wal[self._frames[1]:self._frames[1] + 100]
+        elif 1 in self._originals:
+            head = self._originals[1][:100]
         else:
             head = os.pread(fd, 100, 0) if fd is not None else b""
         self.header = parse_header(head)
@@ -145,7 +181,10 @@ class Pages:
         self.page_size = self.header.page_size
         self.usable = self.page_size - self.header.reserved
         on_disk = main_size // self.page_size
-        self.page_count = wal_db_size or max(self.header.page_count, on_disk)
+        if self._originals and any(len(v) != self.page_size for v in self._originals.values()):
+            raise RawFileError("the -journal's page size differs from the header's")
+        self.page_count = (wal_db_size or (journal_db_size if self._originals else 0)
+                           or max(self.header.page_count, on_disk))
 
     def page(self, pgno: int) -> bytes:
         if pgno < 1 or pgno > self.page_count:
@@ -157,6 +196,8 @@ class Pages:
                     raise RawFileError(f"the -wal frame of page {pgno} fails its checksum")
                 self._checked.add(at)
             return self._wal[at:at + self.page_size]
+        if pgno in self._originals:
+            return self._originals[pgno]
         start = (pgno - 1) * self.page_size
         data = os.pread(self._fd, self.page_size, start) if self._fd is not None else b""
         if len(data) != self.page_size:
@@ -215,17 +256,22 @@ class Pages:
 def open_pages(path: Path) -> Iterator[Pages]:
     """The pages of ``path`` (and its -wal), read through the shared per-inode
     descriptor of the main file; raises RawFileError when they are unreadable."""
-    wal_path = Path(f"{path}-wal")
-    try:
-        wal = wal_path.read_bytes() if wal_path.is_file() else b""
-    except OSError:
-        wal = b""
+    wal, journal = _sidecar(Path(f"{path}-wal")), _sidecar(Path(f"{path}-journal"))
     size = path.stat().st_size
     if size == 0:
-        yield Pages(None, 0, wal)
+        yield Pages(None, 0, wal, journal)
         return
     with containment.shared_descriptor(path) as fd:
-        yield Pages(fd, os.fstat(fd).st_size, wal)
+        yield Pages(fd, os.fstat(fd).st_size, wal, journal)
+
+
+def _sidecar(path: Path) -> bytes:
+    """A -wal or -journal's bytes (SQLite holds no POSIX locks on these, so
+    opening and closing them here cancels nobody's)."""
+    try:
+        return path.read_bytes() if path.is_file() else b""
+    except OSError:
+        return b""
 
 
 def _cell_pointers(page: bytes, start: int, n: int) -> list[int]:

@@ -262,3 +262,44 @@ def test_the_foreign_cause_is_classified_from_its_code() -> None:
     from sessiondb.classify import classify, classify_text
     assert classify(ForeignStore("x", kind="llm")) is Cause.FOREIGN
     assert classify_text("Error: storage_foreign: /h/state.db is ...") is Cause.FOREIGN
+
+
+def _hot_journal(original: bytes, changed: bytes, page_size: int) -> bytes:
+    """A rollback journal (SQLite's format) holding the pages of ``original``
+    that ``changed`` overwrote: what a writer crashing mid-commit leaves."""
+    import struct
+    nonce = 0x1234567
+    records = []
+    for k in range(len(original) // page_size):
+        page = original[k * page_size:(k + 1) * page_size]
+        if changed[k * page_size:(k + 1) * page_size] != page:
+            total = (nonce + sum(page[i] for i in range(page_size - 200, 0, -200))) & 0xFFFFFFFF
+            records.append(struct.pack(">I", k + 1) + page + struct.pack(">I", total))
+    header = bytes.fromhex("d9d505f920a163d7") + struct.pack(
+        ">5I", len(records), nonce, len(original) // page_size, 512, page_size)
+    return header.ljust(512, b"\0") + b"".join(records)
+
+
+def test_a_hot_rollback_journal_gives_the_last_committed_state(tmp_path: Path) -> None:
+    """DELETE mode, a crash mid-commit: the file holds uncommitted pages and
+    the -journal their originals; identification reads the committed state,
+    as SQLite's rollback would restore it."""
+    from sessiondb import migrations
+    path = tmp_path / "state.db"
+    conn = apsw.Connection(str(path))
+    try:
+        conn.execute("PRAGMA journal_mode=delete")
+        migrations.apply_pending(conn, lambda: conn.execute("BEGIN IMMEDIATE"))
+        committed, original = identify(path), path.read_bytes()
+        conn.execute("CREATE TABLE zzz_uncommitted(x)")
+    finally:
+        conn.close()
+    assert "zzz_uncommitted" in identify(path).tables
+    Path(f"{path}-journal").write_bytes(_hot_journal(original, path.read_bytes(), 4096))
+    ident = identify(path)
+    assert (ident.kind, ident.tables, ident.version) == \
+        (committed.kind, committed.tables, committed.version)
+    stale = bytearray(Path(f"{path}-journal").read_bytes())
+    stale[:8] = bytes(8)  # a journal whose header is not (yet) valid is not hot
+    Path(f"{path}-journal").write_bytes(bytes(stale))
+    assert "zzz_uncommitted" in identify(path).tables
