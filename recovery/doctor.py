@@ -292,8 +292,8 @@ def check_identity(t: Target) -> list[Finding]:
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
-    check_identity, check_sidecars, check_holders, check_store, check_spool, check_temp, check_quarantine,
-    check_backups)
+    check_identity, check_sidecars, check_holders, check_store, check_spool, check_temp,
+    check_quarantine, check_backups)
 # Another program's file: only checks that neither read its rows nor advise a change.
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_disk, check_sqlite, check_holders)
