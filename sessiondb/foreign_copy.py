@@ -14,10 +14,10 @@ import sqlite3
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 from urllib.parse import quote
 
-from .errors import StorageError
+from .errors import Cause, StorageError
 
 if TYPE_CHECKING:  # for type hints only
     from .identify import Identity
@@ -27,6 +27,16 @@ ATTEMPTS = 3
 
 class CopyUnstable(StorageError):
     """The source kept changing while it was copied (a program is writing it)."""
+
+    cause = Cause.LOCKED
+    concerns_store = False  # the source's trouble, not the store's: one line
+
+
+class CopyNoSpace(StorageError):
+    """The temporary directory cannot hold a private copy of the source."""
+
+    cause = Cause.DISK_FULL
+    concerns_store = False
 
 
 def _fingerprint(path: Path) -> tuple:
@@ -47,9 +57,18 @@ def _copy_file(src: Path, dst: Path) -> None:
 
 
 @contextmanager
-def foreign_copy(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """The path of a private copy of ``path`` (and its -wal), removed on exit."""
+def foreign_copy(path: str | os.PathLike[str], *,
+                 after_copy: Callable[[], None] | None = None) -> Iterator[Path]:
+    """The path of a private copy of ``path`` (and its -wal), removed on exit.
+
+    ``after_copy`` runs after each attempt's copy (a seam for tests that
+    change the source while it is copied)."""
     src = Path(path)
+    need = sum(p.stat().st_size for p in (src, Path(f"{src}-wal")) if p.exists())
+    free = shutil.disk_usage(tempfile.gettempdir()).free
+    if free < need + (16 << 20):
+        raise CopyNoSpace(f"{tempfile.gettempdir()} has {free} bytes free, a private copy of "
+                          f"{src} needs {need}; point TMPDIR at a larger disk", path=str(src))
     work = Path(tempfile.mkdtemp(prefix="hermes-import-"))  # mkdtemp makes it 0700
     try:
         dst = work / "source.db"
@@ -60,6 +79,8 @@ def foreign_copy(path: str | os.PathLike[str]) -> Iterator[Path]:
             _copy_file(src, dst)
             if before[1] is not None:
                 _copy_file(Path(f"{src}-wal"), Path(f"{dst}-wal"))
+            if after_copy is not None:
+                after_copy()
             if _fingerprint(src) == before:
                 break
         else:

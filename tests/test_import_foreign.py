@@ -209,3 +209,23 @@ def test_llm_file_without_conversations_exits_1(tmp_path: Path) -> None:
                           "nothing was imported\n")
     with SessionDB(home / "state.db") as db, pytest.raises(ImportFileError):
         import_llm_logs(db, src, dry_run=True)
+
+
+def test_a_source_that_keeps_changing_is_refused_and_leaves_no_copy(tmp_path: Path) -> None:
+    import tempfile
+
+    from sessiondb.foreign_copy import CopyUnstable, foreign_copy
+    src = tmp_path / "logs.db"
+    f.build_llm(src, conversations=1, responses=1, layout="responses")
+    writer = apsw.Connection(str(src))
+    n = iter(range(100))
+
+    def another_program_writes() -> None:
+        writer.execute("INSERT INTO conversations VALUES (?, 'x', 'echo')", (f"c{next(n)}",))
+
+    leftovers = set(Path(tempfile.gettempdir()).glob("hermes-import-*"))
+    with pytest.raises(CopyUnstable, match="kept changing while it was copied"):
+        with foreign_copy(src, after_copy=another_program_writes):
+            pass
+    writer.close()
+    assert set(Path(tempfile.gettempdir()).glob("hermes-import-*")) == leftovers
