@@ -10,8 +10,7 @@ commands that do apply (inspect, recover, import), from the copy table.
 from __future__ import annotations
 
 from sessiondb import StorageError
-from sessiondb.errors import Cause, ForeignStore
-from sessiondb.explain import foreign_actions
+from sessiondb.errors import Cause
 from sessiondb.identify import Identity, identify
 
 from .doctor import Finding, Target
@@ -37,9 +36,7 @@ def check_identity(t: Target) -> list[Finding]:
 
 
 def foreign_finding(t: Target, ident: Identity) -> Finding:
-    err = ForeignStore("", path=str(t.db), kind=ident.kind, label=ident.label,
-                       applies=ident.applies)
-    actions = foreign_actions(err, t.db, t.home, t.profile)
+    actions = ident.commands(t.home, t.profile)
     if ident.kind in ("hermes-agent", "llm"):
         actions = actions[-1:] + actions[:-1]  # the import first: it is what a user wants
     return Finding("identity", "warn",

@@ -71,6 +71,16 @@ class Identity:
             return ()
         return ("inspect", "recover") + (("import",) if self.kind in IMPORTABLE else ())
 
+    def commands(self, home: Path | None = None, profile: str | None = None) -> tuple[str, ...]:
+        """The command lines that apply to this file (from the copy table)."""
+        if not self.foreign:
+            return ()
+        from .errors import ForeignStore
+        from .explain import foreign_actions
+        err = ForeignStore("", path=self.path, kind=self.kind, label=self.label,
+                           applies=self.applies)
+        return foreign_actions(err, Path(self.path), home, profile)
+
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "kind": self.kind, "label": self.label,
                 "version": self.version, "tables": list(self.tables),
@@ -237,7 +247,6 @@ def check_before_open(path: Path, *, create: bool, home: Path | None = None,
     StoreNotFound ("no store at PATH"). Anything else: ForeignStore naming
     it and the commands that apply; nothing is created or changed."""
     from .errors import ForeignStore, StoreNotFound
-    from .explain import foreign_actions
     ident = identify(path)
     if ident.kind == EMPTY and not create:
         suffix = "" if ident.label == "no file" else f" ({ident.label})"
@@ -246,7 +255,7 @@ def check_before_open(path: Path, *, create: bool, home: Path | None = None,
         return ident
     err = ForeignStore("", path=str(path), kind=ident.kind, label=ident.label,
                        applies=ident.applies)
-    actions = foreign_actions(err, Path(path), home, profile)
+    actions = ident.commands(home, profile)
     err.args = (f"{path} is {ident.label}, not a hermes-state store, so hermes did not open "
                 f"or change it; commands that apply: {'; '.join(reversed(actions))}",)
     raise err

@@ -91,8 +91,13 @@ def test_identified_without_changing_a_byte(tmp_path: Path, kind: str, wal_tail:
     assert ident.kind == ("llm" if kind == "llm-responses" else kind)
     assert ident.foreign and not ident.ours
     assert snapshot(tmp_path) == before
+    commands = ident.commands(tmp_path)
+    for line in commands:
+        parse_hermes(line)
     if kind in ("hermes-agent", "llm", "llm-responses"):
         assert "import" in ident.applies
+        assert f"--from {ident.kind} {path}" in commands[-1]
+    assert any("--inspect-only" in line for line in commands)
 
 
 def test_hermes_agent_upgraded_file_is_identified(tmp_path: Path) -> None:
@@ -171,11 +176,11 @@ def test_every_command_refuses_and_changes_nothing(tmp_path: Path, kind: str,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("kind", ["hermes-agent", "llm", "openai-agents"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_doctor_identifies_and_never_advises_our_fixes(tmp_path: Path, kind: str) -> None:
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    _build(kind, home / "state.db", wal_tail=2)
+    _build(kind, home / "state.db", wal_tail=0 if kind == "sqlite" else 2)
     os.chmod(home / "state.db", 0o644)  # doctor --fix must not chmod it either
     before = snapshot(home)
     for args in (["doctor", "--json"], ["doctor", "--fix", "--json"]):
@@ -239,13 +244,13 @@ def test_import_dry_run_on_a_missing_store_creates_nothing(tmp_path: Path,
     assert not home.exists()
 
 
-@pytest.mark.parametrize("kind", ["hermes-agent", "llm", "langgraph"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_inspect_and_recover_read_a_copy_only(tmp_path: Path, kind: str) -> None:
     """Their verdicts on foreign files are recovery's (by the file's own
     schema); here only that the source and its sidecars stay byte-identical."""
     home = tmp_path / "home"
     home.mkdir(mode=0o700)
-    _build(kind, home / "state.db", wal_tail=2)
+    _build(kind, home / "state.db", wal_tail=0 if kind == "sqlite" else 2)
     before = snapshot(home)
     src = str(home / "state.db")
     for args in (["--inspect-only"], ["--inspect-only", "--json"],
