@@ -11,9 +11,11 @@ Mapping (idempotent: re-importing adds nothing):
 - a session keeps its id, ``parent_session_id`` lineage, source, model,
   title, start/end times, end reason and token counts; ``updated_at`` is
   its latest activity. Its other non-empty columns (cwd, git, billing and
-  cost, ``reasoning_tokens``, ...), its system prompt and its
+  cost, ``reasoning_tokens``, ...), its system prompt and its raw
   ``session_model_usage`` rows go to ``state_meta`` under
-  ``hermes-agent:session:<id>`` (hermes-state has no usage ledger yet);
+  ``hermes-agent:session:<id>``; the usage rows also become the session's
+  usage ledger rows (task ``''`` -> ``turn``), written once, while the
+  session's ledger is empty;
 - a message keeps its order (Hermes' row id), role, content (text, or a
   block list when the text is one), tool calls, tool call id, tool name,
   finish reason, token count and timestamp; reasoning fields
@@ -35,6 +37,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from . import usage
 from .codec import ROLES, encode
 from .errors import InvalidMessage
 from .foreign_copy import connect_copy, foreign_copy, identify_source
@@ -252,6 +255,59 @@ def _upsert(db: SessionDB, batch: list[tuple[str, str]]) -> int:
     return len(batch)
 
 
+_TASK_UNSAFE = re.compile(r"[^a-z0-9_]")
+
+
+def ledger_task(task: Any) -> str:
+    """Hermes' usage task as our ledger's: '' (the conversation) is ``turn``."""
+    name = _TASK_UNSAFE.sub("_", str(task or "").lower())[:40]
+    return name if name[:1].isalpha() else usage.TASK_TURN if not name else f"t_{name}"[:40]
+
+
+def _usage_rows(conn: sqlite3.Connection) -> Iterator[tuple[str, list[sqlite3.Row]]]:
+    if "session_model_usage" not in {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table'")}:
+        return
+    rows: dict[str, list[sqlite3.Row]] = {}
+    for r in conn.execute("SELECT * FROM session_model_usage ORDER BY session_id, rowid"):
+        rows.setdefault(session_id_for(r["session_id"]), []).append(r)
+    yield from rows.items()
+
+
+def _write_usage(db: SessionDB, conn: sqlite3.Connection) -> int:
+    """``session_model_usage`` into our usage ledger, for sessions whose ledger
+    is still empty (so a re-import, or a session used since, is not counted twice)."""
+    written = 0
+    for sid, rows in _usage_rows(conn):
+        with db.atomic() as c:
+            if not c.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() or \
+                    c.execute("SELECT 1 FROM usage_ledger WHERE session_id = ?",
+                              (sid,)).fetchone():
+                continue
+            for r in rows:
+                written += _ledger_row(c, sid, r)
+    return written
+
+
+def _ledger_row(c: Any, sid: str, r: sqlite3.Row) -> int:
+    keys = set(r.keys())
+    get = (lambda k: r[k] if k in keys else None)
+    cost = get("actual_cost_usd") or get("estimated_cost_usd") or None
+    last = get("last_seen") or get("first_seen") or 0.0
+    task, provider = ledger_task(get("task")), get("billing_provider") or ""
+    added = usage.add(c, sid, float(last), task=task, model=get("model"), provider=provider,
+                      cost_usd=cost, api_calls=int(get("api_call_count") or 0),
+                      **{k: int(get(k) or 0) for k in ("input_tokens", "output_tokens",
+                                                       "cache_read_tokens",
+                                                       "cache_write_tokens",
+                                                       "reasoning_tokens")})
+    if added and get("first_seen") is not None:
+        c.execute("UPDATE usage_ledger SET first_at = min(first_at, ?) WHERE session_id = ?"
+                  " AND task = ? AND model = ? AND provider = ?",
+                  (float(get("first_seen")), sid, task, get("model") or "", provider))
+    return int(added)
+
+
 def import_hermes_agent(db: SessionDB, path: str | Path, *, dry_run: bool = False,
                         progress_for: ProgressFor | None = None) -> ImportResult:
     """Import a Hermes Agent state.db (read through a private copy), idempotently."""
@@ -272,6 +328,7 @@ def import_hermes_agent(db: SessionDB, path: str | Path, *, dry_run: bool = Fals
                                     progress_for=progress_for)
             if not dry_run:
                 _write_meta(db, _session_meta(conn, reader.scols))
+                _write_usage(db, conn)
         except sqlite3.DatabaseError as e:
             raise ImportFileError(f"cannot read {path}: {e}; try `sessions recover` on it "
                                   "first", path=str(path)) from e

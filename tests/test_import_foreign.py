@@ -229,3 +229,20 @@ def test_a_source_that_keeps_changing_is_refused_and_leaves_no_copy(tmp_path: Pa
             pass
     writer.close()
     assert set(Path(tempfile.gettempdir()).glob("hermes-import-*")) == leftovers
+
+
+def test_hermes_agent_model_usage_becomes_our_usage_ledger_once(tmp_path: Path,
+                                                                hermes_file: Path) -> None:
+    truth = _query(hermes_file, "SELECT * FROM session_model_usage ORDER BY session_id")
+    with SessionDB(tmp_path / "ours" / "state.db") as db:
+        import_hermes_agent(db, hermes_file)
+        first = {t["session_id"]: db.session_usage(t["session_id"]) for t in truth}
+        import_hermes_agent(db, hermes_file)
+        again = {t["session_id"]: db.session_usage(t["session_id"]) for t in truth}
+    assert first == again  # re-importing adds no usage
+    for t in truth:
+        (row,) = first[t["session_id"]]
+        assert (row.task, row.model, row.provider) == \
+            ("turn" if not t["task"] else t["task"], t["model"], t["billing_provider"])
+        assert (row.input_tokens, row.output_tokens, row.api_calls) == \
+            (t["input_tokens"], t["output_tokens"], t["api_call_count"])
