@@ -115,7 +115,8 @@ def print_recovery(r: RecoveryReport) -> None:
                                        "FAILED: " + "; ".join(v.get("findings", [])[:3])))
     if r.report_path:
         click.echo(f"report: {r.report_path}")
-    step = next_after_recover(r.source, r.output, r.outcome)
+    step = next_after_recover(r.source, r.output, r.outcome,
+                              [t["name"] for t in r.inspect.get("tables", [])])
     if step and r.outcome == "partial":
         click.echo("the output lost rows (see loss: above); if you accept that, install it")
     click.echo(f"next: {step}" if step else "next: no command to run")

@@ -206,8 +206,8 @@ def no_store(t: "Target") -> list["Finding"]:
                         f"{where} is not writable (permissions or a read-only mount)",
                         f"make {where} writable for this user (chmod/chown, or mount it "
                         f"read-write); then: {t.command('doctor')}")]
-    return [Finding("store", "info", f"no store at {t.db} yet; it is created on first use",
-                    t.command("sessions", "list"))]
+    return [Finding("store", "info", f"no store at {t.db} yet; the first chat or import "
+                    "creates it", t.command("chat"))]
 
 
 # -- a -wal deleted under a live process -----------------------------------------

@@ -29,6 +29,7 @@ from . import doctor, liveread
 from .errors import RecoveryError
 
 ASIDE_PREFIX = "replaced-"
+OUR_TABLES = {"sessions", "messages", "migrations"}
 
 
 class InstallRefused(RecoveryError):
@@ -87,7 +88,7 @@ def _check_new(new: Path, db: Path) -> None:
     if check != ["ok"]:
         raise InstallRefused(f"{new} fails quick_check ({'; '.join(check[:2])}); it is not "
                              "a store to install", path=str(new))
-    if not {"sessions", "messages", "migrations"} <= names:
+    if not OUR_TABLES <= names:
         raise InstallRefused(f"{new} is not a hermes session store", path=str(new))
     if unknown:
         raise InstallRefused(f"{new} was written by a newer hermes-state "
@@ -165,15 +166,36 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
     return report
 
 
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` has our tables; opened immutable, so no -wal/-shm appear."""
+    try:
+        conn = apsw.Connection(path.absolute().as_uri() + "?immutable=1",
+                               flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error:
+        return False
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    except apsw.Error:
+        return False
+    finally:
+        conn.close()
+    return OUR_TABLES <= names
+
+
 def next_after_recover(source: str | os.PathLike[str], output: str | None,
-                       outcome: str) -> str | None:
+                       outcome: str, source_tables: list[str] | None = None) -> str | None:
     """The command that follows a `recover --output`: install the result into
     the home whose store was the source (a `.partial` too, once its losses are
-    read); None when there is nothing to install or no home to install into."""
+    read); None when there is nothing to install, no home to install into, or
+    the source was another program's file (``source_tables``: what inspect read)."""
     from sessiondb.explain import hermes_command
     from .inspect import store_place
     place = store_place(Path(source))
     if output is None or outcome not in ("recovered", "partial") or place is None:
+        return None
+    if source_tables and not {"sessions", "messages"} <= set(source_tables):
+        return None  # another program's file: never installed in place of a store
+    if not _is_ours(Path(output)):
         return None
     home, profile = place
     return hermes_command(home, profile, "sessions", "install-recovered", str(output))

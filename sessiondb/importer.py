@@ -95,6 +95,9 @@ class ImportResult:
     messages_in_file: int = 0
     messages_added: int = 0
     messages_skipped: int = 0
+    #: Rows per table of a foreign source, and what was not carried over (why).
+    tables: dict[str, int] = field(default_factory=dict)
+    not_carried: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

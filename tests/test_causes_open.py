@@ -31,7 +31,8 @@ def test_a_read_only_mount_is_readonly_not_not_found(tiny_fs: Path) -> None:
         res = CliRunner().invoke(cli, ["--home", str(home), "doctor", "--json"])
         found = json.loads(res.stdout)["findings"]
         assert not any("was not found" in f["message"] for f in found)
-        new = CliRunner().invoke(cli, ["--home", str(tiny_fs / "new"), "sessions", "list"])
+        new = CliRunner().invoke(cli, ["--home", str(tiny_fs / "new"), "chat", "--offline",
+                                       "-q", "hi"])  # a command that creates the store
         assert new.exit_code == 1 and new.exception.__class__ is SystemExit
         assert new.output.startswith(f"Error: cannot create the directory {tiny_fs / 'new'}: "
                                      "Read-only file system\n")
@@ -41,7 +42,7 @@ def test_a_read_only_mount_is_readonly_not_not_found(tiny_fs: Path) -> None:
 
 @pytest.mark.parametrize("home", ["/proc", "/proc/hermes-home"])
 def test_an_impossible_home_is_one_line(home: str) -> None:
-    res = CliRunner().invoke(cli, ["--home", home, "sessions", "list"])
+    res = CliRunner().invoke(cli, ["--home", home, "chat", "--offline", "-q", "hi"])
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
     assert res.output.startswith("Error: cannot create ")
     assert len(res.output.strip().splitlines()) == 1  # not_found: just the line
@@ -53,7 +54,7 @@ def test_an_unwritable_home_is_one_error_without_traceback(tmp_path: Path) -> No
     home.mkdir(mode=0o555)
     cmd = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--",
            sys.executable, "-c", "from cli.main import main; main()",
-           "--home", str(home), "sessions", "list"]
+           "--home", str(home), "chat", "--offline", "-q", "hi"]
     try:
         res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:

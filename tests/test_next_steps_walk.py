@@ -238,9 +238,28 @@ def test_table_steps_after_a_transient_failure_reach_a_healthy_store(
     assert w.ended == "healthy", w
 
 
+def test_a_foreign_file_steps_end_with_nothing_to_run(hermes_home: Path) -> None:
+    """Another program's file is never ours to make healthy: its steps inspect
+    it and recover it in its own schema, and then say there is nothing to run
+    (not "install" a file that is not a store of ours)."""
+    import apsw
+    hermes_home.mkdir(mode=0o700)
+    db = hermes_home / "state.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE TABLE notes(x); INSERT INTO notes VALUES (1)")
+    conn.close()
+    before = db.read_bytes()
+    failure = describe(Cause.FOREIGN, db_path=db, home=hermes_home)
+    for command in failure.actions:
+        res = CliRunner().invoke(cli, shlex.split(command)[1:])
+        assert res.exit_code == 0, (command, res.output)
+        assert res.output.strip().splitlines()[-1] == "next: no command to run"
+    assert db.read_bytes() == before
+
+
 def test_every_cause_with_commands_is_walked() -> None:
     walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.DISK_FULL, Cause.READONLY,
-              Cause.REPLACED, Cause.UNKNOWN, *BUILT_ON_A_HEALTHY_STORE}
+              Cause.REPLACED, Cause.UNKNOWN, Cause.FOREIGN, *BUILT_ON_A_HEALTHY_STORE}
     with_commands = {c for c in all_causes() if describe(c, db_path="/h/state.db",
                                                          home="/h").actions}
     assert with_commands <= walked
