@@ -87,17 +87,20 @@ def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> No
 
 def _report(result: ImportResult) -> None:
     verb = "would add" if result.dry_run else "added"
-    table([("sessions", result.sessions_in_file, result.sessions_created,
-            result.sessions_existing),
-           ("messages", result.messages_in_file, result.messages_added,
-            result.messages_skipped)],
-          ("", "in file", verb, "already present"))
+    rows = [("sessions", result.sessions_in_file, result.sessions_created,
+             result.sessions_existing),
+            ("messages", result.messages_in_file, result.messages_added,
+             result.messages_skipped)]
+    if result.usage_rows_in_file:
+        rows.append(("usage rows", result.usage_rows_in_file, result.usage_rows_added,
+                     result.usage_rows_in_file - result.usage_rows_added))
+    table(rows, ("", "in file", verb, "already present"))
     if result.tables:
         click.echo("rows in the source: " + ", ".join(f"{t} {n}" for t, n in
                                                      result.tables.items()))
     for left in result.not_carried:
-        rows = "" if left["rows"] is None else f" ({left['rows']} rows)"
-        click.echo(f"not carried over: {left['table']}{rows}: {left['why']}")
+        rows_text = "" if left["rows"] is None else f" ({left['rows']} rows)"
+        click.echo(f"not carried over: {left['table']}{rows_text}: {left['why']}")
     if result.dry_run:
         click.echo("Dry run: nothing was written.")
 
@@ -123,7 +126,8 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
     SQLite sources (hermes-agent, llm) are read through a private copy,
     never opened in place. JSON keys: source_format, path, dry_run,
     sessions_in_file, sessions_created, sessions_existing, messages_in_file,
-    messages_added, messages_skipped, tables, not_carried.
+    messages_added, messages_skipped, usage_rows_in_file, usage_rows_added,
+    tables, not_carried.
 
     \b
     Example:
