@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, RowOrigin)
@@ -35,6 +35,7 @@ from .wal import DatabaseImage
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
            "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "carve", "estimate",
            "probe_page_size"]
+_SCHEMA_TYPES = ("table", "index", "view", "trigger")
 _LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
 
 log = logging.getLogger(__name__)
@@ -68,12 +69,23 @@ def _check_paths(db_path: str | os.PathLike[str]) -> Path:
     return path
 
 
+Resolver = Callable[[str, "str | None"], "Layout | None"]
+
+
 def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | None = None, *,
-          include_freelist: bool = False, include_uncommitted: bool = False) -> CarveResult:
+          include_freelist: bool = False, include_uncommitted: bool = False,
+          resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
+          harvest: bool = False) -> CarveResult:
     """Carve every row we can attribute out of ``db_path`` (and its WAL).
 
     Deleted rows (freelist pages) and rows only in WAL frames after the last
     valid commit are left out unless asked for, and then marked by lane.
+    ``resolve`` maps a schema entry (name, CREATE TABLE) to the layout its
+    records have, ``fill`` are the layouts a page outside every walked tree
+    may belong to; both default to our own store's (`layout_for_schema`,
+    `KNOWN_LAYOUTS`). A foreign file's caller passes its format's, and
+    ``harvest``: with page 1 lost, schema rows left on other pages give the
+    roots of the trees they name.
     """
     path = _check_paths(db_path)
     started = time.perf_counter()
@@ -82,7 +94,7 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
     except OSError as e:
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
-        carver = _Carver(image)
+        carver = _Carver(image, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(include_freelist, include_uncommitted)
         result = carver.result()
     result.stats.seconds = time.perf_counter() - started
@@ -90,17 +102,24 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
 
 
 def estimate(db_path: str | os.PathLike[str],
-             wal_path: str | os.PathLike[str] | None = None) -> CarveEstimate:
-    """A cheap count for ``--inspect-only``: cells of table leaves by table,
-    without decoding records except one per orphaned leaf."""
+             wal_path: str | os.PathLike[str] | None = None, *,
+             resolve: Resolver | None = None,
+             fill: tuple[Layout, ...] | None = None, harvest: bool = False) -> CarveEstimate:
+    """A cheap count for ``--inspect-only``: cells of table leaves by table
+    (and by format, for layouts of several), without decoding records
+    except one per orphaned leaf; with page 1 lost, the schema rows found on
+    other pages come back too."""
     path = _check_paths(db_path)
     with DatabaseImage.open(path, wal_path) as image:
-        carver = _Carver(image, count_only=True)
+        carver = _Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(False, False)
-        est = CarveEstimate(rows=dict(carver.counts), unattributed=carver.counts_lost,
+        est = CarveEstimate(rows={t: n for t, n in carver.counts.items() if n},
+                            unattributed=carver.counts_lost,
                             schema_readable=carver.stats.schema_readable,
                             page_count=carver.stats.page_count,
-                            bad_pages=len(carver.stats.bad_pages))
+                            bad_pages=len(carver.stats.bad_pages),
+                            formats=dict(carver.format_counts),
+                            harvested=list(carver.harvested))
     return est
 
 
@@ -133,9 +152,16 @@ def probe_page_size(image: DatabaseImage, sample: int = 512) -> int | None:
 class _Carver:
     """One carving pass over one image; see the module docstring for the order."""
 
-    def __init__(self, image: DatabaseImage, count_only: bool = False) -> None:
+    def __init__(self, image: DatabaseImage, count_only: bool = False,
+                 resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
+                 harvest: bool = False) -> None:
         self.image = image
+        self.harvest = harvest
         self.count_only = count_only
+        self.resolve: Resolver = resolve or layout_for_schema
+        self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
+        self.format_counts: Counter[str] = Counter()
+        self.harvested: list[SchemaEntry] = []  # schema rows found off page 1
         self.stats = CarveStats()
         self.found: list[_Found] = []
         self.lost: list[LostRecord] = []
@@ -144,7 +170,8 @@ class _Carver:
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
-        self.layouts: tuple[Layout, ...] = KNOWN_LAYOUTS
+        extra = tuple(lay for lay in (FTS_SHADOW, SQLITE_SCHEMA) if lay not in self.fill)
+        self.layouts: tuple[Layout, ...] = extra + self.fill
         self.ptrmap: dict[int, tuple[int, int]] = {}
         self.counts: Counter[str] = Counter()
         self.counts_lost = 0
@@ -162,6 +189,8 @@ class _Carver:
                 self.owned.clear()
                 self.stats.bad_pages.clear()
                 schema = self._read_schema()
+        if schema is None and self.harvest:
+            schema = self._harvest_schema()
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
             self._walk(root, layout)
@@ -256,7 +285,7 @@ class _Carver:
             if is_derived(e.name, virtual) or e.name.startswith("sqlite_"):
                 self.roots[e.rootpage] = FTS_SHADOW  # walked only to own its pages
                 continue
-            layout = layout_for_schema(e.name, e.sql)
+            layout = self.resolve(e.name, e.sql)
             if layout is None:
                 self.stats.notes.append(f"table {e.name}: schema not understood")
                 continue
@@ -264,8 +293,37 @@ class _Carver:
             layouts.append(layout)
         # a damaged schema page may have lost tables we still know by shape
         named = {lay.table for lay in layouts}
-        layouts += [lay for lay in KNOWN_LAYOUTS if lay.table not in named]
+        layouts += [lay for lay in self.fill if lay.table not in named
+                    and lay not in (FTS_SHADOW, SQLITE_SCHEMA)]
         self.layouts = tuple(layouts)
+
+    def _harvest_schema(self) -> list[SchemaEntry] | None:
+        """With page 1 unusable, the schema's other leaves may survive (a big
+        schema spans several pages): take their rows, roots included."""
+        entries: list[SchemaEntry] = []
+        for pgno in range(2, self.image.page_count + 1):
+            data = self.image.page(pgno)
+            if data is None or data[0] != TABLE_LEAF:
+                continue
+            try:
+                page = parse_page_header(data, pgno, self.image.usable_size)
+            except BAD_BYTES:
+                continue
+            found = [r.values for _c, r, err in self._records(pgno, data, page)
+                     if r is not None and not err]
+            rows = [v for v in found if len(v) == 5 and v[0] in _SCHEMA_TYPES
+                and isinstance(v[3], int) and isinstance(v[1], str) and isinstance(v[2], str)
+                and (v[4] is None or (isinstance(v[4], str)
+                                      and v[4].upper().startswith("CREATE")))]
+            if found and len(rows) == len(found):
+                entries += [SchemaEntry(v[0], v[1], v[2], v[3], v[4]) for v in rows]
+                self.skip.add(pgno)
+        if not entries:
+            return None
+        self.harvested = entries
+        self.stats.notes.append(f"schema page lost: {len(entries)} schema rows found on "
+                                "other pages")
+        return entries
 
     def _load_ptrmap(self) -> None:
         usable, n = self.image.usable_size, self.image.page_count
@@ -403,6 +461,7 @@ class _Carver:
                 continue
             if self.count_only:
                 self.counts[layout.table] += page.cell_count - page.bad_pointers
+                self.format_counts[layout.fmt] += page.cell_count - page.bad_pointers
                 continue
             self._map_page(pgno, data, page, TREE, layout)
 
@@ -534,6 +593,7 @@ class _Carver:
             self.counts_lost += cells
         elif not layout.ignore:
             self.counts[layout.table] += cells
+            self.format_counts[layout.fmt] += cells
 
     def _layout_via_ptrmap(self, pgno: int) -> Layout | None:
         """With auto_vacuum, parent pointers lead an orphan back to its root."""
@@ -585,7 +645,8 @@ class _Carver:
             if (_LANE_RANK[f.origin.lane], -f.origin.confidence) < (
                     _LANE_RANK[old.origin.lane], -old.origin.confidence):
                 best[key] = f
-        out = CarveResult(lost_and_found=self.lost, stats=self.stats)
+        out = CarveResult(lost_and_found=self.lost, stats=self.stats,
+                          harvested=list(self.harvested))
         for (table, _rowid), f in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             out.tables.setdefault(table, []).append(f.row)
             out.origins.setdefault(table, []).append(f.origin)

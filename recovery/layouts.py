@@ -106,6 +106,7 @@ class Layout:
     # Least score a record found outside its table's tree must reach. Narrow
     # tables demand every shape check: a few columns fit too many records.
     orphan_min: float = 0.75
+    fmt: str = "hermes-state"  # the format (recovery.formats kind) this layout belongs to
 
     @property
     def oldest(self) -> int:
@@ -258,11 +259,21 @@ KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS,
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
 
 
-def is_derived(table: str, virtual_tables: set[str] = frozenset()) -> bool:
-    """FTS shadow tables (ours by name, any virtual table's by prefix)."""
-    if table.startswith(DERIVED_PREFIXES):
+# The shadow tables each virtual table module keeps (fts5, fts3/4, rtree).
+SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config", "segments", "segdir",
+                   "stat", "node", "rowid", "parent")
+
+
+def is_shadow_name(table: str, virtual_tables: set[str]) -> bool:
+    return any(table.startswith(v + "_") and table[len(v) + 1:] in SHADOW_SUFFIXES
+               for v in virtual_tables)
+
+
+def is_derived(table: str, virtual_tables: set[str] = frozenset(), ours: bool = True) -> bool:
+    """FTS shadow tables (ours by name, any virtual table's by module suffix)."""
+    if ours and table.startswith(DERIVED_PREFIXES):
         return True
-    return any(table.startswith(v + "_") for v in virtual_tables)
+    return is_shadow_name(table, virtual_tables)
 
 
 _WITHOUT_ROWID_RE = re.compile(r"\)\s*WITHOUT\s+ROWID\b", re.IGNORECASE)
