@@ -37,6 +37,7 @@ class ForeignWrite:
 
     inserted: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
+    partial: dict[str, int] = field(default_factory=dict)  # kept in the side file only
     notes: list[str] = field(default_factory=list)
     virtual: dict[str, str] = field(default_factory=dict)  # vtable -> how it was filled
     lost_file: str | None = None
@@ -88,6 +89,11 @@ def _insert_rows(conn: apsw.Connection, table: str, rows: list[dict], out: Forei
     alias = _alias(conn, table)
     done = 0
     for row in rows:
+        if PARTIAL_KEY in row:  # only some columns survived (from an index): not a row
+            out.partial[table] = out.partial.get(table, 0) + 1  # the program could use
+            lost.append({"table": table, "reason": "rebuilt from an index, some columns "
+                         "lost", "row": row})
+            continue
         values = {k: v for k, v in row.items() if k in names}
         if not without_rowid and row.get(ROWID_KEY) is not None:
             values[alias or "rowid"] = row[ROWID_KEY]

@@ -71,6 +71,8 @@ def write_and_verify(tmp: Path, cat: Catalog, rows: dict[str, list[dict]], copy:
 def loss_reasons(written: ForeignWrite) -> list[str]:
     out = [f"table {t}: {n} rows rejected by the source's schema (kept in the "
            "lost-and-found file)" for t, n in written.rejected.items() if n]
+    out += [f"table {t}: {n} rows only partly recovered (from an index) kept in the "
+            "lost-and-found file, not in the table" for t, n in written.partial.items() if n]
     out += [f"virtual table {n}: {how}" for n, how in written.virtual.items()
             if how.startswith(("contentless", "its own content", "could not"))]
     return out
