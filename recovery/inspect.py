@@ -23,7 +23,8 @@ from sessiondb.paths import STORE_NAME, validate_profile
 
 from . import headers
 from .carve_types import CarveError
-from .carver import estimate as carve_estimate
+from .formats import FORMATS
+from .schema_source import survey
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
@@ -84,6 +85,9 @@ class InspectReport:
     # {"error": ...}; None when not asked for (recover carves instead)
     carve_estimate: dict[str, Any] | None = None
     elapsed_s: float = 0.0
+    # what the file is (recovery.formats): kind, label, version, commands;
+    # with page 1 lost, what its pages look like (``guessed``)
+    identification: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> TableHealth | None:
         return next((t for t in self.tables if t.name == name), None)
@@ -306,11 +310,16 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
     cat = read_catalog_tolerant(conn, report)
     if cat is None:
         return None
+    if cat.identification is not None:
+        report.identification = cat.identification.to_dict()
+    if cat.unreadable:
+        report.schema_error = (report.schema_error or "") + (
+            f"schema entries not readable (not valid UTF-8): {', '.join(cat.unreadable[:5])}")
     for name, spec in cat.tables.items():
         if spec.kind in ("data", "ledger"):
             report.tables.append(_read_table(conn, cat, name))
-    try:
-        report.migrations = _schema_version(conn)
+    try:  # our migration ledger means nothing in a file we did not write
+        report.migrations = {} if cat.foreign else _schema_version(conn)
     except apsw.Error as e:
         report.migrations = {"error": [_err(e)]}
     report.fts = [fts_health(conn, name) for name in cat.fts5]
@@ -354,7 +363,29 @@ def finish(report: InspectReport, snap: Snapshot | None) -> InspectReport:
     elif report.verdict != "source_changing":
         report.verdict = report.data_verdict
     report.explanation, report.next_command = advice(report.verdict, Path(report.source))
+    _foreign_advice(report)
     return report
+
+
+def _foreign_advice(report: InspectReport) -> None:
+    """A file we did not write is never reindexed (that would make it ours):
+    its damage of any kind is recovered into a new file in its own schema.
+    With page 1 lost and no registered format recognised, the recovery
+    needs the schema from a healthy file of the same program."""
+    ident = report.identification
+    source = Path(report.source)
+    recover_cmd = advice("structural", source)[1]
+    if ident.get("kind") not in (None, "hermes-state") and report.verdict == "fts_only":
+        report.explanation = (f"Only the search index of this {ident.get('label')} is "
+                              "damaged; its rows are intact. Recover it into a new file, "
+                              "which rebuilds the index in the file's own schema.")
+        report.next_command = recover_cmd
+    elif report.verdict == "structural" and not report.schema_readable:
+        if ident.get("kind") in (None, "sqlite") and recover_cmd:
+            report.next_command = recover_cmd + " --template TEMPLATE"
+            report.explanation += (" The file's schema page is lost and its format is not "
+                                   "one recovery knows: give --template, a healthy file (or "
+                                   "a .sql schema) from the program that wrote it.")
 
 
 def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
@@ -365,15 +396,27 @@ def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
 
 
 def estimate_carving(copy: Path) -> dict[str, Any]:
-    """`carver.estimate` of the copy (with its -wal): rows carving would find."""
-    wal = Path(f"{copy}-wal")
+    """`carver.estimate` of the copy (with its -wal): rows carving would find,
+    by the layouts of every registered format (ours too), and by format."""
     try:
-        est = carve_estimate(copy, wal if wal.exists() else None)
+        est = survey(copy)
     except (CarveError, OSError) as e:
         return {"error": _err(e)}
     return {"rows": est.rows, "total": est.total, "unattributed": est.unattributed,
             "schema_readable": est.schema_readable, "page_count": est.page_count,
-            "bad_pages": est.bad_pages}
+            "bad_pages": est.bad_pages, "formats": est.formats,
+            "schema_rows_found": len(est.harvested)}
+
+
+def _guess(report: InspectReport) -> None:
+    """With the schema lost, name the format whose layouts most pages fit."""
+    formats = (report.carve_estimate or {}).get("formats") or {}
+    if report.schema_readable or not formats:
+        return
+    kind = max(formats, key=lambda k: formats[k])
+    label = next((f.label for f in FORMATS if f.kind == kind), kind)
+    report.identification = {"kind": kind, "label": label, "version": None,
+                             "guessed": True, "cells_by_format": formats}
 
 
 def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,
@@ -391,6 +434,7 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     if estimate or (estimate is None and not report.schema_readable):
         # after analyse_copy: on the copy as its header was repaired
         report.carve_estimate = estimate_carving(snap.db_copy)
+        _guess(report)
     report.data_verdict = data_verdict(report)
     report.free_disk = _free_disk(snap.source, snap)
     report.elapsed_s = round(time.monotonic() - started, 3)

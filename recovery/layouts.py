@@ -135,11 +135,13 @@ class Layout:
                 passed += bool(col.check(value))
         # unknown extra columns: a fit, but never as sure as an exact one
         unknown = 0.9 if len(values) > len(self.columns) else 1.0
-        if self.table == "messages":
+        if self.table == "messages" and self.fmt == "hermes-state":  # our fingerprint
             # the stored fingerprint hashes role, content, tool calls and meta
             total += 1
             passed += _message_fingerprint_ok(self, values)
-        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0))
+        # a hair per passed check: of two layouts a record fits alike, the one
+        # that checked more of it (more specific) wins instead of a tie
+        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0)) + 1e-4 * passed
 
     def _loose_score(self, values: list[Any], classes: list[str]) -> float:
         """Layouts parsed from unknown schema SQL only know declared types;
