@@ -195,7 +195,11 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
         if _is_virtual(sql) and re.search(r"\busing\s+fts5\b", sql or "", re.I):
             cat.fts5.append(name)
         if spec.kind != "derived":
-            _columns(conn, spec)
+            try:
+                _columns(conn, spec)
+            except UnicodeDecodeError:  # a column name that is not UTF-8: damage
+                cat.unreadable.append(f"table {name!r} (column names)")
+                continue
         cat.tables[name] = spec
     return cat
 

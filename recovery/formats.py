@@ -431,7 +431,7 @@ def parse_columns(table: str, sql: str) -> tuple[tuple[str, str, int, Any, int],
         conn.execute(sql)
         return tuple(conn.execute("SELECT name, type, \"notnull\", dflt_value, pk "
                                   "FROM pragma_table_info(?)", (table,)))
-    except apsw.Error:
+    except (apsw.Error, UnicodeDecodeError):
         return ()
     finally:
         conn.close()

@@ -180,7 +180,7 @@ def _check_one(conn: apsw.Connection, name: str) -> list[str]:
         return [r[0] for r in conn.execute(f"PRAGMA quick_check({quote(name)})")]
     except apsw.InterruptError:
         raise
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return [_err(e)]
 
 
@@ -192,7 +192,7 @@ def _check_one_file(conn: apsw.Connection) -> list[str]:
         return [r[0] for r in conn.execute("PRAGMA quick_check")]
     except apsw.InterruptError:
         raise
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return [_err(e)]
 
 
@@ -236,7 +236,7 @@ def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
     q = quote(name)
     try:
         conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return FtsHealth(name, False, False, _err(e))
     try:
         probe = _probe_token(conn, name)
@@ -257,7 +257,7 @@ def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
         return False
     try:
         row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_stale'").fetchone()
-    except apsw.Error:
+    except READ_ERRORS:
         return False
     return row is not None and str(row[0]).strip().lower() not in ("", "0", "false", "no")
 
@@ -278,7 +278,7 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
         copy, (report.wal or {}).get("page_size"), wal.exists())
     try:
         conn = open_copy(copy)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         report.schema_error = _err(e)
         return None
     try:
@@ -293,13 +293,13 @@ def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catal
     which makes SQLite skip the bad entries. Only ever done on our copy."""
     try:
         cat = read_catalog(conn)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         report.schema_error = _err(e)
         try:
             conn.execute("PRAGMA writable_schema=ON")
             cat = read_catalog(conn)
             cat.tolerant = True
-        except apsw.Error:
+        except READ_ERRORS:
             return None
     report.schema_readable = True
     return cat
@@ -320,7 +320,7 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
             report.tables.append(_read_table(conn, cat, name))
     try:  # our migration ledger means nothing in a file we did not write
         report.migrations = {} if cat.foreign else _schema_version(conn)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         report.migrations = {"error": [_err(e)]}
     report.fts = [fts_health(conn, name) for name in cat.fts5]
     report.fts_stale = _fts_stale(conn, cat)

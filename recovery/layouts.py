@@ -350,7 +350,7 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
                                      "FROM pragma_table_xinfo(?)", (table,)))
         finally:
             conn.close()
-    except apsw.Error:
+    except (apsw.Error, UnicodeDecodeError):
         return None
     if not cols:
         return None

@@ -369,7 +369,7 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
             conn = open_copy(snap.db_copy)
             if cat.tolerant:
                 conn.execute("PRAGMA writable_schema=ON")
-        except apsw.Error:
+        except (apsw.Error, UnicodeDecodeError):
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in ("healthy", "fts_only")
