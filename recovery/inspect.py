@@ -23,8 +23,7 @@ from sessiondb.paths import STORE_NAME, validate_profile
 
 from . import headers
 from .carve_types import CarveError
-from .formats import FORMATS
-from .schema_source import survey
+from .schema_source import guess, survey
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
@@ -334,8 +333,10 @@ def data_verdict(report: InspectReport) -> str:
     if (head.get("file_size", 0) == 0 or head.get("all_zero")) and not _wal_frames(report):
         return "empty"
     if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
-        # page 1 gone, yet the carver recognises rows of ours on other pages
-        carvable = (report.carve_estimate or {}).get("total", 0) > 0
+        # page 1 gone, yet the carver finds rows on other pages
+        est = report.carve_estimate or {}
+        # cells of table leaves, attributed or not (a --template can place them)
+        carvable = est.get("total", 0) + est.get("unattributed", 0) > 0
         return "structural" if carvable else "not_a_database"
     if not report.schema_readable or report.schema_error:
         return "structural"
@@ -402,21 +403,20 @@ def estimate_carving(copy: Path) -> dict[str, Any]:
         est = survey(copy)
     except (CarveError, OSError) as e:
         return {"error": _err(e)}
+    ident, _found = guess(est)
     return {"rows": est.rows, "total": est.total, "unattributed": est.unattributed,
             "schema_readable": est.schema_readable, "page_count": est.page_count,
             "bad_pages": est.bad_pages, "formats": est.formats,
-            "schema_rows_found": len(est.harvested)}
+            "schema_rows_found": len(est.harvested),
+            "identification": ident.to_dict() if ident else None}
 
 
 def _guess(report: InspectReport) -> None:
-    """With the schema lost, name the format whose layouts most pages fit."""
-    formats = (report.carve_estimate or {}).get("formats") or {}
-    if report.schema_readable or not formats:
+    """With the schema lost, say what the file's pages look like."""
+    ident = (report.carve_estimate or {}).get("identification")
+    if report.schema_readable or not ident:
         return
-    kind = max(formats, key=lambda k: formats[k])
-    label = next((f.label for f in FORMATS if f.kind == kind), kind)
-    report.identification = {"kind": kind, "label": label, "version": None,
-                             "guessed": True, "cells_by_format": formats}
+    report.identification = {**ident, "guessed": True}
 
 
 def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,

@@ -360,7 +360,7 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
                            default=_literal(dflt))
                     for name, decl, _, dflt in cols)
     return Layout(table, columns, rowid_column=alias, min_columns=1, strict=False,
-                  orphan_min=0.1)
+                  orphan_min=0.1, fmt="sqlite")
 
 
 def layout_for_schema(table: str, sql: str | None) -> Layout | None:

@@ -20,9 +20,10 @@ from .carve_types import CarveError
 from .carver import estimate
 from .catalog import Catalog, read_catalog, reference_catalog
 from .errors import RecoveryUsageError
-from .formats import (FORMATS, LLM_RESPONSES, LLM_THREADS, OURS, Format, all_layouts,
-                      format_named, registry_statements)
-from .layouts import KNOWN_LAYOUTS
+from .formats import (FORMATS, GENERIC, LLM_RESPONSES, LLM_THREADS, OUR_STORE, OURS, Format,
+                      Identification, all_layouts, format_named, parse_columns,
+                      registry_layout, registry_statements)
+from .layouts import KNOWN_LAYOUTS, Layout, layout_for_schema
 
 _ORDER = {"table": 0, "index": 1, "view": 2, "trigger": 3}
 
@@ -105,11 +106,40 @@ def _registry_format(kind: str, rows: dict[str, int]) -> Format | None:
     return next((f for f in FORMATS if f.kind == kind and f.tables), None)
 
 
+def _any_format_layout(name: str, sql: str | None) -> Layout | None:
+    """A surviving schema row's layout: a registered format's whose column
+    order is the row's own (so cells count for that format), else ours or
+    one parsed from the statement."""
+    cols = [c[0] for c in parse_columns(name, sql)] if sql else []
+    for fmt in FORMATS:
+        lay = registry_layout(fmt, name, cols) if fmt.tables else None
+        if lay is not None:
+            return lay
+    return layout_for_schema(name, sql)
+
+
 def survey(copy: Path) -> Any:
     """A count of the copy's cells by registered format (page 1 lost)."""
     wal = Path(f"{copy}-wal")
-    return estimate(copy, wal if wal.exists() else None,
+    return estimate(copy, wal if wal.exists() else None, resolve=_any_format_layout,
                     fill=all_layouts() + KNOWN_LAYOUTS, harvest=True)
+
+
+def guess(est: Any) -> tuple[Identification | None, Catalog | None]:
+    """What a file whose schema page is lost is: the identification of the
+    schema rows that survived, else the format most of its cells fit."""
+    harvested = [(e.type, e.name, e.tbl_name, e.sql) for e in est.harvested]
+    found = catalog_from_statements(harvested, "harvested") if harvested else None
+    ident = found.identification if found is not None else None
+    if ident is not None and (ident.ours or ident.registered):
+        return ident, found
+    kind = _dominant({k: n for k, n in est.formats.items() if k != GENERIC})
+    if kind is None:
+        return ident, found
+    if kind == OURS:
+        return Identification(OURS, OUR_STORE.label), found
+    fmt = _registry_format(kind, est.rows)
+    return (Identification(fmt.kind, fmt.label, None, fmt.commands) if fmt else ident), found
 
 
 def fallback_catalog(copy: Path, template: Path | None = None) -> Catalog:
@@ -120,19 +150,13 @@ def fallback_catalog(copy: Path, template: Path | None = None) -> Catalog:
         est = survey(copy)
     except (CarveError, OSError):
         return reference_catalog()
-    harvested = [(e.type, e.name, e.tbl_name, e.sql) for e in est.harvested]
-    found = catalog_from_statements(harvested, "harvested") if harvested else None
-    if found is not None and found.identification and not found.identification.registered:
-        if found.identification.ours:
-            return reference_catalog()
-    kind = _dominant(est.formats)
-    fmt = (format_named(found.identification.label) if found and found.identification
-           and found.identification.registered else None) or (
-        _registry_format(kind, est.rows) if kind and kind != OURS else None)
-    if fmt is None:
-        if found is not None and found.data_tables() and kind != OURS:
-            return found  # an unknown format whose table statements survived
+    ident, found = guess(est)
+    if ident is None or ident.ours:
         return reference_catalog()
+    fmt = format_named(ident.label)
+    if fmt is None:  # an unknown format whose table statements survived
+        return found if found is not None and found.data_tables() else reference_catalog()
+    harvested = found.entries if found is not None else []
     have = {e[1] for e in harvested}
     rows = harvested + [r for r in registry_statements(fmt) if r[1] not in have]
     cat = catalog_from_statements(rows, "harvested+registry" if harvested else "registry")
