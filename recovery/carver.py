@@ -23,34 +23,25 @@ from typing import Any, Callable, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, RowOrigin)
-from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, LEGAL_PAGE_SIZES, MISSING,
+from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
-                         FormatError, content_accounted, decode_record, lock_byte_page,
+                         FormatError, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, is_derived,
                       is_without_rowid, layout_for_schema)
+from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
 from .wal import DatabaseImage
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
            "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "carve", "estimate",
            "probe_page_size"]
-_SCHEMA_TYPES = ("table", "index", "view", "trigger")
 _LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
 
 log = logging.getLogger(__name__)
 
 # Errors that mean "these bytes are not what the format says": skip, count, go on.
 BAD_BYTES = (FormatError, struct.error, IndexError, ValueError, OverflowError)
-
-
-@dataclass(frozen=True)
-class SchemaEntry:
-    type: str
-    name: str
-    tbl_name: str
-    rootpage: int
-    sql: str | None
 
 
 @dataclass
@@ -121,32 +112,6 @@ def estimate(db_path: str | os.PathLike[str],
                             formats=dict(carver.format_counts),
                             harvested=list(carver.harvested))
     return est
-
-
-def probe_page_size(image: DatabaseImage, sample: int = 512) -> int | None:
-    """Guess the page size of a file whose header is gone: the legal size
-    under which the most bytes are b-tree pages whose content area is exactly
-    accounted for (see `content_accounted`); sampled on large files."""
-    size = image.file_size
-    covered: dict[int, int] = {}
-    for ps in LEGAL_PAGE_SIZES:
-        pages = size // ps
-        if pages < 1:
-            continue
-        step = max(1, pages // sample)
-        good = 0
-        for pgno in range(2 if pages > 1 else 1, pages + 1, step):
-            data = image.raw_file_page(pgno, ps)
-            try:
-                page = parse_page_header(data, pgno, ps)
-                good += page.bad_pointers == 0 and content_accounted(data, page, ps)
-            except BAD_BYTES:
-                continue
-        covered[ps] = good * step * ps
-    best = max(covered.values(), default=0)
-    if best == 0:
-        return None
-    return min(ps for ps, c in covered.items() if c == best)
 
 
 class _Carver:
@@ -298,32 +263,7 @@ class _Carver:
         self.layouts = tuple(layouts)
 
     def _harvest_schema(self) -> list[SchemaEntry] | None:
-        """With page 1 unusable, the schema's other leaves may survive (a big
-        schema spans several pages): take their rows, roots included."""
-        entries: list[SchemaEntry] = []
-        for pgno in range(2, self.image.page_count + 1):
-            data = self.image.page(pgno)
-            if data is None or data[0] != TABLE_LEAF:
-                continue
-            try:
-                page = parse_page_header(data, pgno, self.image.usable_size)
-            except BAD_BYTES:
-                continue
-            found = [r.values for _c, r, err in self._records(pgno, data, page)
-                     if r is not None and not err]
-            rows = [v for v in found if len(v) == 5 and v[0] in _SCHEMA_TYPES
-                and isinstance(v[3], int) and isinstance(v[1], str) and isinstance(v[2], str)
-                and (v[4] is None or (isinstance(v[4], str)
-                                      and v[4].upper().startswith("CREATE")))]
-            if found and len(rows) == len(found):
-                entries += [SchemaEntry(v[0], v[1], v[2], v[3], v[4]) for v in rows]
-                self.skip.add(pgno)
-        if not entries:
-            return None
-        self.harvested = entries
-        self.stats.notes.append(f"schema page lost: {len(entries)} schema rows found on "
-                                "other pages")
-        return entries
+        return harvest_schema(self)
 
     def _load_ptrmap(self) -> None:
         usable, n = self.image.usable_size, self.image.page_count
@@ -541,17 +481,17 @@ class _Carver:
         vectors = []
         for record in decoded:
             classes = record.classes()
-            vec = [lay.score(record.values, classes) for lay in self.layouts]
+            vec = [lay.rank(record.values, classes) for lay in self.layouts]
             vectors.append(vec)
-            top = max(vec, default=0.0)
-            if top > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
+            top = max(vec, default=(0.0, 0))
+            if top[0] > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
                 best = vec.index(top)
-                if top >= self.layouts[best].orphan_min:
-                    totals[best] += top
+                if top[0] >= self.layouts[best].orphan_min:
+                    totals[best] += top[0]
         if not totals:
             return None, []
         best = totals.most_common(1)[0][0]
-        return self.layouts[best], [vec[best] for vec in vectors]
+        return self.layouts[best], [vec[best][0] for vec in vectors]
 
     def _lose(self, pgno: int, cell: Any, record: Any, reason: str, lane: str,
               wal: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import apsw
 
-from .formats import Identification, identify, schema_version
+from .formats import EMPTY, OURS, Identification, identify, schema_version
 from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
@@ -92,8 +92,10 @@ class Catalog:
 
     @property
     def foreign(self) -> bool:
-        """Not our store: recovered in its own schema, never ours."""
-        return self.identification is not None and not self.identification.ours
+        """Not our store: recovered in its own schema, never ours. An empty
+        file has no schema of its own: it is recovered as an empty store."""
+        return self.identification is not None and self.identification.kind not in (
+            OURS, EMPTY)
 
     def indexes(self, table: str) -> list[str]:
         return [i for i, t in self.index_of.items() if t == table]

@@ -115,21 +115,26 @@ class Layout:
 
     def score(self, values: list[Any], classes: list[str]) -> float:
         """How well a record's values fit this layout (see module docstring)."""
+        return self.rank(values, classes)[0]
+
+    def rank(self, values: list[Any], classes: list[str]) -> tuple[float, int]:
+        """(score, shape checks passed): of two layouts a record fits alike,
+        the one that checked more of it (the more specific) ranks first."""
         if not self.oldest <= len(values) <= len(self.columns) + self.max_extra:
-            return 0.0
+            return 0.0, 0
         if not self.strict:
-            return self._loose_score(values, classes)
+            return self._loose_score(values, classes), 0
         passed = total = 0
         for col, value, cls in zip(self.columns, values, classes):
             if col.name == self.rowid_column:
                 if cls != "null":
-                    return 0.0
+                    return 0.0, 0
                 continue
             if value is MISSING:
                 continue
             if not col.fits(cls):
                 if self.strict:
-                    return 0.0
+                    return 0.0, 0
                 continue
             if col.check is not None and value is not None:
                 total += 1
@@ -140,9 +145,7 @@ class Layout:
             # the stored fingerprint hashes role, content, tool calls and meta
             total += 1
             passed += _message_fingerprint_ok(self, values)
-        # a hair per passed check: of two layouts a record fits alike, the one
-        # that checked more of it (more specific) wins instead of a tie
-        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0)) + 1e-4 * passed
+        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0)), passed
 
     def _loose_score(self, values: list[Any], classes: list[str]) -> float:
         """Layouts parsed from unknown schema SQL only know declared types;
@@ -308,13 +311,13 @@ def is_without_rowid(sql: str | None) -> bool:
 def best_fit(values: list[Any], classes: list[str],
              layouts: tuple[Layout, ...]) -> tuple[Layout | None, float]:
     """The best-scoring layout (None on a tie between two tables or no fit)."""
-    scored = sorted(((lay.score(values, classes), i) for i, lay in enumerate(layouts)),
+    scored = sorted(((lay.rank(values, classes), i) for i, lay in enumerate(layouts)),
                     reverse=True)
-    if not scored or scored[0][0] == 0.0:
+    if not scored or scored[0][0][0] == 0.0:
         return None, 0.0
     if len(scored) > 1 and scored[1][0] == scored[0][0]:
         return None, 0.0
-    return layouts[scored[0][1]], scored[0][0]
+    return layouts[scored[0][1]], scored[0][0][0]
 
 
 _AFFINITY = (("INT", INT), ("CHAR", TEXT), ("CLOB", TEXT), ("TEXT", TEXT),

@@ -23,7 +23,7 @@ from sessiondb.outfile import fsync_dir
 from sessiondb.paths import SIDECARS
 
 from .carve_types import FREELIST, UNCOMMITTED
-from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog, reference_catalog
+from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog
 from . import recover_foreign
 from .foreign_write import LOST_SUFFIX
 from .schema_source import fallback_catalog

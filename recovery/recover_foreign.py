@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
-
 import apsw
 
 from .catalog import READ_ERRORS, ROWID_KEY, Catalog, quote

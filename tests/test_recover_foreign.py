@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 from typing import Callable
 
