@@ -12,7 +12,7 @@ from typing import Any
 
 import apsw
 
-from .formats import EMPTY, OURS, Identification, identify, schema_version
+from .formats import EMPTY, OURS, Identification, identify, parse_columns, schema_version
 from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
@@ -154,15 +154,20 @@ def _text(value: Any) -> tuple[str | None, bool]:
 
 def schema_rows(conn: apsw.Connection) -> tuple[list[tuple], list[str]]:
     """sqlite_master rows with text read as bytes, so text that is not UTF-8
-    (damage) cannot stop the read: such rows are named, and left out."""
+    (damage) cannot stop the read: such rows are named; an index, view or
+    trigger is left out, a table kept with its text decoded leniently (its
+    rows then come from the lanes that can still read them, the carver)."""
     rows, bad = [], []
     for r in conn.execute("SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(tbl_name AS "
                           "BLOB), rootpage, CAST(sql AS BLOB) FROM sqlite_master"):
         decoded = [_text(v) for v in (r[0], r[1], r[2], r[4])]
+        row = (decoded[0][0], decoded[1][0], decoded[2][0], r[3], decoded[3][0])
         if all(ok for _v, ok in decoded):
-            rows.append((decoded[0][0], decoded[1][0], decoded[2][0], r[3], decoded[3][0]))
-        else:
-            bad.append(f"{decoded[0][0]} {decoded[1][0]!r}")
+            rows.append(row)
+            continue
+        bad.append(f"{row[0]} {row[1]!r}")
+        if row[0] == "table":
+            rows.append(row)
     return rows, bad
 
 
@@ -175,7 +180,7 @@ def _identify(conn: apsw.Connection, rows: list[tuple], virtual: set[str]) -> Id
         try:
             columns[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(name)})")]
         except READ_ERRORS:
-            columns[name] = []
+            columns[name] = [c[0] for c in parse_columns(name, sql or "")]
     return identify(columns, schema_version(conn, columns))
 
 
@@ -199,9 +204,11 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
         if spec.kind != "derived":
             try:
                 _columns(conn, spec)
-            except UnicodeDecodeError:  # a column name that is not UTF-8: damage
-                cat.unreadable.append(f"table {name!r} (column names)")
-                continue
+            except READ_ERRORS:  # a name that is not UTF-8: the statement, read leniently
+                spec.columns = [c[0] for c in parse_columns(name, spec.sql)]
+                if not spec.columns:
+                    cat.unreadable.append(f"table {name!r} (columns)")
+                    continue
         cat.tables[name] = spec
     return cat
 

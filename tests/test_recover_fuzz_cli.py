@@ -91,3 +91,21 @@ def test_trigger_sql_that_is_not_utf8(tmp_path: Path) -> None:
     assert "not valid UTF-8" in proc.stdout
     new = next(tmp_path.glob("new.db*"))
     assert sql(new, "SELECT count(*) FROM messages")[0][0] == truth.counts["messages"]
+
+
+def test_table_statement_that_is_not_utf8_still_gives_its_rows(tmp_path: Path) -> None:
+    """A column name in a table's CREATE statement garbled to invalid UTF-8:
+    the table is kept (its statement read leniently, the entry named) and
+    its rows come back through the carver."""
+    from recovery.recover import recover
+
+    src = tmp_path / "state.db"
+    truth = f.build_hermes_agent(src, sessions=4, messages=6, page_size=PS)
+    data = bytearray(src.read_bytes())
+    at = data.find(b"reasoning_content TEXT")
+    data[at + 2:at + 3] = b"\xff"
+    src.write_bytes(bytes(data))
+    rep = recover(src, tmp_path / "new.db", allow_partial=True, work_dir=tmp_path)
+    assert "schema entry not readable (not valid UTF-8): table 'messages'" in rep.schema_notes
+    assert rep.verification["ok"]
+    assert sql(Path(rep.output), "SELECT count(*) FROM messages")[0][0] == truth.counts["messages"]
