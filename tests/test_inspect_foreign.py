@@ -72,3 +72,24 @@ def test_unknown_format_with_page_one_zeroed_asks_for_a_template(tmp_path: Path)
     assert r.verdict == "structural"
     assert r.next_command.endswith("--template TEMPLATE")
     assert "--template" in r.explanation
+
+
+def test_cli_names_the_file_and_recovers_it_with_a_template(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    src = tmp_path / "src" / "state.db"
+    src.parent.mkdir()
+    BUILD["hermes-agent"](src)
+    template = tmp_path / "template.db"
+    BUILD["hermes-agent"](template)
+    run = CliRunner().invoke
+    r = run(cli, ["sessions", "recover", "--source", str(src), "--inspect-only"])
+    assert r.exit_code == 0 and "file: Hermes Agent state.db, schema v31" in r.output
+    write_at(src, 0, bytes(PS))
+    before = bundle_hashes(src)
+    r = run(cli, ["sessions", "recover", "--source", str(src), "--output",
+                  str(tmp_path / "new.db"), "--template", str(template), "--allow-partial"])
+    assert r.exit_code in (0, 3), r.output
+    assert "schema from: template" in r.output and bundle_hashes(src) == before
