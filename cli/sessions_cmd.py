@@ -47,7 +47,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     Example:
       hermes sessions list --source agent --since 7d --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since)
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
@@ -81,7 +81,7 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, usage_only: bool,
     """
     if usage_only:
         return show_usage(app, session_id, as_json)
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         stored = list(session_messages(db, session_id, include_archived=archived))
     if as_json:
@@ -113,7 +113,7 @@ def usage_table(rows: list[dict]) -> None:
 def show_usage(app: AppContext, session_id: str, as_json: bool) -> None:
     """`sessions show --usage`: the session's usage ledger."""
     from sessiondb.usage import summary
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         doc = summary(db.session_usage(session_id))
     if as_json:
@@ -147,7 +147,7 @@ def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> N
     title = title.strip()
     if not title:
         raise click.BadParameter("the title must not be empty", param_hint="TITLE")
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         db.set_title(session_id, title)
     if as_json:
         emit_json({"id": session_id, "title": title})
@@ -171,7 +171,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
       hermes sessions export 20260101_120000_ab12cd34 -o keep.jsonl
       hermes sessions delete 20260101_120000_ab12cd34 --yes
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
@@ -202,7 +202,7 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
     Example:
       hermes --profile work sessions stats --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         doc = store_stats(db)
     if as_json:
         emit_json(doc)
