@@ -278,7 +278,7 @@ LLM_THREADS = Format(
     commands=("recover", "import --from llm"))
 
 LLM_RESPONSES = Format(
-    "llm", "llm logs.db (responses)",
+    "llm", "llm logs.db (responses/conversations)",
     {"responses": ("id", "model", "prompt", "response", "conversation_id"),
      "conversations": ("id", "name", "model")},
     (_LLM_MIGRATIONS, _LLM_CONVERSATIONS, _LLM_RESPONSES),
