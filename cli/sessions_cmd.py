@@ -15,8 +15,8 @@ from .params import SessionId, When
 SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
     "Move": ("export", "import"),
-    "Change": ("rename", "delete"),
-    "Maintain": ("reindex", "repair", "import-spool"),
+    "Change": ("rename", "delete", "pin", "unpin", "archive", "unarchive"),
+    "Maintain": ("prune", "optimize", "reindex", "repair", "import-spool"),
 }
 
 
@@ -35,11 +35,13 @@ def sessions() -> None:
 @click.option("--since", type=When(), help="Only sessions started at or after DATE "
               "(2026-01-31, 2026-01-31T14:00, or an age: 30m, 12h, 7d, 2w).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--archived", "which", flag_value="archived", help="Only archived sessions.")
+@click.option("--all", "which", flag_value="all", help="Archived sessions too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def list_cmd(app: AppContext, source: str | None, since: float | None, limit: int,
-             as_json: bool) -> None:
-    """List sessions, newest first.
+             which: str | None, as_json: bool) -> None:
+    """List sessions, newest first (archived ones only with --archived or --all).
 
     JSON: {"count": N, "sessions": [<session>, ...]}.
 
@@ -48,7 +50,8 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
       hermes sessions list --source agent --since 7d --json
     """
     with app.open_store() as db:
-        found = db.list_sessions(source=source, limit=limit, since=since)
+        found = db.list_sessions(source=source, limit=limit, since=since,
+                                 archived={"archived": True, "all": None}.get(which, False))
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
         return

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 
 import apsw
 
-from . import (compaction, containment, leases, messages, migrations, pages, paths, policy,
+from . import (compaction, containment, leases, maintenance, messages, migrations, pages,
+               paths, policy,
                search, search_index, search_maintenance, sessions, spool, txn)
 from . import checkpointer
 from .checkpointer import Checkpointer, CheckpointStats
@@ -302,13 +303,14 @@ class SessionDB:
             return sessions.get(conn, session_id)
 
     def list_sessions(self, *, source: str | None = None, limit: int = 50,
-                      before: float | None = None,
-                      since: float | None = None) -> list[sessions.Session]:
+                      before: float | None = None, since: float | None = None,
+                      archived: bool | None = False) -> list[sessions.Session]:
         """Sessions newest first; ``before`` (a start time) pages backwards,
-        ``since`` keeps sessions started at or after it."""
+        ``since`` keeps sessions started at or after it. Archived sessions
+        are left out unless ``archived`` is True (only them) or None (all)."""
         with self._read() as conn:
             return sessions.list_(conn, source=source, limit=limit, before=before,
-                                  since=since)
+                                  since=since, archived=archived)
 
     def session_page(self, *, after: pages.SessionKey | None = None, limit: int = 200,
                      source: str | None = None,
@@ -559,13 +561,18 @@ class SessionDB:
                source: str | None = None, since: float | None = None,
                until: float | None = None, limit: int = 20, offset: int = 0,
                order: str = "rank", include_archived: bool = False,
-               raw: bool = False) -> list[search.SearchHit]:
+               raw: bool = False, archived_sessions: bool = True) -> list[search.SearchHit]:
         """Search message text; see sessiondb/search.py and docs/search.md.
 
         ``include_archived`` adds archived (compacted) and rewound rows,
         each hit carrying its ``state``. ``raw=True`` takes FTS5 syntax.
+        ``archived_sessions=False`` leaves out archived sessions.
         """
-        filters = search.Filters(session_id, role, source, since, until, include_archived)
+        if not archived_sessions:  # the filter costs a plan change; only when it can matter
+            with self._read() as conn:
+                archived_sessions = not maintenance.any_archived(conn)
+        filters = search.Filters(session_id, role, source, since, until, include_archived,
+                                 archived_sessions)
         return search.search(self, query, filters=filters, limit=limit, offset=offset,
                              order=order, raw=raw)
 
