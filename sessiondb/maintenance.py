@@ -332,11 +332,11 @@ def plan_prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = True) -> PruneP
 Progress = Callable[[int], None]
 
 
-def _batches(items: list[PruneItem]) -> list[list[PruneItem]]:
+def _batches(items: list[PruneItem], limit: int) -> list[list[PruneItem]]:
     out: list[list[PruneItem]] = [[]]
     size = 0
     for item in items:
-        if out[-1] and size + item.messages > BATCH_MESSAGES:
+        if out[-1] and size + item.messages > limit:
             out.append([])
             size = 0
         out[-1].append(item)
@@ -355,11 +355,14 @@ def _delete_batch(conn: apsw.Connection, batch: list[PruneItem]) -> tuple[int, i
 
 def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
           export_to: str | os.PathLike[str] | None = None,
-          progress: Progress | None = None) -> PrunePlan:
+          progress: Progress | None = None,
+          batch_messages: int = BATCH_MESSAGES) -> PrunePlan:
     """Delete the sessions `plan_prune` selects (after exporting them to
     ``export_to`` as JSONL, if given); with ``dry_run`` only plan.
 
-    Refused (MaintenanceRefused) while another process holds the store.
+    Whole sessions go in transactions of about ``batch_messages`` messages;
+    ``progress`` is told each batch's messages once it committed. Refused
+    (MaintenanceRefused) while another process holds the store.
     """
     plan = plan_prune(db, f, dry_run=dry_run)
     if dry_run or not plan.sessions:
@@ -369,7 +372,7 @@ def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
         from .export import export_to_path  # export reads pages; no import cycle at load
         export_to_path(db, [s.id for s in plan.sessions], "jsonl", export_to)
         plan.exported_to = str(export_to)
-    for batch in _batches(plan.sessions):
+    for batch in _batches(plan.sessions, batch_messages):
         gone, messages = db.index_safe_write(lambda conn, b=batch: _delete_batch(conn, b))
         plan.deleted_sessions += gone
         plan.deleted_messages += messages
