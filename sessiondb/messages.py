@@ -49,6 +49,24 @@ def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position
     return existing, False
 
 
+_INSERT_FULL = (
+    "INSERT INTO messages(session_id, uid, position, role, content_kind, content, tool_calls,"
+    " tool_call_id, tool_name, finish_reason, timestamp, token_count, meta, fingerprint, kind,"
+    " state, compaction_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(session_id, uid) DO NOTHING")
+
+
+def insert_many(conn: apsw.Connection, session_id: str,
+                rows: list[tuple[EncodedMessage, int, str, str, str | None]]) -> None:
+    """Bulk insert of (message, position, kind, state, compaction_id) in one
+    statement loop (executemany); a known uid is a no-op. For writers that
+    already know the positions and that the uids are new (the bulk import)."""
+    conn.executemany(_INSERT_FULL, [
+        (session_id, e.uid, pos, e.role, e.content_kind, e.content, e.tool_calls,
+         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
+         e.fingerprint, kind, state, comp) for e, pos, kind, state, comp in rows])
+
+
 _LOAD = ("SELECT id, uid, role, content_kind, content, tool_calls, meta, fingerprint, state,"
          " compaction_id FROM messages WHERE session_id = ?")
 
