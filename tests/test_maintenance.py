@@ -172,3 +172,30 @@ def test_deleted_session_takes_its_flags(hermes_home):
         with db._read() as conn:
             assert conn.execute("SELECT count(*) FROM session_flags WHERE session_id = 'big'"
                                 ).fetchone()[0] == 0
+
+
+def test_optimize_is_refused_under_a_holder_and_changes_nothing(hermes_home):
+    db_path = build(hermes_home)
+    before = sha(db_path)
+    with held_by_another_process(db_path) as pid:
+        res = run("sessions", "optimize")
+        assert res.exit_code == 1
+        assert f"held by process {pid}; optimize is not safe online" in res.output
+    assert sha(db_path) == before
+    assert not list(hermes_home.glob(".hermes-scratch-*"))
+
+
+def test_optimize_gives_back_what_prune_freed(hermes_home):
+    db_path = build(hermes_home)
+    assert run("sessions", "prune", "--larger-than", "200K").exit_code == 0
+    res = run("sessions", "optimize", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["bytes_freed"] == doc["bytes_before"] - doc["bytes_after"] > 20 * 20000 * 0.9
+    assert doc["bytes_after"] == db_path.stat().st_size  # the WAL was folded back
+    assert set(doc["steps"]) == {"copy", "merge_search", "vacuum_into", "verify", "promote",
+                                 "checkpoint"}
+    with SessionDB.open(hermes_home) as db:
+        assert db.quick_check() == ["ok"]
+        assert {h.session_id for h in db.search("word3", limit=50)} == \
+            {"old", "old_child", "recent", "pinned_old"}
