@@ -310,11 +310,11 @@ def plan_prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = True) -> PruneP
             scale = _scale(conn) if selected else 1.0
             if f.larger_than is not None:
                 selected = {s for s in selected if sizes[s][1] * scale > f.larger_than}
-            more = _descendants(selected, _children(conn)) - set(sizes) if f.with_children \
-                else set()
+            children = _children(conn)
+            more = _descendants(selected, children) - set(sizes) if f.with_children else set()
             sizes.update(_sizes(conn, sorted(more)))
-            selected = _lineage(selected, _children(conn), _blocked(conn, now),
-                                f.with_children, plan.kept)
+            selected = _lineage(selected, children, _blocked(conn, now), f.with_children,
+                                plan.kept)
             depth = _depths(selected, conn)
         finally:
             if own:
