@@ -36,7 +36,7 @@ class HermesGroup(SectionedGroup):
 
     sections = {"Sessions": ("sessions",),
                 "Recovery": ("doctor", "inspect", "recover", "repair"),
-                "Agent": ("chat", "demo")}
+                "Agent": ("chat", "demo", "memory", "skills")}
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -109,3 +109,4 @@ def main() -> None:
 # Command modules register themselves on `cli`; import them last.
 from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
                search_cmd, sessions_cmd, spool_cmd, transfer_cmd, maintain_cmd)
+from . import memory_cmd  # noqa: E402,F401

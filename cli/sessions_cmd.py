@@ -74,10 +74,12 @@ SHOW_LIMIT = 500
               help="Only messages before this position (the page before one shown).")
 @click.option("--after", type=click.IntRange(0), metavar="POS",
               help="Only messages after this position, oldest first.")
+@click.option("--usage", "usage_only", is_flag=True,
+              help="Show the session's model usage by task and model instead of messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
-             before: int | None, after: int | None, as_json: bool) -> None:
+             before: int | None, after: int | None, usage_only: bool, as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
     A session longer than --limit is shown one page at a time (the newest
@@ -88,13 +90,17 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
     "rows": [{"uid", "position", "timestamp", "state", "kind",
     "compaction_id"}], "page": {"total", "limit", "more_before",
     "more_after", "first_position", "last_position"}} with rows[i]
-    describing messages[i].
+    describing messages[i]. With --usage: {"session": <session>,
+    "usage": {"rows", "by_task", "total"}} (see docs/cli.md).
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
       hermes sessions show 20260101_120000_ab12cd34 --before 1200 --limit 100
+      hermes sessions show 20260101_120000_ab12cd34 --usage
     """
+    if usage_only:
+        return show_usage(app, session_id, as_json)
     with app.open_store() as db:
         session = db.get_session(session_id)
         page = db.message_window(session_id, limit=limit, before=before, after=after,
@@ -135,6 +141,36 @@ def _page_note(session_id: str, page: Any) -> None:
     if page.more_after:
         click.echo(f"Later: hermes sessions show {session_id} --after {last}")
     click.echo(f"All of it, streamed: hermes sessions export {session_id}")
+
+
+def usage_table(rows: list[dict]) -> None:
+    """Usage rows (task, model, provider, counters) as a table."""
+    table(((r["task"], r["model"] or "-", r["provider"] or "-", r["api_calls"],
+            r["input_tokens"], r["output_tokens"], r["cache_read_tokens"],
+            r["cache_write_tokens"], "-" if r["cost_usd"] is None else f"{r['cost_usd']:.4f}")
+           for r in rows),
+          ("task", "model", "provider", "calls", "input", "output", "cache read",
+           "cache write", "cost $"))
+
+
+def show_usage(app: AppContext, session_id: str, as_json: bool) -> None:
+    """`sessions show --usage`: the session's usage ledger."""
+    from sessiondb.usage import summary
+    with app.open_store() as db:
+        session = db.get_session(session_id)
+        doc = summary(db.session_usage(session_id))
+    if as_json:
+        emit_json({"session": session.to_dict(), "usage": doc})
+        return
+    click.echo(f"{session.id}  {shorten(session.title or '(untitled)', 60)}  "
+               f"[{session.source}]  usage by task and model")
+    if not doc["rows"]:
+        click.echo("No model usage recorded.")
+        return
+    usage_table(doc["rows"])
+    total = doc["total"]
+    click.echo(f"total: {total['api_calls']} calls, {total['input_tokens']} input and "
+               f"{total['output_tokens']} output tokens")
 
 
 @sessions.command("rename")
@@ -226,3 +262,6 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
            ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
                      f"{pages['freelist_count']} free"),
            ("full-text index", fts_size)], ("", ""))
+    if doc["usage"]["rows"]:
+        click.echo("\nModel usage by task and model:")
+        usage_table(doc["usage"]["rows"])

@@ -17,6 +17,7 @@ from .sessions import Session
 from .spool import import_spool
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
+from .usage import UsageRow
 
 __version__ = "0.1.0"
 
@@ -30,4 +31,5 @@ __all__ = [
     "CompactionNotFound", "apply_compaction",
     "classify", "describe", "describe_error", "StorageFailure", "import_spool",
     "SearchHit", "SearchHealth", "InvalidQuery", "SearchRebuildRefused",
+    "UsageRow",
 ]

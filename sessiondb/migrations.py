@@ -11,7 +11,7 @@ from typing import Callable
 
 import apsw
 
-from . import search_index
+from . import search_index, usage
 
 Migration = Callable[[apsw.Connection], None]
 
@@ -113,6 +113,11 @@ def m004_search_index(conn: apsw.Connection) -> None:
     search_index.install(conn)
 
 
+def m007_usage_ledger(conn: apsw.Connection) -> None:
+    """Model usage per (session, task, model, provider); see sessiondb/usage.py."""
+    usage.install(conn)
+
+
 def m008_session_flags(conn: apsw.Connection) -> None:
     """Pinned and archived sessions (maintenance.py). A side table, not columns of
     ``sessions``, so the session row, its export format and every reader of it
@@ -130,7 +135,7 @@ def m008_session_flags(conn: apsw.Connection) -> None:
 
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
-                                     m008_session_flags)
+                                     m007_usage_ledger, m008_session_flags)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

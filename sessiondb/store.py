@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator
 import apsw
 
 from . import (compaction, containment, leases, maintenance, messages, migrations, pages,
-               paths, policy,
-               search, search_index, search_maintenance, sessions, spool, txn)
+               paths, policy, search, search_index, search_maintenance, sessions, spool, txn,
+               usage)
 from . import checkpointer
 from .checkpointer import Checkpointer, CheckpointStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
@@ -333,13 +333,19 @@ class SessionDB:
         return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
-                     cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
-        """Add model token usage to a session's counters."""
+                     cache_read_tokens: int = 0, cache_write_tokens: int = 0,
+                     **ledger: Any) -> None:
+        """Add a turn's token usage to the session's counters and to its usage
+        ledger row (task ``turn``; ``ledger`` takes model, provider, api_calls,
+        reasoning_tokens, cost_usd: see `record_auxiliary_usage`)."""
         with self.atomic() as conn:
             sessions.require(conn, session_id)
             sessions.add_usage(conn, session_id, self.now(), input_tokens=input_tokens,
                                output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
                                cache_write_tokens=cache_write_tokens)
+            usage.record_turn(conn, session_id, self.now(), input_tokens=input_tokens,
+                              output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+                              cache_write_tokens=cache_write_tokens, **ledger)
 
     # -- leases ------------------------------------------------------------
 
@@ -637,6 +643,37 @@ class SessionDB:
     def search_health(self) -> search_maintenance.SearchHealth:
         """Integrity-check and a real MATCH probe for each search index."""
         return search_maintenance.health(self)
+
+    # -- usage ledger (sessiondb/usage.py) ---------------------------------
+
+    def record_auxiliary_usage(self, session_id: str, *, task: str, model: str | None = None,
+                               provider: str | None = None, cost_usd: float | None = None,
+                               **counters: Any) -> bool:
+        """Bill a model call made on a session's behalf that is not one of its
+        turns (``task``: compaction, title, background_review, ...) to the
+        ledger only: the transcript and the session row are never touched.
+        Never raises: a failure is logged and False returned, because the
+        caller's own work (a finished turn, a review) must not fail for it."""
+        try:
+            with self.atomic() as conn:
+                sessions.require(conn, session_id)
+                return usage.add(conn, session_id, self.now(), task=task, model=model,
+                                 provider=provider, cost_usd=cost_usd, **counters)
+        except Exception:  # noqa: BLE001 (documented: logged, never raised)
+            log.warning("could not record %s usage for session %s", task, session_id,
+                        exc_info=True)
+            return False
+
+    def session_usage(self, session_id: str) -> list[usage.UsageRow]:
+        """A session's usage ledger rows (turns first)."""
+        with self._read() as conn:
+            sessions.require(conn, session_id)
+            return usage.for_session(conn, session_id)
+
+    def usage_totals(self) -> list[usage.UsageRow]:
+        """The store's usage by task, model and provider."""
+        with self._read() as conn:
+            return usage.totals(conn)
 
 
 __all__ = ["SessionDB", "new_uid"]
