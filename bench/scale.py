@@ -102,7 +102,7 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
             "print(json.dumps({'seconds': time.monotonic() - t, 'index_seconds': spent.get('index', 0),"
             " 'messages': r.messages_added, 'search_index': r.search_index}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(home), str(export)], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
+                          stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
@@ -128,8 +128,8 @@ def prune_half(home: Path) -> dict[str, Any]:
             "    kept = [s.id for s in db.list_sessions(archived=None, limit=10**7)]\n"
             "print(json.dumps({'pruned': plan.deleted_sessions, 'messages': plan.deleted_messages,"
             " 'estimate': plan.bytes_estimate, 'seconds': seconds, 'kept': kept}))\n")
-    done = subprocess.run([sys.executable, "-c", code, str(home)], cwd=ROOT, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code, str(home)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
 
