@@ -157,9 +157,6 @@ def sample_structure(conn: apsw.Connection, *, rows: int = SAMPLE_ROWS,
     tables = _tables(conn)
     try:
         for table in (t for t in CANONICAL_TABLES if t in tables):
-            if table == "session_flags":  # WITHOUT ROWID: a short scan is the sample
-                read += len(conn.execute("SELECT * FROM session_flags LIMIT 64").fetchall())
-                continue
             bounds = _rowid_bounds(conn, table)
             for _ in range(rows if bounds else 0):
                 if time.monotonic() > deadline:

@@ -120,3 +120,19 @@ def _digest(home: Path) -> str:
         return liveread.canonical_digest(conn)
     finally:
         conn.close()
+
+
+def test_recover_carries_the_flags_over_and_the_carver_knows_them(hermes_home, tmp_path):
+    from recovery.layouts import KNOWN_LAYOUTS, best_fit
+    from recovery.recover import recover
+    build(hermes_home, sessions=2, per=3)
+    with SessionDB.open(hermes_home) as db:
+        maintenance.pin(db, ["keep0"])
+        maintenance.archive(db, ["old1"])
+    recover(hermes_home / "state.db", tmp_path / "out.db")
+    with SessionDB(tmp_path / "out.db") as out:
+        assert maintenance.flags_of(out, "keep0").pinned
+        assert maintenance.flags_of(out, "old1").archived_at is not None
+    layout, score = best_fit(["20260101_000000_ab12cd34", 1, 1.7e9],
+                             ["text", "integer", "real"], KNOWN_LAYOUTS)
+    assert layout.table == "session_flags" and score == 1.0
