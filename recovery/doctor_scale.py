@@ -37,16 +37,20 @@ from . import liveread
 from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, check_store,
                      liveread_bundle)
 from .headers import read_db_header
+from .layouts import is_without_rowid
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table
 SAMPLE_BUDGET_S = 2.0
 SIZE_BUDGET_S = 3.0        # dbstat walks every page; by default it may stop early
-FULL_RATE_BYTES_S = 40 << 20  # conservative whole-file rate of --full (bench/scale.py)
+FULL_RATE_BYTES_S = 20 << 20  # whole-file rate of --full: 16-26 MB/s in bench/scale.py
 CANONICAL_TABLES = ("sessions", "messages", "compactions", "session_flags")
 FREELIST_ADVICE = 0.20     # share of the file that is free pages
 SEARCH_ADVICE = 0.50       # share of the used bytes that is the search index
 BIG_STORE_ADVICE = 1 << 30
+# What a sampled read failing with means damage; any other error is not a finding
+# about the file (it says the sample could not run).
+DAMAGE = (apsw.CorruptError, apsw.NotADBError, apsw.IOError)
 
 
 def check_store_scaled(t: Target) -> list[Finding]:
@@ -154,9 +158,12 @@ def sample_structure(conn: apsw.Connection, *, rows: int = SAMPLE_ROWS,
     rng = rng or random.Random()
     deadline = time.monotonic() + budget_s
     read = 0
-    tables = _tables(conn)
+    schema = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     try:
-        for table in (t for t in CANONICAL_TABLES if t in tables):
+        for table in (t for t in CANONICAL_TABLES if t in schema):
+            if is_without_rowid(schema[table]):  # no rowid to seek by: a short scan
+                read += len(conn.execute(f'SELECT * FROM "{table}" LIMIT {rows}').fetchall())
+                continue
             bounds = _rowid_bounds(conn, table)
             for _ in range(rows if bounds else 0):
                 if time.monotonic() > deadline:
@@ -168,7 +175,7 @@ def sample_structure(conn: apsw.Connection, *, rows: int = SAMPLE_ROWS,
                     conn.execute("SELECT count(*) FROM (SELECT 1 FROM messages INDEXED BY "
                                  "messages_in_order WHERE session_id = ? AND position >= ?"
                                  " LIMIT 8)", (got[0][1], got[0][3])).fetchall()
-    except apsw.Error as e:
+    except DAMAGE as e:
         return read, f"{type(e).__name__}: {e}"
     return read, None
 
@@ -229,7 +236,12 @@ def _dbstat(conn: apsw.Connection, budget_s: float) -> tuple[dict[str, int] | No
     deadline = time.monotonic() + budget_s
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 100)
     try:
-        rows = conn.execute("SELECT name, pgsize FROM dbstat WHERE aggregate = 1").fetchall()
+        if budget_s == float("inf"):  # one walk per b-tree inside dbstat: fastest
+            rows = conn.execute("SELECT name, pgsize FROM dbstat WHERE aggregate = 1")
+            return {name: int(size) for name, size in rows}, "dbstat"
+        # A row per page: slower, but the progress handler gets control between
+        # pages (an aggregate row is one uninterruptible walk of the whole b-tree).
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")
         return {name: int(size) for name, size in rows}, "dbstat"
     except apsw.InterruptError:
         return None, over
