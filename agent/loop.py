@@ -23,6 +23,7 @@ from sessiondb import SessionDB, StorageError
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
+from .memory_snapshot import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
 from .persist import PersistenceFailed, TurnPersistence
 from .review import Reviewer
 from .review_config import ReviewConfig
@@ -56,7 +57,11 @@ class TurnResult:
 
 
 class Agent:
-    """A conversation with a model, persisted in a SessionDB session."""
+    """A conversation with a model, persisted in a SessionDB session.
+
+    ``memory`` (default: the home's ``[memory]`` config) says whether the
+    home's saved memories and skill list go into the system prompt, as a
+    snapshot read once here (agent/memory_snapshot.py)."""
 
     def __init__(self, db: SessionDB, *, session_id: str | None = None,
                  model: str = DEFAULT_MODEL, client: anthropic.Anthropic | None = None,
@@ -65,11 +70,15 @@ class Agent:
                  micro_compact: CompactionPolicy | None = None, source: str = "agent",
                  review: ReviewConfig | None = None,
                  on_review: Callable[[str], None] | None = None,
-                 home: Path | None = None) -> None:
+                 home: Path | None = None, memory: MemoryConfig | None = None) -> None:
         from .builtin_tools import default_registry
         self.db, self.model, self.max_steps, self.max_tokens = db, model, max_steps, max_tokens
         self.client = client or anthropic.Anthropic()
         self.home = Path(home) if home is not None else db.path.parent  # memories, skills
+        # Read once: the system prompt heads the cache prefix, so it stays
+        # byte-identical for the whole session, reviews included.
+        memory = memory if memory is not None else load_memory_config(self.home)
+        self.memory_snapshot = take_snapshot(self.home) if memory.inject else ""
         self.session_id = db.create_session(session_id, source=source, model=model)
         self.tools = tools if tools is not None else default_registry(db, self.session_id,
                                                                       self.home)
@@ -205,6 +214,7 @@ class Agent:
         """The Messages API arguments for ``messages``; the review fork uses
         this too, so its request prefix is the live turn's, byte for byte."""
         system, wire_messages = wire.to_api(messages)
+        system = with_snapshot(system, self.memory_snapshot)
         kwargs: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens,
                                   "messages": wire_messages}
         if system:

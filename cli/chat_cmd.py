@@ -76,9 +76,13 @@ def run_one(agent: Any, text: str) -> Any:
 @click.option("--no-review", is_flag=True,
               help="No background memory/skill review after turns (also HERMES_REVIEW=off "
                    "or [review] enabled = false in <home>/config.toml); /refine still works.")
+@click.option("--no-memory-inject", is_flag=True,
+              help="Leave saved memories and the skill list out of the system prompt "
+                   "(also HERMES_MEMORY_INJECT=off or [memory] inject = false).")
 @click.pass_obj
 def chat(app: AppContext, query: str | None, resume: str | None, model: str | None,
-         offline: bool, compact: bool | None, no_review: bool) -> None:
+         offline: bool, compact: bool | None, no_review: bool,
+         no_memory_inject: bool) -> None:
     """Chat with a model; every message is stored as it happens.
 
     Without -q, reads lines until EOF or a second Ctrl-C. Ctrl-C during a
@@ -93,7 +97,7 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
       hermes chat --no-compact --resume 20260101_120000_ab12cd34
       hermes chat --no-review --resume 20260101_120000_ab12cd34
     """
-    from agent import Agent, CompactionPolicy
+    from agent import Agent, CompactionPolicy, MemoryConfig, load_memory_config
     from agent.loop import DEFAULT_MODEL
     from agent.review_config import load_review_config
     if compact is None:
@@ -106,7 +110,9 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
             db.get_session(resume)  # SessionNotFound -> "Error: no session ..."
         agent = Agent(db, session_id=resume, client=client, model=model or DEFAULT_MODEL,
                       source="cli", micro_compact=CompactionPolicy() if compact else None,
-                      review=review, on_review=show_review)
+                      review=review, on_review=show_review,
+                      memory=MemoryConfig(inject=False) if no_memory_inject
+                      else load_memory_config(app.home))
         click.echo(f"[session {agent.session_id}]", err=True)
         pending_notice(agent.home)
         if query is not None:

@@ -23,8 +23,10 @@ class AppContext:
     home: Path
     profile: str | None
 
-    def open_store(self) -> SessionDB:
-        return SessionDB.open(self.home, self.profile)
+    def open_store(self, *, create: bool = True) -> SessionDB:
+        """The home's store. Reading commands pass ``create=False``: a missing
+        store is then "no store at PATH" and nothing is created."""
+        return SessionDB.open(self.home, self.profile, create=create)
 
 
 def _one_line(e: BaseException) -> str:
@@ -49,7 +51,7 @@ class HermesGroup(SectionedGroup):
 
 # Bad input keeps its one line; a storage failure also says what it means
 # and the first command to run (from the one copy table).
-_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
+_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT, Cause.FOREIGN)
 
 
 def explain_for_cli(err: StorageError, app: Any) -> str:

@@ -50,7 +50,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     Example:
       hermes sessions list --source agent --since 7d --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since,
                                  archived={"archived": True, "all": None}.get(which, False))
     if as_json:
@@ -101,7 +101,7 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
     """
     if usage_only:
         return show_usage(app, session_id, as_json)
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         page = db.message_window(session_id, limit=limit, before=before, after=after,
                                  include_archived=archived)
@@ -156,7 +156,7 @@ def usage_table(rows: list[dict]) -> None:
 def show_usage(app: AppContext, session_id: str, as_json: bool) -> None:
     """`sessions show --usage`: the session's usage ledger."""
     from sessiondb.usage import summary
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         doc = summary(db.session_usage(session_id))
     if as_json:
@@ -190,7 +190,7 @@ def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> N
     title = title.strip()
     if not title:
         raise click.BadParameter("the title must not be empty", param_hint="TITLE")
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         db.set_title(session_id, title)
     if as_json:
         emit_json({"id": session_id, "title": title})
@@ -214,7 +214,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
       hermes sessions export 20260101_120000_ab12cd34 -o keep.jsonl
       hermes sessions delete 20260101_120000_ab12cd34 --yes
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
@@ -245,7 +245,7 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
     Example:
       hermes --profile work sessions stats --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         doc = store_stats(db)
     if as_json:
         emit_json(doc)

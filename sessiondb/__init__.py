@@ -8,7 +8,9 @@ from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery
                      SessionTooLong,
                      StorageError, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
+from .errors import ForeignStore
 from .explain import StorageFailure, describe, describe_error
+from .identify import Identity
 from .leases import Lease
 from .paths import resolve_home, store_path
 from .search import SearchHit
@@ -31,5 +33,5 @@ __all__ = [
     "CompactionNotFound", "apply_compaction",
     "classify", "describe", "describe_error", "StorageFailure", "import_spool",
     "SearchHit", "SearchHealth", "InvalidQuery", "SearchRebuildRefused",
-    "UsageRow",
+    "ForeignStore", "Identity", "UsageRow",
 ]

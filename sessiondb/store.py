@@ -21,7 +21,7 @@ import apsw
 from . import (compaction, containment, leases, maintenance, messages, migrations, pages,
                paths, policy, search, search_index, search_maintenance, sessions, spool, txn,
                usage)
-from . import checkpointer
+from . import checkpointer, identify
 from .checkpointer import Checkpointer, CheckpointStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
@@ -47,7 +47,8 @@ class SessionDB:
                  patience: float = DEFAULT_PATIENCE_S, clock: Callable[[], float] = time.time,
                  home: Path | None = None, profile: str | None = None,
                  vfs: str | None = None,
-                 checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES) -> None:
+                 checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES,
+                 create: bool = True) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
@@ -65,6 +66,13 @@ class SessionDB:
         self._tail: tuple[str, int, int] | None = None  # see _known_start
         self._checkpointer: Checkpointer | None = None
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
+        if self.path.is_dir():
+            raise InvalidInput(f"{self.path} is a directory, not a database file",
+                               path=str(self.path))
+        # Before any pragma or write: another program's file is never changed,
+        # and without ``create`` a missing store is not made (see identify.py).
+        self.identity = identify.check_before_open(self.path, create=create, home=home,
+                                                   profile=profile)
         self._writer = self._open_writer(journal_mode)
         try:
             self._guard.attach(self._writer)
@@ -83,8 +91,14 @@ class SessionDB:
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
              **kwargs: Any) -> "SessionDB":
-        """Open ``<home>/state.db`` (or a profile's), creating the home 0700."""
+        """Open ``<home>/state.db`` (or a profile's), creating the home 0700.
+
+        With ``create=False`` (reading commands) a missing store raises
+        StoreNotFound and nothing, not even the home, is created."""
         root = paths.resolve_home(home)
+        if not kwargs.get("create", True):
+            path = paths.store_path(root, profile)
+            identify.check_before_open(path, create=False, home=root, profile=profile)
         directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
         return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
 

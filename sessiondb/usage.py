@@ -12,6 +12,7 @@ Functions here take a connection the caller has put in a transaction.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -160,3 +161,77 @@ def record_turn(conn: apsw.Connection, session_id: str, now: float, *,
     counters.setdefault("api_calls", 0)
     return add(conn, session_id, now, task=TASK_TURN, model=model, provider=provider,
                cost_usd=cost_usd, **counters)
+
+
+# -- carried by export and import ------------------------------------------------
+
+LEDGER_FIELDS = ("task", "model", "provider", *COUNTERS, "cost_usd", "first_at", "last_at")
+
+
+def ledger_rows(conn: apsw.Connection, session_id: str) -> list[dict[str, Any]]:
+    """A session's ledger rows as stored, by key (what an export carries)."""
+    sql = (f"SELECT {', '.join(LEDGER_FIELDS)} FROM usage_ledger WHERE session_id = ?"
+           " ORDER BY task, model, provider")
+    return [dict(zip(LEDGER_FIELDS, r)) for r in conn.execute(sql, (session_id,))]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_ledger_row(row: Any) -> dict[str, Any]:
+    """One exported ledger row, each field of the right type; counters, cost
+    and times may be absent (zero, unknown, the import's time)."""
+    if not isinstance(row, dict):
+        raise InvalidInput("a usage row must be an object")
+    unknown = sorted(set(row) - set(LEDGER_FIELDS))
+    if unknown:
+        raise InvalidInput(f"usage row has unknown fields: {', '.join(unknown)}")
+    validate_task(row.get("task"))
+    for key in ("model", "provider"):
+        if not isinstance(row.get(key, ""), str):
+            raise InvalidInput(f"usage row {key!r} must be a string")
+    _counts(row)
+    cost = row.get("cost_usd")
+    if cost is not None and not (_is_number(cost) and cost >= 0):
+        raise InvalidInput("usage row 'cost_usd' must be a non-negative number or null")
+    for key in ("first_at", "last_at"):
+        if row.get(key) is not None and not _is_number(row[key]):
+            raise InvalidInput(f"usage row {key!r} must be a number")
+    return {k: row.get(k) for k in LEDGER_FIELDS}
+
+
+def check_ledger_rows(rows: Any) -> tuple[dict[str, Any], ...]:
+    """A session's exported ledger rows: a list of rows, each key once."""
+    if not isinstance(rows, list):
+        raise InvalidInput("'usage' must be a list of ledger rows")
+    checked = tuple(check_ledger_row(r) for r in rows)
+    keys = {(r["task"], r["model"] or "", r["provider"] or "") for r in checked}
+    if len(keys) != len(checked):
+        raise InvalidInput("'usage' lists a (task, model, provider) more than once")
+    return checked
+
+
+def import_rows(conn: apsw.Connection, session_id: str, rows: tuple[dict[str, Any], ...],
+                now: float, *, dry_run: bool = False) -> int:
+    """Add the rows whose (task, model, provider) the session's ledger lacks;
+    a row it has is kept as it is, so importing the same rows again adds
+    nothing. Returns how many were (or, ``dry_run``, would be) added."""
+    added = 0
+    for r in rows:
+        key = (session_id, r["task"], r["model"] or "", r["provider"] or "")
+        if dry_run:
+            added += conn.execute(
+                "SELECT 1 FROM usage_ledger WHERE session_id = ? AND task = ? AND model = ?"
+                " AND provider = ?", key).fetchone() is None
+            continue
+        first = r["first_at"] if r["first_at"] is not None else now
+        conn.execute(
+            "INSERT INTO usage_ledger(session_id, task, model, provider, input_tokens,"
+            " output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, api_calls,"
+            " cost_usd, first_at, last_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT(session_id, task, model, provider) DO NOTHING",
+            (*key, *_counts(r), r["cost_usd"], first,
+             r["last_at"] if r["last_at"] is not None else first))
+        added += conn.changes()
+    return added

@@ -45,7 +45,7 @@ def test_healthy_store_is_all_ok_and_changes_nothing(hermes_home: Path) -> None:
     assert {f["severity"] for f in doc["findings"]} <= {"ok", "info"}
     assert {f["id"] for f in doc["findings"]} >= {
         "permissions", "free_disk", "sqlite_version", "journal_mode", "wal_size", "sidecars",
-        "holders", "schema", "quick_check", "search_index", "fts_stale", "spool",
+        "identity", "holders", "schema", "quick_check", "search_index", "fts_stale", "spool",
         "temp_files", "quarantine", "backups"}
     assert [f["id"] for f in doc["findings"] if f["severity"] != "ok"] == ["backups"]
     assert sha(path) == before  # a read-only open may leave an empty -wal, never frames
