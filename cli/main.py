@@ -137,6 +137,6 @@ def main() -> None:
 
 # Command modules register themselves on `cli`; import them last.
 from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
-               search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+               search_cmd, sessions_cmd, spool_cmd, transfer_cmd, maintain_cmd)
 from . import memory_cmd  # noqa: E402,F401
 from . import install_cmd  # noqa: E402,F401

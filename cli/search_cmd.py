@@ -19,12 +19,14 @@ from .sessions_cmd import sessions
 @click.option("--order", type=click.Choice(["rank", "newest", "oldest"]), default="rank",
               show_default=True, help="Best matches first, or by time.")
 @click.option("--archived", is_flag=True, help="Also search archived (compacted) messages.")
+@click.option("--archived-sessions", is_flag=True,
+              help="Also search sessions archived by `sessions archive`.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | None,
                source: str | None, since: float | None, until: float | None, order: str,
-               archived: bool, limit: int, as_json: bool) -> None:
+               archived: bool, archived_sessions: bool, limit: int, as_json: bool) -> None:
     """Search message text: words and "quoted phrases", word* for prefixes.
 
     Punctuation is searched as text, never as query syntax. Queries of one
@@ -37,7 +39,8 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
     """
     with app.open_store(create=False) as db:
         hits = db.search(query, session_id=session_id, role=role, source=source, since=since,
-                         until=until, order=order, include_archived=archived, limit=limit)
+                         until=until, order=order, include_archived=archived, limit=limit,
+                         archived_sessions=archived_sessions)
         stale = db.search_index_stale()
     if as_json:
         emit_json({"hits": [h.to_dict() for h in hits], "index_stale": stale is not None})

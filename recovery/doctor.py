@@ -50,10 +50,14 @@ class Finding:
     message: str
     fix: str | None = None
     fixable: bool = False
+    data: dict[str, Any] | None = None  # a check's figures (the size report)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.check, "check": self.check, "severity": self.severity,
-                "message": self.message, "fix": self.fix, "fix_available": self.fixable}
+        doc = {"id": self.check, "check": self.check, "severity": self.severity,
+               "message": self.message, "fix": self.fix, "fix_available": self.fixable}
+        if self.data is not None:
+            doc["data"] = self.data
+        return doc
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Target:
     pdir: Path
     db: Path
     full: bool = False
+    progress: Callable[[str], None] | None = None  # told each phase of --full
 
     def failure(self, cause: Cause) -> StorageFailure:
         return describe(cause, db_path=self.db, home=self.home, profile=self.profile)
@@ -321,11 +326,13 @@ def check_identity(t: Target) -> list[Finding]:
     return body(t)
 
 
+from .doctor_scale import check_size, check_store_scaled  # noqa: E402 (uses the above)
+
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
-    check_identity, check_sidecars, check_holders, check_store, check_spool, check_temp,
-    check_quarantine, check_backups, doctor_health.check_write_lock,
+    check_identity, check_sidecars, check_holders, check_store_scaled, check_spool,
+    check_temp, check_quarantine, check_backups, check_size, doctor_health.check_write_lock,
     doctor_health.check_write_probe, doctor_health.check_deleted_wal)
 # Another program's file: only checks that neither read its rows nor advise a change.
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
@@ -333,16 +340,18 @@ FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,
-           full: bool = False) -> Target:
+           full: bool = False, progress: Callable[[str], None] | None = None) -> Target:
     root = paths.resolve_home(home)
     pdir = paths.profile_dir(root, profile)
-    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full)
+    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full, progress)
 
 
 def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None = None,
-               *, full: bool = False) -> list[Finding]:
-    """Run every check; read-only. A home without a store gets one info finding."""
-    t = target(home, profile, full)
+               *, full: bool = False,
+               progress: Callable[[str], None] | None = None) -> list[Finding]:
+    """Run every check; read-only. A home without a store gets one info finding.
+    ``progress`` is told each phase of the exhaustive (``full``) check."""
+    t = target(home, profile, full, progress)
     if not t.db.is_file():
         return doctor_health.no_store(t)
     from .doctor_identity import identity_of

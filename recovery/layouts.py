@@ -265,6 +265,12 @@ USAGE_LEDGER = Layout("usage_ledger", (  # m007_usage_ledger (sessiondb/usage.py
     C("last_at", REAL, check=timestamp_shape),
 ))
 
+SESSION_FLAGS = Layout("session_flags", (  # m008_session_flags (sessiondb/maintenance.py)
+    C("session_id", TEXT, check=session_id_shape),
+    C("pinned", INT, check=lambda v: v in (0, 1), default=0),
+    C("archived_at", REAL, True, timestamp_shape),
+))
+
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
@@ -276,7 +282,8 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 ), ignore=True)
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
-                                     COMPACTIONS, USAGE_LEDGER, FTS_SHADOW, SQLITE_SCHEMA)
+                                     COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, FTS_SHADOW,
+                                     SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
 
