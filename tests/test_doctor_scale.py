@@ -59,7 +59,7 @@ def test_sampled_probes_find_a_damaged_search_index(hermes_home, sampled):
     code, doc = doctor_json()
     assert code == 3
     finding = ids(doc)["search_index"]
-    assert finding["fix_available"] and "sessions reindex" in finding["fix"]
+    assert finding["fix_available"] and "sessions repair" in finding["fix"]
 
 
 def test_full_reports_phases_and_an_estimate(hermes_home, sampled):

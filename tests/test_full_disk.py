@@ -119,6 +119,11 @@ def test_disk_full_at_open_is_disk_full_not_a_failing_disk(tiny_fs: Path) -> Non
     assert "is full" in opened["message"] and "failing" not in opened["message"]
 
 
+# Larger than the -wal's own size, so the write cannot fit into WAL space a
+# checkpoint may have freed for reuse: it needs new blocks the disk does not have.
+LINE = "remember the blue door " + "z" * 600_000
+
+
 def _turn_on_full_disk(home: Path, tiny_fs: Path):
     """An agent turn once the disk is full and the spool has no reserve."""
     from agent import Agent, Reply, ToolRegistry
@@ -131,7 +136,7 @@ def _turn_on_full_disk(home: Path, tiny_fs: Path):
         reserve_path(spool_dir_for(db.path)).unlink()
         fill(tiny_fs)
         append_until_full(db, "s1")  # the -wal has no room left either
-        result = agent.run_turn("remember the blue door")
+        result = agent.run_turn(LINE)
         assert srv.requests == []
     return db, agent, result
 
@@ -142,9 +147,9 @@ def test_agent_hands_back_what_could_not_be_saved_anywhere(
     db, agent, result = _turn_on_full_disk(tiny_fs / "home", tiny_fs)
     try:
         assert result.failure_reason == "session_persistence_failed:disk_full"
-        assert [m["content"] for m in result.unsaved] == ["remember the blue door"]
-        assert result.withdrawn == "remember the blue door"
-        assert all(m.get("content") != "remember the blue door"
+        assert [m["content"] for m in result.unsaved] == [LINE]
+        assert result.withdrawn == LINE
+        assert all(m.get("content") != LINE
                    for m in agent.messages)  # withdrawn: not resent with the next line
         assert "could not be saved anywhere" in result.explanation.summary
         report_failure(result)  # what `hermes chat` prints
@@ -153,7 +158,7 @@ def test_agent_hands_back_what_could_not_be_saved_anywhere(
         out = tmp_path / "unsaved.jsonl"
         report_failure(result, out)  # `hermes chat --unsaved-to FILE`
         assert [json.loads(ln)["content"] for ln in out.read_text().splitlines()] == \
-            ["remember the blue door"]
+            [LINE]
         assert oct(out.stat().st_mode & 0o777) == "0o600"
         assert "user: remember" not in capsys.readouterr().err
     finally:
