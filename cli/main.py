@@ -14,6 +14,7 @@ from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
 from .groups import SectionedGroup
+from .terminal import escape_controls, safe_streams
 
 
 @dataclass
@@ -38,13 +39,35 @@ class HermesGroup(SectionedGroup):
                 "Recovery": ("doctor", "inspect", "recover", "repair"),
                 "Agent": ("chat", "demo")}
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            raise _escaped(e)
+
     def invoke(self, ctx: click.Context) -> Any:
+        """Every command runs with filtered stdout/stderr (see `cli.terminal`);
+        its error line is escaped too, since it may quote stored text or argv."""
+        try:
+            with safe_streams():
+                return self._invoke_typed(ctx)
+        except click.ClickException as e:
+            raise _escaped(e)
+
+    def _invoke_typed(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except InvalidInput as e:
             raise click.UsageError(_one_line(e), ctx) from e
         except StorageError as e:
             raise click.ClickException(explain_for_cli(e, ctx.obj)) from e
+
+
+def _escaped(e: click.ClickException) -> click.ClickException:
+    """The same exception with control characters in its message made visible."""
+    e.message = escape_controls(e.message)
+    return e
 
 
 # Bad input keeps its one line; a storage failure also says what it means

@@ -4,12 +4,15 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import textwrap
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import click
 from tabulate import tabulate
+
+from .terminal import escape_controls, raw_stderr
 
 
 def emit_json(document: Any) -> None:
@@ -18,9 +21,14 @@ def emit_json(document: Any) -> None:
 
 
 def fmt_time(ts: float | None) -> str:
+    """Local time to the minute; a stored value no calendar can hold (a row
+    written before times were range-checked) is shown as the number."""
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"{ts!r} (out of range)"
 
 
 def shorten(text: str, width: int) -> str:
@@ -32,15 +40,65 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
+COLUMN_GAP = 2  # tabulate's "simple" format puts two spaces between columns
+MIN_COLUMN = 10  # narrower than this a wrapped column is unreadable; overflow instead
+
+
+def _cell(value: Any) -> Any:
+    return escape_controls(value) if isinstance(value, str) else value
+
+
+def _line_width(value: Any) -> int:
+    return max((len(line) for line in str(value).split("\n")), default=0)
+
+
+def column_cap(widths: list[int], budget: int) -> int | None:
+    """The largest width every column may keep so the row fits ``budget``
+    (the widest columns give up the most), or None when it already fits."""
+    if sum(widths) <= budget:
+        return None
+    lo, hi = MIN_COLUMN, max(widths)
+    while lo < hi:  # largest cap whose capped widths still fit
+        mid = (lo + hi + 1) // 2
+        if sum(min(w, mid) for w in widths) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _wrap(value: Any, cap: int) -> Any:
+    if not isinstance(value, str) or _line_width(value) <= cap:
+        return value
+    return "\n".join(line for part in value.split("\n") for line in
+                     (textwrap.wrap(part, cap, break_long_words=True, break_on_hyphens=False)
+                      or [""]))
+
+
+def fit_rows(rows: list[list[Any]], headers: list[str], width: int) -> list[list[Any]]:
+    """Wrap the widest columns' cells so each table line fits ``width``."""
+    widths = [max([len(h), *(_line_width(r[i]) for r in rows)])
+              for i, h in enumerate(headers)]
+    cap = column_cap(widths, width - COLUMN_GAP * (len(headers) - 1))
+    if cap is None:
+        return rows
+    return [[_wrap(v, cap) for v in r] for r in rows]
+
+
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
-    click.echo(tabulate(list(rows), headers=list(headers), tablefmt="simple"))
+    """A table sized to the terminal: control characters escaped, the widest
+    columns wrapped (never cut) when a line would be wider than the terminal."""
+    cells = [[_cell(v) for v in r] for r in rows]
+    heads = [escape_controls(h) for h in headers]
+    click.echo(tabulate(fit_rows(cells, heads, terminal_width()), headers=heads,
+                        tablefmt="simple"))
 
 
 @contextmanager
 def progress(total: int | None, label: str) -> Iterator[Callable[[int], None] | None]:
     """A progress callback drawing a bar on stderr, or None when stderr is not a
     terminal (pipes and files get no bar and no control codes)."""
-    stream = sys.stderr
+    stream = raw_stderr()  # the bar's own CR and cursor codes must reach the terminal
     if not total or not stream.isatty():
         yield None
         return
