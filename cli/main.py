@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from sessiondb import SessionDB, StorageError
 from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
-from .groups import SectionedGroup
+from .groups import LEAF_KEY, SectionedGroup
 from .terminal import escape_controls, safe_streams
 
 
@@ -26,6 +27,12 @@ class AppContext:
 
     def open_store(self) -> SessionDB:
         return SessionDB.open(self.home, self.profile)
+
+    def command(self, *args: str) -> str:
+        """A hermes command line pinned to this home and profile, ready to paste."""
+        words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
+                                                         if self.profile else []), *args]
+        return shlex.join(words)
 
 
 def _one_line(e: BaseException) -> str:
@@ -59,7 +66,7 @@ class HermesGroup(SectionedGroup):
         try:
             return super().invoke(ctx)
         except InvalidInput as e:
-            raise click.UsageError(_one_line(e), ctx) from e
+            raise click.UsageError(_one_line(e), ctx.meta.get(LEAF_KEY, ctx)) from e
         except StorageError as e:
             raise click.ClickException(explain_for_cli(e, ctx.obj)) from e
 

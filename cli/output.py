@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import click
 from tabulate import tabulate
 
-from .terminal import escape_controls, raw_stderr
+from .terminal import Escaped, escape_controls, escape_text, raw_stderr
 
 
 def emit_json(document: Any) -> None:
@@ -36,16 +36,30 @@ def shorten(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
 
 
+def plural(n: int, noun: str, many: str | None = None) -> str:
+    """``1 message``, ``2 messages`` (``many`` for irregular plurals)."""
+    return f"{n} {noun if n == 1 else (many or noun + 's')}"
+
+
+def paragraph(text: str) -> None:
+    """Free text wrapped to the terminal width (long words broken, not cut)."""
+    click.echo(textwrap.fill(escape_text(text), terminal_width(), break_long_words=True,
+                             break_on_hyphens=False))
+
+
 def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
 COLUMN_GAP = 2  # tabulate's "simple" format puts two spaces between columns
+HEADER_PAD = 2  # ... and makes each column two wider than its header
 MIN_COLUMN = 10  # narrower than this a wrapped column is unreadable; overflow instead
 
 
 def _cell(value: Any) -> Any:
-    return escape_controls(value) if isinstance(value, str) else value
+    if isinstance(value, Escaped) or not isinstance(value, str):
+        return value
+    return escape_text(value)
 
 
 def _line_width(value: Any) -> int:
@@ -77,7 +91,7 @@ def _wrap(value: Any, cap: int) -> Any:
 
 def fit_rows(rows: list[list[Any]], headers: list[str], width: int) -> list[list[Any]]:
     """Wrap the widest columns' cells so each table line fits ``width``."""
-    widths = [max([len(h), *(_line_width(r[i]) for r in rows)])
+    widths = [max([len(h) + HEADER_PAD, *(_line_width(r[i]) for r in rows)])
               for i, h in enumerate(headers)]
     cap = column_cap(widths, width - COLUMN_GAP * (len(headers) - 1))
     if cap is None:

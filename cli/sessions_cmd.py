@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import click
 
-from sessiondb.export import session_messages
+from sessiondb.export import message_window, session_messages
 from sessiondb.render import render_text
 from sessiondb.stats import store_stats
 
 from .groups import SectionedGroup
 from .main import AppContext, cli
-from .output import emit_json, fmt_time, human_bytes, shorten, table, terminal_width
+from .output import (emit_json, fmt_time, human_bytes, paragraph, plural, shorten, table,
+                     terminal_width)
 from .params import SessionId, When
 
 SECTIONS = {
@@ -61,36 +62,47 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
 @sessions.command("show")
 @click.argument("session_id", type=SessionId())
 @click.option("--archived", is_flag=True, help="Also show archived and rewound messages.")
+@click.option("--around", "around", type=click.IntRange(1), metavar="MSG",
+              help="Only message MSG (the msg column of search) and its neighbours.")
+@click.option("--context", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="With --around: how many messages before and after MSG.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def show_cmd(app: AppContext, session_id: str, archived: bool, as_json: bool) -> None:
+def show_cmd(app: AppContext, session_id: str, archived: bool, around: int | None,
+             context: int, as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
     JSON: {"session": <session>, "messages": [<message without markers>],
-    "rows": [{"uid", "timestamp", "state", "kind", "compaction_id"}]} with
-    rows[i] describing messages[i].
+    "rows": [{"id", "uid", "timestamp", "state", "kind", "compaction_id"}]}
+    with rows[i] describing messages[i]; "id" is the msg column of search.
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
+      hermes sessions show 20260101_120000_ab12cd34 --around 1234 --context 2
     """
     with app.open_store() as db:
         session = db.get_session(session_id)
-        stored = list(session_messages(db, session_id, include_archived=archived))
+        if around is None:
+            stored = list(session_messages(db, session_id, include_archived=archived))
+        else:
+            stored = message_window(db, session_id, around, context=context,
+                                    include_archived=archived)
     if as_json:
         emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
-                   "rows": [{"uid": m.uid, "timestamp": m.timestamp, "state": m.state,
-                             "kind": m.kind, "compaction_id": m.compaction_id}
-                            for m in stored]})
+                   "rows": [{"id": m.key[1], "uid": m.uid, "timestamp": m.timestamp,
+                             "state": m.state, "kind": m.kind,
+                             "compaction_id": m.compaction_id} for m in stored]})
         return
-    click.echo(f"{session.id}  {session.title or '(untitled)'}  [{session.source}]"
-               f"  {session.message_count} messages")
-    width = max(terminal_width() - 40, 20)
-    rows = []
+    title = shorten(session.title or "(untitled)", max(terminal_width() - 30, 20))
+    paragraph(f"{session.id}  {title}  [{session.source}]"
+              f"  {plural(session.message_count, 'message')}")
+    rows, width = [], max(terminal_width() - 48, 20)
     for m in stored:
         role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
-        rows.append((role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
-    table(rows, ("role", "time", "text"))
+        msg = f">{m.key[1]}" if m.key[1] == around else m.key[1]
+        rows.append((msg, role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
+    table(rows, ("msg", "role", "time", "text"))
 
 
 @sessions.command("rename")

@@ -71,7 +71,7 @@ def test_show_json_has_rows_aligned_with_messages(hermes_home):
     every = json.loads(run("sessions", "show", "s", "--archived", "--json").stdout)
     assert [m["content"] for m in every["messages"]] == ["m0", "m1", "m2"]
     assert [r["state"] for r in every["rows"]] == ["archived", "active", "active"]
-    assert set(every["rows"][0]) == {"uid", "timestamp", "state", "kind", "compaction_id"}
+    assert set(every["rows"][0]) == {"id", "uid", "timestamp", "state", "kind", "compaction_id"}
     human = run("sessions", "show", "s", "--archived").stdout
     assert "user (archived)" in human and "m2" in human
 
