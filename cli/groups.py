@@ -57,9 +57,11 @@ class HermesCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.NoSuchOption as e:
-            if any(isinstance(p, click.Argument) for p in self.params):
-                given = next((a for a in given_args if e.option_name and a.startswith(e.option_name)),
-                             e.option_name)
+            given = next((a for a in given_args if e.option_name and a.startswith(e.option_name)),
+                         e.option_name or "")
+            # '-foo' may well be text; '--bogus' is a mistyped option.
+            if not given.startswith("--") and any(isinstance(p, click.Argument)
+                                                  for p in self.params):
                 e.message += (f" To pass an argument that starts with '-', put '--' "
                               f"before it: {ctx.command_path} -- {given}")
             raise

@@ -254,7 +254,7 @@ def test_profile_is_honoured_by_export_and_import(hermes_home, tmp_path):
     assert run("sessions", "export", "--all", "-o", str(out), "--json").exit_code == 0
     assert json.loads(out.read_text().splitlines()[-1])["sessions"] == 0  # default profile
     res = run("--profile", "work", "sessions", "export", "--all", "-o", str(out), "--force")
-    assert res.stdout == f"Exported 1 sessions (1 messages) to {out}.\n"
+    assert res.stdout == f"Exported 1 session (1 message) to {out}.\n"
     res = run("--profile", "copy", "sessions", "import", str(out), "--json")
     assert json.loads(res.stdout)["messages_added"] == 1
     assert state_of(hermes_home / "profiles" / "copy") == \
