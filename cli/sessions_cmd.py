@@ -150,7 +150,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
-                        f"{session.message_count} messages)?")
+                        f"{plural(session.message_count, 'message')})?")
             try:
                 confirmed = click.confirm(question, default=False, err=True)
             except click.Abort:
@@ -161,7 +161,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
     if as_json:
         emit_json({"deleted": session_id, "messages": removed})
     else:
-        click.echo(f"Deleted session {session_id} and its {removed} messages.")
+        click.echo(f"Deleted session {session_id} and its {plural(removed, 'message')}.")
 
 
 @sessions.command("stats")
