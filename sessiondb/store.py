@@ -22,7 +22,7 @@ from . import (compaction, containment, leases, messages, migrations, pages, pat
                search, search_index, search_maintenance, sessions, spool, txn)
 from . import checkpointer
 from .checkpointer import Checkpointer, CheckpointStats
-from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
+from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
 
@@ -282,7 +282,8 @@ class SessionDB:
             return migrations.pending(conn)
 
     def now(self) -> float:
-        return self.clock()
+        # Every time a session row gets (created, updated, ended) comes from here.
+        return checked_time(self.clock(), "the store's clock")
 
     # -- sessions ----------------------------------------------------------
 
