@@ -22,6 +22,7 @@ from sessiondb import SessionDB, StorageError
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
+from .failure import NO_CREDENTIALS, NO_CREDENTIALS_FAILURE, TurnFailure, has_credentials
 from .persist import PersistenceFailed, TurnPersistence
 from .tools import ToolRegistry
 
@@ -57,7 +58,7 @@ class TurnResult:
     failed: bool
     final_response: str
     failure_reason: str | None = None
-    explanation: Any = None  # sessiondb.explain.StorageFailure when storage failed
+    explanation: TurnFailure | None = None  # why it failed (storage or model), one type
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
 
@@ -92,7 +93,14 @@ class Agent:
 
     def run_turn(self, user_text: str, *, on_text: Callable[[str], None] | None = None
                  ) -> TurnResult:
-        """Run one user turn to its end, an interrupt, a failure, or max_steps."""
+        """Run one user turn to its end, an interrupt, a failure, or max_steps.
+
+        A client that cannot authenticate fails the turn before anything is
+        written (failure_reason ``model_error:no_credentials``), never with
+        the SDK's bare TypeError."""
+        if not has_credentials(self.client):
+            return TurnResult(False, False, True, "", failure_reason=NO_CREDENTIALS,
+                              explanation=NO_CREDENTIALS_FAILURE)
         self._interrupt.clear()
         self._streamed = False  # text already passed to on_text in this turn
         usage, steps, answer = Usage(), 0, ""
@@ -119,11 +127,14 @@ class Agent:
         except PersistenceFailed as e:
             return TurnResult(False, False, True, answer or wire.pending_text(self.messages),
                               failure_reason=f"session_persistence_failed:{e.cause}",
-                              explanation=e.failure, usage=usage, steps=steps)
+                              explanation=TurnFailure.from_storage(e.failure), usage=usage,
+                              steps=steps)
         except anthropic.APIError as e:
             reason = getattr(e, "type", None) or type(e).__name__
-            return TurnResult(False, False, True, answer, failure_reason=f"model_error:{reason}",
-                              explanation=str(e), usage=usage, steps=steps)
+            code = f"model_error:{reason}"
+            return TurnResult(False, False, True, answer, failure_reason=code,
+                              explanation=TurnFailure.from_model_error(code, e), usage=usage,
+                              steps=steps)
         finally:
             self.store.end_turn(usage)
 
