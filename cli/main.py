@@ -25,8 +25,10 @@ class AppContext:
     home: Path
     profile: str | None
 
-    def open_store(self) -> SessionDB:
-        return SessionDB.open(self.home, self.profile)
+    def open_store(self, *, create: bool = True) -> SessionDB:
+        """The home's store. Reading commands pass ``create=False``: a missing
+        store is then "no store at PATH" and nothing is created."""
+        return SessionDB.open(self.home, self.profile, create=create)
 
     def command(self, *args: str) -> str:
         """A hermes command line pinned to this home and profile, ready to paste."""
@@ -44,7 +46,7 @@ class HermesGroup(SectionedGroup):
 
     sections = {"Sessions": ("sessions",),
                 "Recovery": ("doctor", "inspect", "recover", "repair"),
-                "Agent": ("chat", "demo")}
+                "Agent": ("chat", "demo", "memory", "skills")}
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
@@ -79,7 +81,7 @@ def _escaped(e: click.ClickException) -> click.ClickException:
 
 # Bad input keeps its one line; a storage failure also says what it means
 # and the first command to run (from the one copy table).
-_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
+_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT, Cause.FOREIGN)
 
 
 def explain_for_cli(err: StorageError, app: Any) -> str:
@@ -139,3 +141,4 @@ def main() -> None:
 # Command modules register themselves on `cli`; import them last.
 from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
                search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+from . import memory_cmd  # noqa: E402,F401

@@ -48,7 +48,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     Example:
       hermes sessions list --source agent --since 7d --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since)
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
@@ -66,22 +66,29 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
               help="Only message MSG (the msg column of search) and its neighbours.")
 @click.option("--context", type=click.IntRange(0, 1000), default=3, show_default=True,
               help="With --around: how many messages before and after MSG.")
+@click.option("--usage", "usage_only", is_flag=True,
+              help="Show the session's model usage by task and model instead of messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def show_cmd(app: AppContext, session_id: str, archived: bool, around: int | None,
-             context: int, as_json: bool) -> None:
+             context: int, usage_only: bool, as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
     JSON: {"session": <session>, "messages": [<message without markers>],
     "rows": [{"id", "uid", "timestamp", "state", "kind", "compaction_id"}]}
     with rows[i] describing messages[i]; "id" is the msg column of search.
+    With --usage: {"session": <session>, "usage": {"rows", "by_task",
+    "total"}} (see docs/cli.md).
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
       hermes sessions show 20260101_120000_ab12cd34 --around 1234 --context 2
+      hermes sessions show 20260101_120000_ab12cd34 --usage
     """
-    with app.open_store() as db:
+    if usage_only:
+        return show_usage(app, session_id, as_json)
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         if around is None:
             stored = list(session_messages(db, session_id, include_archived=archived))
@@ -105,6 +112,36 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, around: int | Non
     table(rows, ("msg", "role", "time", "text"))
 
 
+def usage_table(rows: list[dict]) -> None:
+    """Usage rows (task, model, provider, counters) as a table."""
+    table(((r["task"], r["model"] or "-", r["provider"] or "-", r["api_calls"],
+            r["input_tokens"], r["output_tokens"], r["cache_read_tokens"],
+            r["cache_write_tokens"], "-" if r["cost_usd"] is None else f"{r['cost_usd']:.4f}")
+           for r in rows),
+          ("task", "model", "provider", "calls", "input", "output", "cache read",
+           "cache write", "cost $"))
+
+
+def show_usage(app: AppContext, session_id: str, as_json: bool) -> None:
+    """`sessions show --usage`: the session's usage ledger."""
+    from sessiondb.usage import summary
+    with app.open_store(create=False) as db:
+        session = db.get_session(session_id)
+        doc = summary(db.session_usage(session_id))
+    if as_json:
+        emit_json({"session": session.to_dict(), "usage": doc})
+        return
+    click.echo(f"{session.id}  {shorten(session.title or '(untitled)', 60)}  "
+               f"[{session.source}]  usage by task and model")
+    if not doc["rows"]:
+        click.echo("No model usage recorded.")
+        return
+    usage_table(doc["rows"])
+    total = doc["total"]
+    click.echo(f"total: {total['api_calls']} calls, {total['input_tokens']} input and "
+               f"{total['output_tokens']} output tokens")
+
+
 @sessions.command("rename")
 @click.argument("session_id", type=SessionId())
 @click.argument("title")
@@ -122,7 +159,7 @@ def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> N
     title = title.strip()
     if not title:
         raise click.BadParameter("the title must not be empty", param_hint="TITLE")
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         db.set_title(session_id, title)
     if as_json:
         emit_json({"id": session_id, "title": title})
@@ -146,7 +183,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
       hermes sessions export 20260101_120000_ab12cd34 -o keep.jsonl
       hermes sessions delete 20260101_120000_ab12cd34 --yes
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
@@ -177,7 +214,7 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
     Example:
       hermes --profile work sessions stats --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         doc = store_stats(db)
     if as_json:
         emit_json(doc)
@@ -194,3 +231,6 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
            ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
                      f"{pages['freelist_count']} free"),
            ("full-text index", fts_size)], ("", ""))
+    if doc["usage"]["rows"]:
+        click.echo("\nModel usage by task and model:")
+        usage_table(doc["usage"]["rows"])

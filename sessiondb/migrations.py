@@ -11,7 +11,7 @@ from typing import Callable
 
 import apsw
 
-from . import search_index
+from . import search_index, usage
 
 Migration = Callable[[apsw.Connection], None]
 
@@ -113,8 +113,14 @@ def m004_search_index(conn: apsw.Connection) -> None:
     search_index.install(conn)
 
 
+def m007_usage_ledger(conn: apsw.Connection) -> None:
+    """Model usage per (session, task, model, provider); see sessiondb/usage.py."""
+    usage.install(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
-                                     m004_search_index, m005_generation)
+                                     m004_search_index, m005_generation,
+                                     m007_usage_ledger)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:
