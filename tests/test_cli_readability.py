@@ -169,6 +169,7 @@ def test_empty_query_is_a_clear_usage_error(hermes_home):
 
 
 def test_library_bad_input_shows_the_commands_own_usage(hermes_home):
+    SessionDB.open().close()  # a store to search (reading commands never create one)
     res = run("sessions", "search", '""')
     assert res.exit_code == 2
     assert "Usage: hermes sessions search" in res.stderr
