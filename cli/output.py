@@ -66,37 +66,67 @@ def _line_width(value: Any) -> int:
     return max((len(line) for line in str(value).split("\n")), default=0)
 
 
-def column_cap(widths: list[int], budget: int) -> int | None:
+def column_cap(widths: list[int], budget: int,
+               floors: list[int] | None = None) -> int | None:
     """The largest width every column may keep so the row fits ``budget``
-    (the widest columns give up the most), or None when it already fits."""
+    (the widest columns give up the most), or None when it already fits.
+
+    Without ``floors`` a column may shrink to MIN_COLUMN (below that the
+    table overflows instead). With ``floors`` (each column's longest word)
+    no column shrinks below its floor, and None is returned when even the
+    floors do not fit."""
     if sum(widths) <= budget:
         return None
-    lo, hi = MIN_COLUMN, max(widths)
+    if floors is None:
+        floors, lo = [MIN_COLUMN] * len(widths), MIN_COLUMN
+    else:
+        lo = 1
+
+    def total(cap: int) -> int:
+        return sum(min(w, max(cap, f)) for w, f in zip(widths, floors))
+    if lo == 1 and total(1) > budget:
+        return None
+    hi = max(widths)
     while lo < hi:  # largest cap whose capped widths still fit
         mid = (lo + hi + 1) // 2
-        if sum(min(w, mid) for w in widths) <= budget:
+        if total(mid) <= budget:
             lo = mid
         else:
             hi = mid - 1
     return lo
 
 
-def _wrap(value: Any, cap: int) -> Any:
+def _longest_word(value: Any) -> int:
+    return max((len(word) for word in str(value).split()), default=0)
+
+
+def _wrap(value: Any, cap: int, break_words: bool = True) -> Any:
     if not isinstance(value, str) or _line_width(value) <= cap:
         return value
     return "\n".join(line for part in value.split("\n") for line in
-                     (textwrap.wrap(part, cap, break_long_words=True, break_on_hyphens=False)
-                      or [""]))
+                     (textwrap.wrap(part, cap, break_long_words=break_words,
+                                    break_on_hyphens=False) or [""]))
 
 
-def fit_rows(rows: list[list[Any]], headers: list[str], width: int) -> list[list[Any]]:
-    """Wrap the widest columns' cells so each table line fits ``width``."""
+def fit_rows(rows: list[list[Any]], headers: list[str],
+             width: int) -> tuple[list[list[Any]], list[str]]:
+    """Rows and headers wrapped so each table line fits ``width``: first at
+    spaces only, words kept whole (``background_review`` stays one word);
+    only when that cannot fit are long words (ids, paths) broken too."""
+    budget = width - COLUMN_GAP * (len(headers) - 1)
     widths = [max([len(h) + HEADER_PAD, *(_line_width(r[i]) for r in rows)])
               for i, h in enumerate(headers)]
-    cap = column_cap(widths, width - COLUMN_GAP * (len(headers) - 1))
-    if cap is None:
-        return rows
-    return [[_wrap(v, cap) for v in r] for r in rows]
+    if sum(widths) <= budget:
+        return rows, headers
+    floors = [max([_longest_word(h) + HEADER_PAD, *(_longest_word(r[i]) for r in rows), 1])
+              for i, h in enumerate(headers)]
+    cap = column_cap(widths, budget, floors)
+    broken = cap is None
+    if broken:
+        cap = column_cap(widths, budget) or MIN_COLUMN
+    return ([[_wrap(v, cap, broken) for v in r] for r in rows],
+            [_wrap(h, cap - HEADER_PAD, broken) if len(h) + HEADER_PAD > cap else h
+             for h in headers])
 
 
 def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
@@ -104,8 +134,8 @@ def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
     columns wrapped (never cut) when a line would be wider than the terminal."""
     cells = [[_cell(v) for v in r] for r in rows]
     heads = [escape_controls(h) for h in headers]
-    click.echo(tabulate(fit_rows(cells, heads, terminal_width()), headers=heads,
-                        tablefmt="simple"))
+    fitted, heads = fit_rows(cells, heads, terminal_width())
+    click.echo(tabulate(fitted, headers=heads, tablefmt="simple"))
 
 
 @contextmanager

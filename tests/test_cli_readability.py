@@ -152,9 +152,20 @@ def test_fit_rows_caps_only_the_wide_columns():
     assert column_cap([5, 10, 300], 120) == 105
     assert column_cap([5, 10], 120) is None
     assert column_cap([300, 300], 40) == 20
-    rows = fit_rows([["ok", "x" * 50, "y" * 300]], ["a", "b", "c"], 150)
+    rows, _heads = fit_rows([["ok", "x" * 50, "y" * 300]], ["a", "b", "c"], 150)
     assert rows[0][0] == "ok" and rows[0][1] == "x" * 50
     assert max(len(line) for line in rows[0][2].split("\n")) == 150 - 4 - 3 - 50
+
+
+def test_words_are_kept_whole_when_wrapping_at_spaces_fits():
+    rows, heads = fit_rows([["background_review", "claude-sonnet-5", "some words " * 10, 12]],
+                           ["task", "model", "note", "cache read"], 70)
+    assert rows[0][0] == "background_review" and rows[0][1] == "claude-sonnet-5"
+    assert max(len(line) for line in rows[0][2].split("\n")) < len("some words " * 10)
+    assert "\n" not in "".join(heads[:2])
+    # When even whole words cannot fit, long words are broken rather than overflow.
+    rows, _ = fit_rows([["a" * 100, "b" * 100]], ["x", "y"], 60)
+    assert max(len(line) for c in rows[0] for line in c.split("\n")) <= 29
 
 
 def test_empty_query_is_a_clear_usage_error(hermes_home):
