@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import apsw
 
 from . import paths, sessions
-from .codec import UID_KEY, EncodedMessage, encode, public_fields
-from .errors import Cause, InvalidMessage, StorageError
+from .codec import UID_KEY, EncodedMessage, checked_time, encode, public_fields
+from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .outfile import fsync_dir
 
 if TYPE_CHECKING:
@@ -233,8 +233,8 @@ def _encoded(records: Iterable[tuple[int, dict[str, Any]]], result: SpoolFileRes
             continue
         try:
             enc = encode(record["message"], uid=str(record["uid"]))
-            out.append(enc._replace(timestamp=float(record["timestamp"])))
-        except (KeyError, TypeError, ValueError, InvalidMessage):
+            out.append(enc._replace(timestamp=checked_time(record["timestamp"], "timestamp")))
+        except (KeyError, TypeError, ValueError, InvalidInput, InvalidMessage):
             result.bad_lines.append(number)
     return out
 

@@ -260,3 +260,24 @@ def test_recovered_sessions_count_what_was_recovered(tmp_path):
     out.rename(recovered_home / "state.db")
     res = run("--home", str(recovered_home), "sessions", "show", "demo-history")
     assert f"{real} messages" in res.stdout.splitlines()[0]
+
+
+def test_spooled_messages_with_out_of_range_times_are_bad_lines(db, sid):
+    from sessiondb.spool import import_spool, spool_dir_for
+    spool = spool_dir_for(db.path)
+    spool.mkdir(mode=0o700)
+    lines = [{"kind": "session", "version": 1, "session_id": sid},
+             {"kind": "message", "session_id": sid, "uid": "u1", "timestamp": 1e300,
+              "message": {"role": "user", "content": "x"}}]
+    (spool / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    report = import_spool(db)
+    assert report.files[0].bad_lines == [2]
+    assert rows(db) == []
+
+
+@pytest.mark.parametrize("ttl", [math.inf, 1e300, 10**5000, 367 * 86400, True, 0, -1],
+                         ids=["inf", "1e300", "huge-int", "367d", "True", "0", "-1"])
+def test_lease_ttls_out_of_range_are_refused(db, sid, ttl):
+    with pytest.raises(InvalidInput, match="a lease ttl must be"):
+        db.acquire_lease(sid, "me", ttl)
+    db.acquire_lease(sid, "me", 365 * 86400)
