@@ -126,3 +126,27 @@ def test_backups_ignore_and_keep_symlinks(tmp_path: Path, hermes_home: Path):
     assert [p.name for p in backups.iterdir() if p.is_symlink()] == [
         "state-20000101T000000-000000000-0000000000000000.db"]
     assert victim.read_bytes() == b"not a backup"
+
+
+def test_symlinked_memory_and_skill_files_are_never_read(tmp_path: Path):
+    from agent.errors import AgentError
+    from agent.homefiles import read_text
+    from agent.skills import SkillStore
+    secret = tmp_path / "id_rsa"
+    secret.write_text("---\ndescription: PRIVATE KEY\n---\nPRIVATE KEY\n")
+    home = tmp_path / "home"
+    (home / "memories").mkdir(parents=True)
+    (home / "memories" / "MEMORY.md").symlink_to(secret)
+    try:
+        read_text(home / "memories" / "MEMORY.md")
+        raise AssertionError("a symlinked memory file was read")
+    except AgentError as e:
+        assert "symbolic link" in str(e)
+    (home / "skills" / "real").mkdir(parents=True)
+    (home / "skills" / "real" / "SKILL.md").write_text("---\ndescription: ok\n---\nbody\n")
+    (home / "skills" / "linkdir").symlink_to(secret.parent)
+    (home / "skills" / "linked").mkdir()
+    (home / "skills" / "linked" / "SKILL.md").symlink_to(secret)
+    names = [s.name for s in SkillStore(home).list()]
+    assert names == ["real"]
+    assert secret.read_text().startswith("---")  # untouched
