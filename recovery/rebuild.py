@@ -96,6 +96,12 @@ class Writer:
             if keep_rowid and not has_alias and ROWID_KEY in row:
                 values = {"rowid": row[ROWID_KEY], **values}
             fields = list(values)
+            if not fields:  # nothing of the row fits this table: never an empty column list
+                _quarantine(self.conn, table, row.get(ROWID_KEY), None,
+                            "no column of the row is in the table",
+                            json.dumps(row, default=repr))
+                out.quarantined += 1
+                continue
             sql = (f"INSERT INTO {quote(table)}({', '.join(quote(f) for f in fields)}) "
                    f"VALUES ({', '.join('?' * len(fields))})")
             try:
