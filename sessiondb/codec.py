@@ -124,27 +124,36 @@ def _flat(value: Any) -> bool:
             and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()))
 
 
+def _too_big(value: Any, field: str, index: int | None) -> InvalidMessage:
+    return InvalidMessage(f"message field {field!r} holds an integer of more than "
+                          f"{MAX_INT_DIGITS:,} digits", field=field, index=index)
+
+
 def check_shape(value: Any, field: str, index: int | None) -> None:
-    """No deeper than MAX_DEPTH, no integer longer than MAX_INT_BITS: what
+    """No deeper than MAX_DEPTH, no integer longer than MAX_INT_DIGITS: what
     every reader can parse back. Iterative, so a hostile depth cannot
     exhaust the stack here either; it walks containers, not characters."""
+    kind = type(value)
+    if kind is not dict and kind is not list and kind is not tuple:
+        if isinstance(value, int) and not -_TOO_BIG < value < _TOO_BIG:
+            raise _too_big(value, field, index)
+        return
     stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict or kind is list or kind is tuple:
-            if depth > MAX_DEPTH:
-                raise InvalidMessage(f"message field {field!r} is nested more than "
-                                     f"{MAX_DEPTH} levels deep", field=field, index=index)
-            children = item.values() if kind is dict else item
-            stack.extend((child, depth + 1) for child in children
-                         if type(child) in _CONTAINERS or isinstance(child, int))
-        elif isinstance(item, int) and not -_TOO_BIG < item < _TOO_BIG:
-            raise InvalidMessage(f"message field {field!r} holds an integer of more than "
-                                 f"{MAX_INT_DIGITS:,} digits", field=field, index=index)
-
-
-_CONTAINERS = (dict, list, tuple)
+        item, depth = pop()
+        if depth > MAX_DEPTH:
+            raise InvalidMessage(f"message field {field!r} is nested more than "
+                                 f"{MAX_DEPTH} levels deep", field=field, index=index)
+        for child in (item.values() if type(item) is dict else item):
+            kind = type(child)
+            if kind is dict or kind is list or kind is tuple:
+                push((child, depth + 1))
+            elif kind is int and not -_TOO_BIG < child < _TOO_BIG:
+                raise _too_big(child, field, index)
+            elif kind is not str and isinstance(child, int) and not isinstance(child, bool) \
+                    and not -_TOO_BIG < child < _TOO_BIG:  # int subclasses (IntEnum)
+                raise _too_big(child, field, index)
 
 
 def _int_text_unlimited() -> bool:
