@@ -8,7 +8,7 @@ from recovery.doctor_fix import fix
 from recovery.errors import RecoveryError
 
 from .main import AppContext, cli
-from .output import emit_json, stderr_is_tty, table
+from .output import emit_json, plural, stderr_is_tty, table
 
 # Exit status from the worst finding (docs/state-db-recovery.md): 0 ok/info,
 # 3 warn, 4 error; 1 when --fix was refused or doctor itself failed.
@@ -25,9 +25,14 @@ def _print(findings: list[Finding], applied: list[str] | None) -> None:
     table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != "ok"
                                               else "") + (f.fix or ""))
            for f in findings), ("severity", "check", "finding", "fix"))
+    click.echo(summary_line(findings))
+
+
+def summary_line(findings: list[Finding]) -> str:
+    """``15 checks: 14 ok, 1 info, 0 warn, 0 error; worst: info``."""
     counts = {s: sum(f.severity == s for f in findings) for s in ("ok", "info", "warn", "error")}
-    click.echo(f"{len(findings)} checks: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-               + f"; worst: {worst(findings)}")
+    return (f"{plural(len(findings), 'check')}: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; worst: {worst(findings)}")
 
 
 @cli.command()

@@ -19,6 +19,7 @@ from recovery.report import INSPECT_EXIT
 
 from .output import emit_json, human_bytes, table
 from .sessions_cmd import sessions
+from .terminal import raw_stderr
 
 
 class _Progress:
@@ -30,11 +31,11 @@ class _Progress:
     def __call__(self, what: str, done: int, total: int) -> None:
         self.used = True
         of = f"/{total}" if total else ""
-        click.echo(f"\r{what}: {done}{of} rows   ", err=True, nl=False)
+        click.echo(f"\r{what}: {done}{of} rows   ", file=raw_stderr(), nl=False)
 
     def done(self) -> None:
         if self.used:
-            click.echo("", err=True)
+            click.echo("", file=raw_stderr())
 
 
 def _header_line(r: InspectReport) -> str:

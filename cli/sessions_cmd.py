@@ -5,12 +5,14 @@ from typing import Any
 
 import click
 
+from sessiondb.export import message_window
 from sessiondb.render import render_text
 from sessiondb.stats import store_stats
 
 from .groups import SectionedGroup
 from .main import AppContext, cli
-from .output import emit_json, fmt_time, human_bytes, shorten, table, terminal_width
+from .output import (emit_json, fmt_time, human_bytes, paragraph, plural, shorten, table,
+                     terminal_width)
 from .params import SessionId, When
 
 SECTIONS = {
@@ -74,12 +76,17 @@ SHOW_LIMIT = 500
               help="Only messages before this position (the page before one shown).")
 @click.option("--after", type=click.IntRange(0), metavar="POS",
               help="Only messages after this position, oldest first.")
+@click.option("--around", "around", type=click.IntRange(1), metavar="MSG",
+              help="Only message MSG (the msg column of search) and its neighbours.")
+@click.option("--context", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="With --around: how many messages before and after MSG.")
 @click.option("--usage", "usage_only", is_flag=True,
               help="Show the session's model usage by task and model instead of messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
-             before: int | None, after: int | None, usage_only: bool, as_json: bool) -> None:
+             before: int | None, after: int | None, around: int | None, context: int,
+             usage_only: bool, as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
     A session longer than --limit is shown one page at a time (the newest
@@ -87,41 +94,50 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
     streams a session of any length.
 
     JSON: {"session": <session>, "messages": [<message without markers>],
-    "rows": [{"uid", "position", "timestamp", "state", "kind",
+    "rows": [{"id", "uid", "position", "timestamp", "state", "kind",
     "compaction_id"}], "page": {"total", "limit", "more_before",
     "more_after", "first_position", "last_position"}} with rows[i]
-    describing messages[i]. With --usage: {"session": <session>,
+    describing messages[i]; "id" is the msg column of search ("page" is
+    null with --around). With --usage: {"session": <session>,
     "usage": {"rows", "by_task", "total"}} (see docs/cli.md).
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
       hermes sessions show 20260101_120000_ab12cd34 --before 1200 --limit 100
+      hermes sessions show 20260101_120000_ab12cd34 --around 1234 --context 2
       hermes sessions show 20260101_120000_ab12cd34 --usage
     """
     if usage_only:
         return show_usage(app, session_id, as_json)
     with app.open_store(create=False) as db:
         session = db.get_session(session_id)
-        page = db.message_window(session_id, limit=limit, before=before, after=after,
-                                 include_archived=archived)
-    stored = page.rows
+        if around is None:
+            page = db.message_window(session_id, limit=limit, before=before, after=after,
+                                     include_archived=archived)
+            stored = page.rows
+        else:
+            page = None
+            stored = message_window(db, session_id, around, context=context,
+                                    include_archived=archived)
     if as_json:
         emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
-                   "rows": [{"uid": m.uid, "position": m.key[0], "timestamp": m.timestamp,
-                             "state": m.state, "kind": m.kind,
+                   "rows": [{"id": m.key[1], "uid": m.uid, "position": m.key[0],
+                             "timestamp": m.timestamp, "state": m.state, "kind": m.kind,
                              "compaction_id": m.compaction_id} for m in stored],
-                   "page": _page_doc(page, limit)})
+                   "page": None if page is None else _page_doc(page, limit)})
         return
-    click.echo(f"{session.id}  {session.title or '(untitled)'}  [{session.source}]"
-               f"  {session.message_count} messages")
-    width = max(terminal_width() - 40, 20)
-    rows = []
+    title = shorten(session.title or "(untitled)", max(terminal_width() - 30, 20))
+    paragraph(f"{session.id}  {title}  [{session.source}]"
+              f"  {plural(session.message_count, 'message')}")
+    rows, width = [], max(terminal_width() - 48, 20)
     for m in stored:
         role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
-        rows.append((role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
-    table(rows, ("role", "time", "text"))
-    _page_note(session_id, page)
+        msg = f">{m.key[1]}" if m.key[1] == around else m.key[1]
+        rows.append((msg, role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
+    table(rows, ("msg", "role", "time", "text"))
+    if page is not None:
+        _page_note(session_id, page)
 
 
 def _page_doc(page: Any, limit: int) -> dict[str, Any]:
@@ -218,7 +234,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
-                        f"{session.message_count} messages)?")
+                        f"{plural(session.message_count, 'message')})?")
             try:
                 confirmed = click.confirm(question, default=False, err=True)
             except click.Abort:
@@ -229,7 +245,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
     if as_json:
         emit_json({"deleted": session_id, "messages": removed})
     else:
-        click.echo(f"Deleted session {session_id} and its {removed} messages.")
+        click.echo(f"Deleted session {session_id} and its {plural(removed, 'message')}.")
 
 
 @sessions.command("stats")

@@ -260,7 +260,7 @@ def _search(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
 
 
 def check_spool(t: Target) -> list[Finding]:
-    spooled = sorted(spool_dir_for(t.db).glob("*.jsonl"))
+    spooled = paths.own_entries(spool_dir_for(t.db), "*.jsonl")
     if spooled:
         return [Finding("spool", "warn", f"{len(spooled)} spool file(s) with messages not "
                         f"yet in the store", t.command("sessions", "import-spool"), True)]
@@ -270,8 +270,9 @@ def check_spool(t: Target) -> list[Finding]:
 def leftover_scratch(t: Target, *, now: float | None = None) -> list[Path]:
     """Our own scratch directories and temp outputs older than an hour."""
     now = time.time() if now is None else now
-    found = [*t.pdir.glob(f"{liveread.SCRATCH_PREFIX}*"), *t.pdir.glob(".*.recovering-*"),
-             *backups.backup_dir(t.pdir).glob(".state-*.db.tmp")]
+    found = [*paths.own_entries(t.pdir, f"{liveread.SCRATCH_PREFIX}*", dirs=True),
+             *paths.own_entries(t.pdir, ".*.recovering-*", dirs=True),
+             *paths.own_entries(backups.backup_dir(t.pdir), ".state-*.db.tmp")]
     return sorted(p for p in found if now - p.lstat().st_mtime > STALE_SCRATCH_S)
 
 
@@ -287,7 +288,7 @@ def check_temp(t: Target) -> list[Finding]:
 def check_quarantine(t: Target) -> list[Finding]:
     """Files containment and recover leave for the operator: rescued copies
     and recovered stores waiting to be installed."""
-    rescued = sorted(t.pdir.glob(f"{t.db.name}.rescued-*"))
+    rescued = paths.own_entries(t.pdir, f"{t.db.name}.rescued-*")
     recovered = [p for p in (t.pdir / RECOVERED_NAME,
                              t.pdir / f"{RECOVERED_NAME}.partial",
                              t.pdir / f"{RECOVERED_NAME}.unverified") if p.exists()]

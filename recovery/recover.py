@@ -210,10 +210,29 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
             carved=carved, from_wal=from_wal, unproven=unproven)
 
 
+SHOWN_RANGES = 5
+
+
+def ranges_text(ranges: list[list[int]]) -> str:
+    """``4 rowid ranges could not be read: 3-9, 20, 31-40, 52-60`` with the
+    first few ranges shown and the total always stated (the rest are in the
+    JSON report's ``skipped_ranges``)."""
+    shown = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:SHOWN_RANGES])
+    more = len(ranges) - SHOWN_RANGES
+    noun = "rowid range" if len(ranges) == 1 else "rowid ranges"
+    bounded = all(hi < EVERYTHING[1] for _lo, hi in ranges)  # an open end has no count
+    span = sum(hi - lo + 1 for lo, hi in ranges)
+    return (f"{len(ranges)} {noun}" + (f" ({span} rowids in all)" if bounded and more > 0
+                                       else "")
+            + f" could not be read: {shown}"
+            + (f" and {more} more (all in the JSON report)" if more > 0 else ""))
+
+
 def _loss(report: RecoveryReport) -> list[str]:
     reasons = [f"table {n}: no row could be read" if t.skipped_ranges == [list(EVERYTHING)]
-               else f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
-               + (f" ({t.rows_lost} rows, counted from an index)" if t.rows_lost else "")
+               else f"table {n}: {ranges_text(t.skipped_ranges)}"
+               + (f" ({t.rows_lost} rows in all, counted from an index)" if t.rows_lost
+                  else "")
                for n, t in report.tables.items() if t.skipped_ranges]
     reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
                 report.tables.items() if t.quarantined]

@@ -8,8 +8,10 @@ applied. Messages go through the store's `insert_encoded` path, so a uid
 the session already holds is skipped: re-importing a file adds nothing.
 
 A session missing from the store is created with the exported row's
-values (start/update/end times, counters, token usage); a session that
-exists keeps its row and only gains the messages it lacks. Messages are
+values (start/update/end times, token usage), its message and tool-call
+counters derived from the rows actually inserted, never taken from the
+file; a session that exists keeps its row and only gains the messages it
+lacks (its counters move with them). Messages are
 written in bounded chunks, one transaction each, so a large import never
 holds the write lock for long and an interrupted one can simply be re-run.
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -37,7 +38,7 @@ from . import holders, search_index
 from . import messages as rows
 from . import sessions as session_rows
 from . import usage
-from .codec import EncodedMessage, encode
+from .codec import MAX_COLUMN_INT, TIME_RANGE_TEXT, EncodedMessage, encode, time_in_range
 from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .import_spill import Spill, SpillWriter, encoded_from
@@ -143,8 +144,8 @@ def _bad(line: int | None, text: str) -> ImportFileError:
     return ImportFileError(where + text, line=line)
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _is_time(v: Any) -> bool:
+    return time_in_range(v)
 
 
 def check_session_row(row: Any, line: int | None) -> dict[str, Any]:
@@ -169,14 +170,15 @@ def check_session_row(row: Any, line: int | None) -> dict[str, Any]:
         if row[key] is not None and not isinstance(row[key], str):
             raise _bad(line, f"session {key!r} must be a string or null")
     for key in _TIMES:
-        if not _is_number(row[key]):
-            raise _bad(line, f"session {key!r} must be a number")
-    if row["ended_at"] is not None and not _is_number(row["ended_at"]):
-        raise _bad(line, "session 'ended_at' must be a number or null")
+        if not _is_time(row[key]):
+            raise _bad(line, f"session {key!r} must be {TIME_RANGE_TEXT}")
+    if row["ended_at"] is not None and not _is_time(row["ended_at"]):
+        raise _bad(line, f"session 'ended_at' must be {TIME_RANGE_TEXT} or null")
     for key in _COUNTERS:
         v = row[key]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise _bad(line, f"session {key!r} must be a non-negative integer")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                              or not 0 <= v <= MAX_COLUMN_INT):
+            raise _bad(line, f"session {key!r} must be a non-negative 64-bit integer")
     return row
 
 
@@ -193,8 +195,8 @@ def check_message(m: MessageIn) -> EncodedMessage:
     returns the encoded row (with the record's timestamp)."""
     if not isinstance(m.uid, str) or not m.uid:
         raise _bad(m.line, "message 'uid' must be a non-empty string")
-    if not _is_number(m.timestamp):
-        raise _bad(m.line, "message 'timestamp' must be a number")
+    if not _is_time(m.timestamp):
+        raise _bad(m.line, f"message 'timestamp' must be {TIME_RANGE_TEXT}")
     if m.state not in STATES:
         raise _bad(m.line, f"message 'state' must be one of {sorted(STATES)}")
     if m.compaction_id is not None and not isinstance(m.compaction_id, str):
@@ -210,8 +212,10 @@ def check_message(m: MessageIn) -> EncodedMessage:
 def _parse_line(raw: str, line: int) -> dict[str, Any]:
     try:
         rec = json.loads(raw)
-    except ValueError as e:
-        raise _bad(line, f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise _bad(line, "not readable: JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError has .msg; the int-digits limit does not
+        raise _bad(line, f"not valid JSON ({getattr(e, 'msg', None) or e})") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
         raise _bad(line, "each line must be a JSON object with a 'type'")
     return rec
@@ -365,13 +369,12 @@ class _Run:
             return
         row = rec.row
         with self.db.atomic() as conn:
-            # Appends moved updated_at and the counters; restore the exported values
-            # (counters given as null, e.g. by the llm reader, keep what the rows made).
-            conn.execute("UPDATE sessions SET updated_at = ?,"
-                         " message_count = coalesce(?, message_count),"
-                         " tool_call_count = coalesce(?, tool_call_count) WHERE id = ?",
-                         (row["updated_at"], row["message_count"], row["tool_call_count"],
-                          row["id"]))
+            # Appends moved updated_at; restore the exported value. The message
+            # and tool-call counters are what the rows just inserted made them:
+            # a file's own counters are never trusted (message_count: 999999 for
+            # a session with no messages was once taken as given).
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?",
+                         (row["updated_at"], row["id"]))
 
     def flush(self) -> None:
         chunk, self.chunk = self.chunk, []

@@ -61,9 +61,13 @@ def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | 
         sql += " AND (position, id) > (?, ?)"
         args += [after[0], after[1]]
     sql += " ORDER BY position, id LIMIT ?"
+    return _stored(conn.execute(sql, (*args, limit)))
+
+
+def _stored(rows: Any) -> list[StoredMessage]:
     out = []
     for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
-         meta) in conn.execute(sql, (*args, limit)):
+         meta) in rows:
         out.append(StoredMessage((position, rid), uid, ts, state, comp, kind,
                                  decode(role, ckind, content, calls, meta)))
     return out
@@ -123,6 +127,24 @@ def window(conn: apsw.Connection, session_id: str, *, limit: int, before: int | 
                             f" AND position {cond} ? LIMIT 1",
                             (session_id, position)).fetchone() is not None
     return Window(rows, total, exists("<", rows[0].key[0]), exists(">", rows[-1].key[0]))
+
+
+def message_window(conn: apsw.Connection, session_id: str, message_id: int, *, context: int,
+                   include_archived: bool = False) -> list[StoredMessage] | None:
+    """The message ``message_id`` of a session with up to ``context`` rows
+    before and after it (those filtered like `message_page`; the named row
+    is always included), in order; None when the session has no such row."""
+    target = _stored(conn.execute(_MESSAGES + " AND id = ?", (session_id, message_id)))
+    if not target:
+        return None
+    key = target[0].key
+    live = "" if include_archived else " AND state = 'active'"
+    before = _stored(conn.execute(
+        _MESSAGES + live + " AND (position, id) < (?, ?) ORDER BY position DESC, id DESC"
+        " LIMIT ?", (session_id, *key, context)))
+    after = message_page(conn, session_id, after=key, limit=context,
+                         include_archived=include_archived) if context else []
+    return [*reversed(before), *target, *after]
 
 
 def count_messages(conn: apsw.Connection, session_ids: list[str] | None) -> int:

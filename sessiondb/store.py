@@ -23,7 +23,8 @@ from . import (compaction, containment, leases, maintenance, messages, migration
                usage)
 from . import checkpointer, identify
 from .checkpointer import Checkpointer, CheckpointStats
-from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
+from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
+                    new_uid)
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
                      StoreLocked, StoreNotFound, connection_errno, from_apsw)
 
@@ -301,7 +302,8 @@ class SessionDB:
             return migrations.pending(conn)
 
     def now(self) -> float:
-        return self.clock()
+        # Every time a session row gets (created, updated, ended) comes from here.
+        return checked_time(self.clock(), "the store's clock")
 
     # -- sessions ----------------------------------------------------------
 
