@@ -265,7 +265,7 @@ def test_recovered_sessions_count_what_was_recovered(tmp_path):
 def test_spooled_messages_with_out_of_range_times_are_bad_lines(db, sid):
     from sessiondb.spool import import_spool, spool_dir_for
     spool = spool_dir_for(db.path)
-    spool.mkdir(mode=0o700)
+    spool.mkdir(mode=0o700, exist_ok=True)  # the store made it for its space reserve
     lines = [{"kind": "session", "version": 1, "session_id": sid},
              {"kind": "message", "session_id": sid, "uid": "u1", "timestamp": 1e300,
               "message": {"role": "user", "content": "x"}}]
