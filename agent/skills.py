@@ -87,7 +87,14 @@ class SkillStore:
         self.dir = Path(base) / "skills"
 
     def path(self, name: str) -> Path:
-        return self.dir / validate_name(name) / SKILL_FILE
+        """The SKILL.md of ``name``; a skill directory that is a symlink is
+        refused for reading and writing alike (O_NOFOLLOW guards only the
+        file itself, so a linked directory would send a write elsewhere)."""
+        folder = self.dir / validate_name(name)
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise SkillError(f"skills/{name} is not a directory hermes made; "
+                             "it is neither read nor written")
+        return folder / SKILL_FILE
 
     def list(self) -> list[SkillInfo]:
         out = []

@@ -150,3 +150,30 @@ def test_symlinked_memory_and_skill_files_are_never_read(tmp_path: Path):
     names = [s.name for s in SkillStore(home).list()]
     assert names == ["real"]
     assert secret.read_text().startswith("---")  # untouched
+
+
+def test_a_symlinked_skill_directory_is_neither_read_nor_written(tmp_path: Path):
+    """O_NOFOLLOW guards only the last component: a skill directory that is
+    a link must be refused by name too, or a write would land outside."""
+    import pytest
+
+    from agent.errors import SkillError
+    from agent.memory import Provenance
+    from agent.skills import SkillStore
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("---\nname: linkdir\ndescription: not ours\n---\nx\n")
+    home = tmp_path / "home"
+    (home / "skills").mkdir(parents=True)
+    (home / "skills" / "linkdir").symlink_to(outside)
+    store = SkillStore(home)
+    before = sorted(p.name for p in outside.iterdir())
+    with pytest.raises(SkillError, match="neither read nor written"):
+        store.view("linkdir")
+    with pytest.raises(SkillError, match="neither read nor written"):
+        store.patch("linkdir", "x", "y", Provenance("assistant_tool"))
+    with pytest.raises(SkillError, match="neither read nor written"):
+        store.create("linkdir", "---\nname: linkdir\ndescription: d\n---\nbody\n",
+                     Provenance("assistant_tool"))
+    assert sorted(p.name for p in outside.iterdir()) == before
+    assert (outside / "SKILL.md").read_text().endswith("x\n")
