@@ -109,12 +109,20 @@ def m005_generation(conn: apsw.Connection) -> None:
 
 
 def m004_search_index(conn: apsw.Connection) -> None:
-    """Word and trigram FTS5 indexes over message text, filled, with sync triggers."""
+    """Word and trigram FTS5 indexes over message text, filled. (Until m006
+    this also created sync triggers that wrote both indexes in every commit.)"""
     search_index.install(conn)
 
 
+def m006_index_watermark(conn: apsw.Connection) -> None:
+    """The index leaves the commit: the sync triggers are dropped; a
+    watermark and a change log record what the indexer must catch up on."""
+    search_index.install_changelog(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
-                                     m004_search_index, m005_generation)
+                                     m004_search_index, m005_generation,
+                                     m006_index_watermark)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

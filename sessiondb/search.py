@@ -19,13 +19,13 @@ Bounded work, by design (documented in docs/search.md):
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from . import search_index
-from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt
+from . import search_index, search_tail
+from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ class Filters:
     since: float | None = None
     until: float | None = None
     include_archived: bool = False
+    exclude_changed: bool = False  # leave out rows whose indexed text is out of date
 
     @property
     def narrowing(self) -> bool:
@@ -105,6 +106,8 @@ class Filters:
         where, args = ["1"], []
         if not self.include_archived:
             where.append("m.state = 'active'")
+        if self.exclude_changed:
+            where.append(f"m.id NOT IN (SELECT message_id FROM {search_index.CHANGES})")
         for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", self.role),
                               ("s.source = ?", self.source), ("m.timestamp >= ?", self.since),
                               ("m.timestamp < ?", self.until)):
@@ -249,7 +252,7 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
 
 
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
-             limit: int, offset: int) -> list[SearchHit] | None:
+             limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
     """One page of hits from ``table``; None when the ranked path saw that
     the index holds no match for ``p.match`` at all."""
     where, args = filters.sql()
@@ -259,7 +262,8 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         if bounds is None:
             return []
         span = " AND f.rowid BETWEEN ? AND ?"
-    likes = "".join(f" AND {search_index.text_expr('m')} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    text_sql = text_sql or search_index.text_expr('m')
+    likes = "".join(f" AND {text_sql} LIKE ? ESCAPE '\\'" for _ in p.likes)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
@@ -311,10 +315,13 @@ def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: i
             for mid, sid, role, ts, state, title, body in rows]
 
 
-def _any_match(conn: apsw.Connection, table: str, match: str | None) -> bool:
+def _any_match(conn: apsw.Connection, table: str, match: str | None,
+               exclude_changed: bool = False) -> bool:
     """Whether the index holds any document for ``match`` (no filters): the
     cheapest FTS5 query, so every page of a query takes the same path."""
-    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT 1",
+    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
+            if exclude_changed else "")
+    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ?{skip} LIMIT 1",
                         (match,)).fetchone() is not None
 
 
@@ -328,50 +335,135 @@ def fallback_plan(p: Plan) -> Plan:
     return Plan("scan", likes=[like_pattern(t) for t in p.terms], terms=p.terms)
 
 
-def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
-        offset: int) -> list[SearchHit]:
-    """Execute ``p`` on a healthy index."""
-    if p.kind == "scan":
-        return _scan(conn, p, filters, order, limit, offset, "scan")
-    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+class SearchResults(list):
+    """The hits of one search (a list), and whether they may be incomplete:
+    ``partial`` is True when a bound cut the search short (``reason`` says
+    which); the hits found are all real."""
+
+    partial: bool = False
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, hits: list[SearchHit], reason: str | None = None) -> "SearchResults":
+        out = cls(hits)
+        out.partial, out.reason = reason is not None, reason
+        return out
+
+
+def _on(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
+        limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
     try:
-        hits = _indexed(conn, p, table, filters, order, limit, offset)
+        return _indexed(conn, p, table, filters, order, limit, offset, text_sql)
     except apsw.SQLError as e:
         if p.kind == "raw":  # FTS5 reports syntax errors as SQLITE_ERROR
             raise InvalidQuery(f"not a valid FTS5 query: {e}") from None
         raise
+
+
+def _order_key(order: str):  # type: ignore[no-untyped-def]
+    if order == "newest":
+        return lambda h: -h.message_id
+    if order == "oldest":
+        return lambda h: h.message_id
+    return lambda h: (h.score if h.score is not None else 0.0, -h.message_id)
+
+
+def _merged(conn: apsw.Connection, tail: search_tail.Tail, p: Plan, table: str,
+            filters: Filters, order: str, limit: int, offset: int) -> list[SearchHit] | None:
+    """The page over the index (without changed rows) and the tail together:
+    the best ``offset + limit`` of each, merged in the query's order."""
+    want = offset + limit
+    main = _on(conn, p, table, replace(filters, exclude_changed=tail.changed), order, want, 0)
+    extra = _on(tail.conn, p, table, filters, order, want, 0, "m.body")
+    if main is None and not extra:
+        return None
+    hits = sorted([*(main or []), *(extra or [])], key=_order_key(order))
+    return hits[offset:want]
+
+
+def _any_anywhere(conn: apsw.Connection, tail: search_tail.Tail | None,
+                  match: str | None) -> bool:
+    table = search_index.FTS_TABLE
+    if tail is None:
+        return _any_match(conn, table, match)
+    return _any_match(conn, table, match, tail.changed) or _any_match(tail.conn, table, match)
+
+
+def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+        offset: int, tail: search_tail.Tail | None = None) -> list[SearchHit]:
+    """Execute ``p`` on a healthy index (plus the not-yet-indexed ``tail``)."""
+    if p.kind == "scan":
+        return _scan(conn, p, filters, order, limit, offset, "scan")
+    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+    if tail is None:
+        hits = _on(conn, p, table, filters, order, limit, offset)
+    else:
+        hits = _merged(conn, tail, p, table, filters, order, limit, offset)
     # Words the word index does not hold at all run as substrings. Checked
     # only when the page is empty (a hit proves the index holds a match),
     # and on the whole index, so every page of a query takes the same path.
-    if p.alt is not None and (hits is None or not hits and not _any_match(
-            conn, search_index.FTS_TABLE, p.match)):
-        return run(conn, p.alt, filters, order, limit, offset)
+    if p.alt is not None and (hits is None or not hits and not _any_anywhere(
+            conn, tail, p.match)):
+        return run(conn, p.alt, filters, order, limit, offset, tail)
     return hits or []
 
 
+def _catch_up_first(db: "SessionDB") -> None:
+    """A backlog longer than the tail bound is indexed before the search,
+    when this handle can write (see search_tail); otherwise the search
+    covers part of it and says so."""
+    backlog = db.index_backlog()
+    if backlog is None or not backlog.work or (
+            backlog.tail + backlog.changes <= search_tail.TAIL_ROWS):
+        return
+    if not db.can_index_now():
+        return
+    try:
+        db.catch_up_index()
+    except StorageError as e:
+        log.info("could not catch the search index up before searching: %s", e)
+
+
+def _run_indexed(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+                 offset: int) -> SearchResults:
+    backlog = search_index.backlog(conn)
+    tail = (search_tail.load(conn, backlog)
+            if backlog is not None and p.kind != "scan" else None)
+    try:
+        hits = run(conn, p, filters, order, limit, offset, tail)
+    finally:
+        if tail is not None:
+            tail.close()
+    reason = (f"the index is behind by more than {search_tail.TAIL_ROWS} rows and could not "
+              "be caught up; newer rows were not searched") if tail and tail.partial else None
+    return SearchResults.of(hits, reason)
+
+
 def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
-           order: str, raw: bool) -> list[SearchHit]:
-    """Plan, run on the index, and fail open to a bounded scan when it is damaged."""
+           order: str, raw: bool) -> SearchResults:
+    """Plan, run on the index and its tail, and fail open to a bounded scan
+    when the index is damaged."""
     _check_args(filters, limit, offset, order)
     p = make_plan(query, raw=raw)
-    with db._read() as conn:
+    _catch_up_first(db)
+    with db._snapshot() as conn:
         stale = search_index.stale_marker(conn)
         if stale is None:
             try:
-                return run(conn, p, filters, order, limit, offset)
+                return _run_indexed(conn, p, filters, order, limit, offset)
             except search_index.INDEX_DAMAGE_ERRORS as e:
                 if not search_index.is_index_scoped(conn, e):
                     raise
                 damage: apsw.Error = e
     if stale is None:
-        mark_stale(db, f"search failed: {damage}", search_index._code(damage))
+        mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
     fb = fallback_plan(p)
-    with db._read() as conn:
-        return _scan(conn, fb, filters, order, limit, offset, "fallback")
+    with db._snapshot() as conn:
+        return SearchResults.of(_scan(conn, fb, filters, order, limit, offset, "fallback"))
 
 
 def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:
-    """Detach the triggers and set the marker, unless another process did."""
+    """Set the marker, unless another process did."""
     with db.atomic() as conn:
         if search_index.stale_marker(conn) is None:
             search_index.mark_stale(conn, reason, code)

@@ -22,6 +22,7 @@ from . import (compaction, containment, leases, messages, migrations, pages, pat
                search, search_index, search_maintenance, sessions, spool, txn)
 from . import checkpointer
 from .checkpointer import Checkpointer, CheckpointStats
+from .indexer import Indexer, IndexerStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, StorageError, StoreLocked,
                      StoreNotFound, from_apsw)
@@ -46,7 +47,8 @@ class SessionDB:
                  patience: float = DEFAULT_PATIENCE_S, clock: Callable[[], float] = time.time,
                  home: Path | None = None, profile: str | None = None,
                  vfs: str | None = None,
-                 checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES) -> None:
+                 checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES,
+                 background_index: bool = True) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
@@ -60,9 +62,9 @@ class SessionDB:
         self._depth = 0
         self._reader_conn: apsw.Connection | None = None
         self._closed = False
-        self._index_covered = False  # set while index_safe_write covers a write
         self._tail: tuple[str, int, int] | None = None  # see _known_start
         self._checkpointer: Checkpointer | None = None
+        self._indexer: Indexer | None = None
         self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         self._writer = self._open_writer(journal_mode)
         try:
@@ -76,8 +78,14 @@ class SessionDB:
         if journal_mode == "wal" and not self._writer.readonly("main"):
             self._checkpointer = checkpointer.for_writer(
                 self._writer, self._guard, str(self.path), vfs, checkpoint_pages)
+        if not self._writer.readonly("main"):
+            self._indexer = Indexer(self.atomic, self._lock, self.index_backlog,
+                                    background=background_index)
+            self._guard.on_quarantine.append(self._indexer.halt)
         # A stale search index is rebuilt here only if no other process holds the file.
         self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
+        if self._indexer is not None:
+            self._indexer.notify()  # catch up on what earlier handles left
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -160,6 +168,9 @@ class SessionDB:
 
     def close(self) -> None:
         """Close both connections; safe to call more than once."""
+        if self._indexer is not None:
+            # Joined outside the lock: a batch in flight needs it to finish.
+            self._indexer.close()  # what is left, the next open catches up
         with self._lock:
             if self._closed:
                 return
@@ -246,6 +257,21 @@ class SessionDB:
             except apsw.Error as e:
                 raise from_apsw(e, path=str(self.path)) from e
 
+    @contextmanager
+    def _snapshot(self) -> Iterator[apsw.Connection]:
+        """`_read` in one read transaction, so several statements see one
+        commit (search reads the watermark, the index and the tail)."""
+        with self._read() as conn:
+            if self._depth:
+                yield conn
+                return
+            conn.execute("BEGIN DEFERRED")
+            try:
+                yield conn
+            finally:
+                if not conn.get_autocommit():
+                    conn.execute("COMMIT")
+
     def checkpoint(self, *, patience: float | None = None) -> tuple[int, int]:
         """A PASSIVE checkpoint: (WAL frames, frames copied back).
 
@@ -328,7 +354,8 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
+        with self.atomic() as conn:
+            return sessions.delete(conn, session_id)
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
@@ -383,7 +410,7 @@ class SessionDB:
 
     def session_write(self, session_id: str,
                       body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
-        """Write one session's rows in `index_safe_write`: ``body(conn, start)``
+        """Write one session's rows in one transaction: ``body(conn, start)``
         gets the session's next position (the session exists; an unknown one
         raises the typed not-found error first) and returns (result, next
         position after its writes). The position query is skipped while
@@ -401,7 +428,8 @@ class SessionDB:
                                      if start is None else start)
                 end[:] = [after]
                 return result
-            result = self.index_safe_write(run)
+            with self.atomic() as conn:
+                result = run(conn)
             if owned:
                 self._tail = (session_id, end[0], self._writer.data_version())
             return result
@@ -435,8 +463,7 @@ class SessionDB:
     def insert_encoded(self, conn: apsw.Connection, session_id: str,
                        encoded: list[EncodedMessage], *, holder: str | None = None,
                        kind: str = "message") -> list[int]:
-        """Insert inside the caller's transaction; counters move with the rows.
-        Damage to the search index cannot fail it (see `index_safe_write`)."""
+        """Insert inside the caller's transaction; counters move with the rows."""
         paths.validate_session_id(session_id)
         position = self._start_position(conn, session_id)
         return self._insert_held(conn, session_id, encoded, holder, kind, position)[0]
@@ -448,11 +475,7 @@ class SessionDB:
         position after them)."""
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        def insert() -> tuple[list[int], int]:
-            return self._insert_rows(conn, session_id, encoded, kind, position)
-        # Inside index_safe_write the index is already covered; a caller's own
-        # transaction needs the in-place guard.
-        return insert() if self._index_covered else self.index_guarded(conn, insert)
+        return self._insert_rows(conn, session_id, encoded, kind, position)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
                      encoded: list[EncodedMessage], kind: str,
@@ -516,50 +539,11 @@ class SessionDB:
 
     # -- search ------------------------------------------------------------
 
-    @staticmethod
-    def index_guarded(conn: apsw.Connection, fn: Callable[[], Any]) -> Any:
-        """Run a write that fires the search triggers (insert, delete, or
-        update of message content/role) inside the caller's transaction so
-        that damage to the search index cannot fail it: the index is
-        detached and marked stale, and ``fn`` is run again. ``fn`` must be
-        safe to re-run after a rollback to the guard's savepoint."""
-        return search_index.guarded_write(conn, fn)
-
-    def write_fail_open(self, body: Callable[[apsw.Connection], Any]) -> Any:
-        """Run ``body(conn)`` in one write transaction that damage to the
-        search index cannot fail: on index-scoped corruption the index is
-        detached and marked stale in a fresh transaction and ``body`` runs
-        again there (see search_index.write_fail_open)."""
-        return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
-
-    def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
-        """The transaction for writes of message rows: search index damage,
-        at the FTS5 or the b-tree level, never fails ``body(conn)``.
-
-        In its own transaction, damage met anywhere (a statement or FTS5's
-        flush at COMMIT) fails the whole transaction, and `write_fail_open`
-        runs ``body`` again in a fresh one with the index detached; no
-        savepoint guard is needed on the common path (one costs a flush
-        about as much again: the index pages then go through a statement
-        journal). Inside a caller's transaction no retry is possible, so
-        the in-place guard runs. ``body`` must be safe to run again.
-        """
-        def covered(conn: apsw.Connection) -> Any:
-            outer, self._index_covered = self._index_covered, True
-            try:
-                return body(conn)
-            finally:
-                self._index_covered = outer
-        if self._depth:
-            return self.write_fail_open(
-                lambda conn: self.index_guarded(conn, lambda: covered(conn)))
-        return self.write_fail_open(covered)
-
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,
                until: float | None = None, limit: int = 20, offset: int = 0,
                order: str = "rank", include_archived: bool = False,
-               raw: bool = False) -> list[search.SearchHit]:
+               raw: bool = False) -> search.SearchResults:
         """Search message text; see sessiondb/search.py and docs/search.md.
 
         ``include_archived`` adds archived (compacted) and rewound rows,
@@ -568,6 +552,29 @@ class SessionDB:
         filters = search.Filters(session_id, role, source, since, until, include_archived)
         return search.search(self, query, filters=filters, limit=limit, offset=offset,
                              order=order, raw=raw)
+
+    def index_backlog(self) -> search_index.Backlog | None:
+        """What the search index has not caught up on (None: no index)."""
+        with self._read() as conn:
+            return search_index.backlog(conn)
+
+    def catch_up_index(self, max_rows: int | None = None) -> int:
+        """Bring the search index up to date now, in this thread (the
+        background indexer normally does it within milliseconds of a commit);
+        returns the rows indexed or change-log entries applied."""
+        self._check_open()
+        return self._indexer.catch_up(max_rows) if self._indexer is not None else 0
+
+    def can_index_now(self) -> bool:
+        """Whether this thread may run index batches now (a writable, open,
+        unquarantined handle, outside a transaction of its own)."""
+        return (self._indexer is not None and not self._closed and not self.quarantined
+                and not (self._depth and self._lock._is_owned()))  # type: ignore[attr-defined]
+
+    @property
+    def indexer_stats(self) -> IndexerStats | None:
+        """What the indexer did (None: a read-only handle has none)."""
+        return self._indexer.stats if self._indexer else None
 
     def search_index_stale(self) -> dict | None:
         """The ``fts_stale`` record while search runs on the fallback scan."""

@@ -72,6 +72,8 @@ class Atomic:
                     self._fail(e)
                     raise
                 db._guard.committed(self.conn)
+                if db._indexer is not None:
+                    db._indexer.notify()  # the index catches up off the commit
         finally:
             if self.savepoint is None:
                 db._depth = 0
