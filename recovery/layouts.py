@@ -255,7 +255,7 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
                                      COMPACTIONS, FTS_SHADOW, SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
+DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 
 
 def is_derived(table: str, virtual_tables: set[str] = frozenset()) -> bool:

@@ -81,7 +81,7 @@ class Indexer:
         self.background = background
         self.stats = IndexerStats()
         self._write, self._lock, self._peek = write, lock, peek
-        self._halted = self._stopping = self._in_batch = False
+        self._halted = self._stopping = self._in_batch = self._paused = False
         self._new_process_state()
         _live.add(self)
 
@@ -96,7 +96,8 @@ class Indexer:
 
     def notify(self) -> None:
         """After a commit: wake the thread (starting it if needed). Cheap."""
-        if not self.background or self._halted or self._stopping or self._in_batch:
+        if (not self.background or self._halted or self._stopping or self._in_batch
+                or self._paused):
             return  # (a commit inside a batch is the batch's own)
         if self._thread is not None and os.getpid() == self._pid:
             if not self._wake.is_set():
@@ -173,7 +174,8 @@ class Indexer:
     def _drain(self, failures: int) -> int:
         """Batches until caught up; returns the failure count for backoff."""
         try:
-            while not (self._halted or self._stopping) and self._batch(BATCH_PATIENCE_S):
+            while (not (self._halted or self._stopping or self._paused)
+                   and self._batch(BATCH_PATIENCE_S)):
                 pass
         except StoreLocked:
             return failures + 1  # another process holds the lock; try again soon
@@ -199,6 +201,16 @@ class Indexer:
                 return False
             self._wake.clear()  # commits during the round wake the next one
         return True
+
+    def pause(self) -> None:
+        """Stop background batches (a batch in flight finishes first): for
+        tests and benches that need to know no indexing commit happens."""
+        with self._lock:
+            self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self.notify()
 
     # -- stopping ----------------------------------------------------------
 

@@ -19,6 +19,7 @@ Bounded work, by design (documented in docs/search.md):
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,11 +36,14 @@ log = logging.getLogger(__name__)
 
 RANK_WINDOW = 5_000
 SCAN_WINDOW = 50_000
+SCAN_BUDGET_S = 0.5  # a scan past this returns what it found, flagged partial
 MAX_LIMIT = 1_000
 ORDERS = ("rank", "newest", "oldest")
 MARK_OPEN, MARK_CLOSE, ELLIPSIS = "**", "**", "…"
 SNIPPET_TOKENS = 16
 SCAN_SNIPPET_CHARS = 60
+SNIPPET_MAX_HITS = 256  # more hits in one document: a scan snippet (see _snippet_sql)
+LONG_MARK = "\x00"
 _COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
 
 
@@ -147,8 +151,27 @@ def _page_sql(limit: int, offset: int) -> str:
 
 
 def _snippet_sql(table: str) -> str:
-    return (f"snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
-            f" {SNIPPET_TOKENS})")
+    """FTS5's snippet, for documents with few hits: it scores every hit
+    against every other (quadratic: 20 KB of zeros searched for 0000 took
+    seconds). A document with more hits gets a marker, and its snippet is
+    cut in Python around the first occurrence (`_long_snippets`)."""
+    return (f"CASE WHEN {search_index.HITS_FUNCTION}({table}) <= {SNIPPET_MAX_HITS}"
+            f" THEN snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
+            f" {SNIPPET_TOKENS}) ELSE char(0) END")
+
+
+def _long_snippets(conn: apsw.Connection, rows: list[tuple], terms: list[str],
+                   text_sql: str | None) -> list[tuple]:
+    """Rows whose snippet is the many-hits marker get a scan snippet instead."""
+    long = [r[0] for r in rows if r[6] == LONG_MARK]
+    if not long:
+        return rows
+    view, column = ((search_index.TEXT_VIEW, "text") if text_sql is None
+                    else ("messages", "body"))
+    texts = dict(conn.execute(f"SELECT id, {column} FROM {view} WHERE id IN"
+                              f" ({','.join('?' * len(long))})", long))
+    return [(*r[:6], scan_snippet(texts.get(r[0]) or "", terms), *r[7:])
+            if r[6] == LONG_MARK else r for r in rows]
 
 
 def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int | None:
@@ -262,8 +285,8 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         if bounds is None:
             return []
         span = " AND f.rowid BETWEEN ? AND ?"
-    text_sql = text_sql or search_index.text_expr('m')
-    likes = "".join(f" AND {text_sql} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    text = text_sql or search_index.text_expr('m')
+    likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
@@ -282,6 +305,7 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
                f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
         rows = list(conn.execute(sql, params))
+    rows = _long_snippets(conn, rows, p.terms, text_sql)
     return [SearchHit._of(sid, mid, role, ts, snip or "", title, state, via, score)
             for mid, sid, role, ts, state, title, snip, score in rows]
 
@@ -302,17 +326,38 @@ def scan_snippet(text: str, terms: list[str]) -> str:
 
 
 def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
-          offset: int, via: str) -> list[SearchHit]:
+          offset: int, via: str) -> "SearchResults":
+    """LIKE over the SCAN_WINDOW most recent rows that pass the filters,
+    within SCAN_BUDGET_S: past it, SQLite is interrupted and the hits found
+    so far (newest first) come back flagged partial."""
     where, args = filters.sql()
     likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
-    direction = "ASC" if order == "oldest" else "DESC"
-    sql = (f"SELECT * FROM (SELECT {_COLS}, {search_index.text_expr('m')} AS body"
-           f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
-           f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}) WHERE {likes}"
-           f" ORDER BY id {direction} LIMIT ? OFFSET ?")
-    rows = conn.execute(sql, (*args, *p.likes, limit, offset))
-    return [SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state, via)
-            for mid, sid, role, ts, state, title, body in rows]
+    inner = (f"SELECT {_COLS}, {search_index.text_expr('m')} AS body"
+             f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
+             f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}")
+    if order == "oldest":  # the whole window must be matched before the first page
+        sql = f"SELECT * FROM ({inner}) WHERE {likes} ORDER BY id ASC LIMIT ? OFFSET ?"
+        params: tuple = (*args, *p.likes, limit, offset)
+    else:  # streams newest first: stops at the page's end
+        sql, params = f"SELECT * FROM ({inner}) WHERE {likes}", (*args, *p.likes)
+    rows: list[tuple] = []
+    reason = None
+    deadline = time.monotonic() + SCAN_BUDGET_S
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 2_000)
+    try:
+        for i, row in enumerate(conn.execute(sql, params)):
+            if order == "oldest" or i >= offset:
+                rows.append(row)
+            if order != "oldest" and len(rows) >= limit:
+                break
+    except apsw.InterruptError:
+        reason = (f"the scan stopped after {SCAN_BUDGET_S:g}s; older rows were not "
+                  "searched (narrow the search with filters)")
+    finally:
+        conn.set_progress_handler(None)
+    hits = [SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state,
+                          via) for mid, sid, role, ts, state, title, body in rows]
+    return SearchResults.of(hits, reason)
 
 
 def _any_match(conn: apsw.Connection, table: str, match: str | None,
@@ -434,8 +479,10 @@ def _run_indexed(conn: apsw.Connection, p: Plan, filters: Filters, order: str, l
     finally:
         if tail is not None:
             tail.close()
-    reason = (f"the index is behind by more than {search_tail.TAIL_ROWS} rows and could not "
-              "be caught up; newer rows were not searched") if tail and tail.partial else None
+    reason = getattr(hits, "reason", None)
+    if tail is not None and tail.partial:
+        reason = (f"the index is behind by more than {search_tail.TAIL_ROWS} rows and could "
+                  "not be caught up; newer rows were not searched")
     return SearchResults.of(hits, reason)
 
 
@@ -459,7 +506,7 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
         mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
     fb = fallback_plan(p)
     with db._snapshot() as conn:
-        return SearchResults.of(_scan(conn, fb, filters, order, limit, offset, "fallback"))
+        return _scan(conn, fb, filters, order, limit, offset, "fallback")
 
 
 def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:

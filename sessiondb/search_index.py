@@ -53,6 +53,24 @@ TOKENIZERS = {
 }
 
 
+HITS_FUNCTION = "hermes_hits"
+
+
+def _hits(api: apsw.FTS5ExtensionApi, *args: object) -> int:
+    """How many phrase hits the current document has (linear in them)."""
+    return api.inst_count
+
+
+def register_functions(conn: apsw.Connection) -> None:
+    """The FTS5 helper search SQL uses; on every connection that searches.
+    A connection that cannot reach FTS5 (a file too damaged to read its
+    schema) goes without: its searches fail typed, its writes never need it."""
+    try:
+        conn.register_fts5_function(HITS_FUNCTION, _hits)
+    except apsw.Error:
+        log.debug("no FTS5 helper on this connection", exc_info=True)
+
+
 # FTS5 decoding junk in its data blocks may read a garbage size and fail with
 # SQLITE_NOMEM rather than SQLITE_CORRUPT_VTAB; such errors are checked too.
 INDEX_DAMAGE_ERRORS = (apsw.CorruptError, apsw.NoMemError)

@@ -74,6 +74,7 @@ def load(conn: apsw.Connection, backlog: search_index.Backlog) -> Tail | None:
     mem = apsw.Connection(":memory:")
     try:
         mem.execute(_SCHEMA)
+        search_index.register_functions(mem)
         sids = sorted({r[1] for r in rows})
         for start in range(0, len(sids), 500):
             chunk = sids[start:start + 500]

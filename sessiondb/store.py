@@ -118,6 +118,7 @@ class SessionDB:
         chosen = policy.WRITER_POLICY_WAL if journal_mode == "wal" else policy.WRITER_POLICY_DELETE
         try:
             policy.apply_policy(conn, chosen)
+            search_index.register_functions(conn)
         except apsw.Error as e:
             conn.close()
             raise from_apsw(e, path=str(self.path), context=f"cannot use {self.path}") from e
@@ -135,6 +136,7 @@ class SessionDB:
         if self._reader_conn is None:
             conn = self._connect(apsw.SQLITE_OPEN_READONLY)
             policy.apply_policy(conn, policy.READER_POLICY)
+            search_index.register_functions(conn)
             self._guard.prepare(conn)
             self._reader_conn = conn
         return self._reader_conn
