@@ -158,21 +158,15 @@ def apply_pending(conn: apsw.Connection, begin: Callable[[], None]) -> list[str]
     lock patience). Pending work is re-read inside the transaction so two
     processes opening a new file never apply a migration twice.
     """
+    from .core import transaction  # the one module that issues transaction statements
     done: list[str] = []
     for migration in MIGRATIONS:
-        begin()
-        try:
+        with transaction(conn, begin):
             _ensure_ledger(conn)
             if migration.__name__ in applied(conn):
-                conn.execute("COMMIT")
                 continue
             migration(conn)
             conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)",
                          (migration.__name__, time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            if not conn.get_autocommit():
-                conn.execute("ROLLBACK")
-            raise
         done.append(migration.__name__)
     return done
