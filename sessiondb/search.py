@@ -453,25 +453,22 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
     return hits or []
 
 
-def _catch_up_first(db: "SessionDB") -> None:
-    """A backlog longer than the tail bound is indexed before the search,
-    when this handle can write (see search_tail); otherwise the search
-    covers part of it and says so."""
-    backlog = db.index_backlog()
-    if backlog is None or not backlog.work or (
-            backlog.tail + backlog.changes <= search_tail.TAIL_ROWS):
-        return
-    if not db.can_index_now():
-        return
+def _too_long(backlog: search_index.Backlog | None) -> bool:
+    return (backlog is not None and backlog.work
+            and backlog.tail + backlog.changes > search_tail.TAIL_ROWS)
+
+
+def _catch_up(db: "SessionDB") -> None:
+    """Index a backlog longer than the tail bound before searching (see
+    search_tail); a failure leaves the search to cover part of it."""
     try:
         db.catch_up_index()
     except StorageError as e:
         log.info("could not catch the search index up before searching: %s", e)
 
 
-def _run_indexed(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
-                 offset: int) -> SearchResults:
-    backlog = search_index.backlog(conn)
+def _run_indexed(conn: apsw.Connection, backlog: search_index.Backlog | None, p: Plan,
+                 filters: Filters, order: str, limit: int, offset: int) -> SearchResults:
     tail = (search_tail.load(conn, backlog)
             if backlog is not None and p.kind != "scan" else None)
     try:
@@ -492,21 +489,27 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
     when the index is damaged."""
     _check_args(filters, limit, offset, order)
     p = make_plan(query, raw=raw)
-    _catch_up_first(db)
-    with db._snapshot() as conn:
-        stale = search_index.stale_marker(conn)
-        if stale is None:
-            try:
-                return _run_indexed(conn, p, filters, order, limit, offset)
-            except search_index.INDEX_DAMAGE_ERRORS as e:
-                if not search_index.is_index_scoped(conn, e):
-                    raise
-                damage: apsw.Error = e
-    if stale is None:
+    damage: apsw.Error | None = None
+    for attempt in (1, 2):  # the second after indexing a long backlog
+        with db._snapshot() as conn:
+            backlog = search_index.backlog(conn)
+            stale = (backlog.stale if backlog is not None
+                     else search_index.stale_marker(conn) is not None)
+            if stale:
+                break
+            if attempt == 2 or not (_too_long(backlog) and db.can_index_now()):
+                try:
+                    return _run_indexed(conn, backlog, p, filters, order, limit, offset)
+                except search_index.INDEX_DAMAGE_ERRORS as e:
+                    if not search_index.is_index_scoped(conn, e):
+                        raise
+                    damage = e
+                    break
+        _catch_up(db)  # what is still left after it is searched partially
+    if damage is not None:
         mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
-    fb = fallback_plan(p)
     with db._snapshot() as conn:
-        return _scan(conn, fb, filters, order, limit, offset, "fallback")
+        return _scan(conn, fallback_plan(p), filters, order, limit, offset, "fallback")
 
 
 def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:

@@ -249,14 +249,20 @@ class Backlog:
         return not self.stale and not self.empty
 
 
+_BACKLOG = (f"SELECT (SELECT CAST(value AS INTEGER) FROM state_meta WHERE key ="
+            f" '{WATERMARK_KEY}'), (SELECT coalesce(max(id), 0) FROM messages),"
+            f" (SELECT count(*) FROM {CHANGES}),"
+            f" EXISTS (SELECT 1 FROM state_meta WHERE key = '{STALE_KEY}')")
+
+
 def backlog(conn: apsw.Connection) -> Backlog | None:
-    """Two seeks and a count of a tiny table; None without bookkeeping."""
-    w = watermark(conn)
-    if w is None or not _has_changes_table(conn):
+    """One statement (three seeks and a count of a tiny table); None
+    without bookkeeping (a store from before m006)."""
+    try:
+        w, top, changes, stale = conn.execute(_BACKLOG).fetchone()
+    except apsw.SQLError:  # no change log yet: migrations pending on a read-only file
         return None
-    (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
-    (changes,) = conn.execute(f"SELECT count(*) FROM {CHANGES}").fetchone()
-    return Backlog(w, top, changes, stale_marker(conn) is not None)
+    return None if w is None else Backlog(w, top, changes, bool(stale))
 
 
 def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
