@@ -1,10 +1,12 @@
 """Built-in tools: search past sessions, read a range of a past session."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sessiondb import SessionDB, strip_markers
 
+from .memory_tools import HomeTools
 from .tools import Tool, ToolRegistry
 
 SEARCH_SCHEMA = {
@@ -52,5 +54,11 @@ def session_messages_tool(db: SessionDB) -> Tool:
                 MESSAGES_SCHEMA, session_messages)
 
 
-def default_registry(db: SessionDB, current: str | None = None) -> ToolRegistry:
-    return ToolRegistry([session_search_tool(db, current), session_messages_tool(db)])
+def default_registry(db: SessionDB, current: str | None = None,
+                     home: Path | None = None) -> ToolRegistry:
+    """Session search and reading, and, when ``home`` is given, the memory and
+    skill tools (write origin ``assistant_tool``)."""
+    tools = [session_search_tool(db, current), session_messages_tool(db)]
+    if home is not None:
+        tools += HomeTools(home, "assistant_tool", current or "").tools()
+    return ToolRegistry(tools)

@@ -18,8 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from sessiondb import UID_KEY, StorageError, strip_markers
 
+from .usage import Usage
+
 if TYPE_CHECKING:
-    from .loop import Agent, Usage
+    from .loop import Agent
+
+TASK = "compaction"  # the usage ledger's task for the summarizer's calls
 
 log = logging.getLogger(__name__)
 
@@ -99,35 +103,40 @@ class MicroCompactor:
         self.failures: dict[str, int] = {}
         self.compactions = 0
 
-    def maybe_compact(self, usage: "Usage") -> int:
-        """Compact while over the threshold; returns how many exchanges were folded."""
+    def maybe_compact(self) -> int:
+        """Compact while over the threshold; returns how many exchanges were folded.
+        The summarizer's calls are billed to the session's usage ledger as
+        task ``compaction``, never to the turn."""
         done = 0
         while (self.policy.enabled and done < self.policy.max_per_turn
                and estimate_tokens(self.agent.messages) > self.policy.token_threshold):
             span = next_exchange(self.agent.messages, self.policy.keep_tail, self.skipped)
             if span is None:
                 break
-            if self._fold(span, usage):
+            if self._fold(span):
                 done += 1
         self.compactions += done
         return done
 
-    def _fold(self, span: tuple[int, int], usage: "Usage") -> bool:
+    def _fold(self, span: tuple[int, int]) -> bool:
         msgs = self.agent.messages
         absorbed = msgs[span[0]:span[1]]
         key = absorbed[0].get(UID_KEY, "")
         text = f"Previous summary:\n{previous_summary(msgs) or '(none)'}\n\nExchange:\n" \
                f"{render_exchange(absorbed)}"
+        usage = Usage()
         try:
             summary = self.agent.complete(SUMMARY_SYSTEM, text, usage).strip()
             if not summary:
                 raise ValueError("empty summary")
         except Exception as e:  # any summarizer failure counts; the turn is already done
+            self._bill(usage)
             self.failures[key] = self.failures.get(key, 0) + 1
             log.warning("summary of exchange %s failed (%s)", key, e)
             if self.failures[key] >= self.policy.max_attempts:
                 self.skipped.add(key)
             return False
+        self._bill(usage)
         try:
             self.agent.store.compact(msgs, span, {"role": "assistant", "content": summary,
                                                   SUMMARY_KEY: True})
@@ -135,3 +144,9 @@ class MicroCompactor:
             log.warning("micro-compaction of %s not stored: %s", key, e)
             return False
         return True
+
+    def _bill(self, usage: Usage) -> None:
+        if usage.api_calls:
+            self.agent.db.record_auxiliary_usage(self.agent.session_id, task=TASK,
+                                                 model=self.agent.model,
+                                                 provider="anthropic", **usage.ledger())

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 from .localmodel_http import MessagesHandler
+from .review_prompt import REVIEW_OPENING, is_review_request
 
 LABEL = "local scripted model (offline, not a language model)"
 
@@ -71,8 +72,30 @@ def last_tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in messages[-1]["content"] if b.get("type") == "tool_result"]
 
 
+def review_reply(request: dict[str, Any]) -> Reply:
+    """A review request: save what the user asked to be remembered, once."""
+    if last_tool_results(request):
+        return Reply.text("Saved.")
+    asked = []
+    for m in request.get("messages", []):
+        content = m.get("content")
+        text = content if isinstance(content, str) else " ".join(
+            b.get("text", "") for b in content or [] if b.get("type") == "text")
+        if m.get("role") == "user" and "remember" in text.lower() \
+                and not text.startswith(REVIEW_OPENING):
+            asked.append(text)
+    if not asked or "memory" not in {t["name"] for t in request.get("tools", [])}:
+        return Reply.text("Nothing to save.")
+    note = asked[-1].split(";")[0].strip().rstrip(".")
+    return Reply.tool("memory", {"action": "add", "target": "user",
+                                 "content": f"The user said: {note}."})
+
+
 def rule_based(request: dict[str, Any]) -> Reply:
-    """The offline demo's script: search when asked, summarize when asked."""
+    """The offline demo's script: search when asked, summarize when asked,
+    and in a background review, remember what the user asked to be remembered."""
+    if is_review_request(request):
+        return review_reply(request)
     results = last_tool_results(request)
     if results:
         body = results[0].get("content")
@@ -99,6 +122,7 @@ class LocalModelServer:
     def __init__(self, script: Script = rule_based, port: int = 0) -> None:
         self.script = script
         self.requests: list[dict[str, Any]] = []
+        self.raw_requests: list[bytes] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)

@@ -36,10 +36,12 @@ class MessagesHandler(BaseHTTPRequestHandler):
         if self.path.split("?")[0] != "/v1/messages":
             return self._error(404, "not_found_error", "unknown path")
         length = int(self.headers.get("content-length", "0"))
+        body = self.rfile.read(length)
         try:
-            request = json.loads(self.rfile.read(length) or b"{}")
+            request = json.loads(body or b"{}")
         except json.JSONDecodeError:
             return self._error(400, "invalid_request_error", "body is not JSON")
+        self.owner.raw_requests.append(body)  # the bytes as sent (prompt-cache prefix tests)
         self.owner.requests.append(request)
         reply = self.owner.script(request)
         if reply.status != 200:

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 import uuid
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,8 +23,14 @@ from sessiondb import SessionDB, StorageError
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
+from .memory_snapshot import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
 from .persist import PersistenceFailed, TurnPersistence
+from .review import Reviewer
+from .review_config import ReviewConfig
+from .review_fork import ReviewResult
+from .review_prompt import strip_harness
 from .tools import ToolRegistry
+from .usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -32,20 +39,6 @@ DEFAULT_MODEL = "claude-sonnet-5"
 
 class TurnInterrupted(Exception):
     """Raised inside the loop when `interrupt()` was called (control flow)."""
-
-
-@dataclass
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def add(self, u: Any) -> None:
-        self.input_tokens += getattr(u, "input_tokens", 0) or 0
-        self.output_tokens += getattr(u, "output_tokens", 0) or 0
-        self.cache_read_tokens += getattr(u, "cache_read_input_tokens", 0) or 0
-        self.cache_write_tokens += getattr(u, "cache_creation_input_tokens", 0) or 0
 
 
 @dataclass
@@ -60,39 +53,92 @@ class TurnResult:
     explanation: Any = None  # sessiondb.explain.StorageFailure when storage failed
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
+    review_wait_s: float = 0.0  # how long the turn waited for a review to stop
 
 
 class Agent:
-    """A conversation with a model, persisted in a SessionDB session."""
+    """A conversation with a model, persisted in a SessionDB session.
+
+    ``memory`` (default: the home's ``[memory]`` config) says whether the
+    home's saved memories and skill list go into the system prompt, as a
+    snapshot read once here (agent/memory_snapshot.py)."""
 
     def __init__(self, db: SessionDB, *, session_id: str | None = None,
                  model: str = DEFAULT_MODEL, client: anthropic.Anthropic | None = None,
                  system_prompt: str | None = None, tools: ToolRegistry | None = None,
                  max_steps: int = 8, max_tokens: int = 1024,
-                 micro_compact: CompactionPolicy | None = None, source: str = "agent") -> None:
+                 micro_compact: CompactionPolicy | None = None, source: str = "agent",
+                 review: ReviewConfig | None = None,
+                 on_review: Callable[[str], None] | None = None,
+                 home: Path | None = None, memory: MemoryConfig | None = None) -> None:
         from .builtin_tools import default_registry
         self.db, self.model, self.max_steps, self.max_tokens = db, model, max_steps, max_tokens
         self.client = client or anthropic.Anthropic()
+        self.home = Path(home) if home is not None else db.path.parent  # memories, skills
+        # Read once: the system prompt heads the cache prefix, so it stays
+        # byte-identical for the whole session, reviews included.
+        memory = memory if memory is not None else load_memory_config(self.home)
+        self.memory_snapshot = take_snapshot(self.home) if memory.inject else ""
         self.session_id = db.create_session(session_id, source=source, model=model)
-        self.tools = tools if tools is not None else default_registry(db, self.session_id)
+        self.tools = tools if tools is not None else default_registry(db, self.session_id,
+                                                                      self.home)
         self.holder = f"agent-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store = TurnPersistence(db, self.session_id, self.holder)
-        self.messages: list[dict[str, Any]] = self.store.load()
+        # Review prompts and replies an older build stored are never read back.
+        self.messages: list[dict[str, Any]] = strip_harness(self.store.load())
         if not self.messages and system_prompt:
             self.messages.append({"role": "system", "content": system_prompt})
         self.compactor = MicroCompactor(self, micro_compact) if micro_compact else None
         self._interrupt = threading.Event()
+        self._interrupt_targets: list[Callable[[], None]] = []
+        self._targets_lock = threading.Lock()
         self._streamed = False
+        # Without a config, automatic review is off (library callers opt in);
+        # `refine()` runs one on request either way.
+        self.reviewer = Reviewer(self, review or ReviewConfig(enabled=False), on_review)
 
     def interrupt(self) -> None:
-        """Cancel the in-flight stream and tool loop (thread-safe)."""
+        """Cancel the in-flight stream and tool loop, and every registered
+        target (a background review), thread-safely."""
         self._interrupt.set()
+        with self._targets_lock:
+            targets = list(self._interrupt_targets)
+        for cancel in targets:
+            cancel()
+
+    def add_interrupt_target(self, cancel: Callable[[], None]) -> None:
+        """Make `interrupt()` also call ``cancel`` (until removed)."""
+        with self._targets_lock:
+            self._interrupt_targets.append(cancel)
+
+    def remove_interrupt_target(self, cancel: Callable[[], None]) -> None:
+        with self._targets_lock:
+            if cancel in self._interrupt_targets:
+                self._interrupt_targets.remove(cancel)
+
+    def refine(self, focus: str | None = None, *, background: bool = False) -> ReviewResult:
+        """Run a review now (``/refine``), even when automatic review is off."""
+        run = self.reviewer.start(origin="refine_review", focus=focus, background=background)
+        if not background:
+            run.done.wait()
+        return run.result
 
     # -- the turn ----------------------------------------------------------
 
     def run_turn(self, user_text: str, *, on_text: Callable[[str], None] | None = None
                  ) -> TurnResult:
-        """Run one user turn to its end, an interrupt, a failure, or max_steps."""
+        """Run one user turn to its end, an interrupt, a failure, or max_steps.
+
+        A review still running from the last turn is cancelled first (waiting
+        at most 2 s for it to stop); after a completed turn the next review
+        may start in the background (see agent/review.py)."""
+        waited = self.reviewer.cancel_and_wait()
+        result = self._run_turn(user_text, on_text)
+        result.review_wait_s = waited
+        self.reviewer.after_turn(result.completed)
+        return result
+
+    def _run_turn(self, user_text: str, on_text: Callable[[str], None] | None) -> TurnResult:
         self._interrupt.clear()
         self._streamed = False  # text already passed to on_text in this turn
         usage, steps, answer = Usage(), 0, ""
@@ -125,7 +171,7 @@ class Agent:
             return TurnResult(False, False, True, answer, failure_reason=f"model_error:{reason}",
                               explanation=str(e), usage=usage, steps=steps)
         finally:
-            self.store.end_turn(usage)
+            self.store.end_turn(usage, self.model)
 
     def _add(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
@@ -146,15 +192,8 @@ class Agent:
     def _model_step(self, on_text: Callable[[str], None] | None,
                     usage: Usage) -> dict[str, Any]:
         """Stream one model response; on interrupt keep what arrived so far."""
-        system, wire_messages = wire.to_api(self.messages)
-        kwargs: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens,
-                                  "messages": wire_messages}
-        if system:
-            kwargs["system"] = system
-        if self.tools.names():
-            kwargs["tools"] = self.tools.to_api()
         parts: list[str] = []
-        with self.client.messages.stream(**kwargs) as stream:
+        with self.client.messages.stream(**self.request_kwargs(self.messages)) as stream:
             for event in stream:
                 if self._interrupt.is_set():
                     stream.close()
@@ -171,9 +210,22 @@ class Agent:
         usage.add(final.usage)
         return wire.assistant_from_api(final)
 
+    def request_kwargs(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The Messages API arguments for ``messages``; the review fork uses
+        this too, so its request prefix is the live turn's, byte for byte."""
+        system, wire_messages = wire.to_api(messages)
+        system = with_snapshot(system, self.memory_snapshot)
+        kwargs: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens,
+                                  "messages": wire_messages}
+        if system:
+            kwargs["system"] = system
+        if self.tools.names():
+            kwargs["tools"] = self.tools.to_api()
+        return kwargs
+
     def _after_turn(self, usage: Usage) -> None:
         if self.compactor is not None:
-            self.compactor.maybe_compact(usage)
+            self.compactor.maybe_compact()
 
     # -- used by the compactor ---------------------------------------------
 

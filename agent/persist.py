@@ -20,6 +20,7 @@ from sessiondb.transcript import TranscriptWriter
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 120.0
+PROVIDER = "anthropic"  # the one provider the loop speaks to (the SDK's Messages API)
 # A failed turn is over: nobody retries its writes, so a lock timeout spools too.
 AGENT_SPOOL_CAUSES = SPOOL_CAUSES | {Cause.LOCKED}
 
@@ -92,16 +93,15 @@ class TurnPersistence:
         ids = [m["_db_persisted"].id for m in messages[span[0]:span[1]]]
         self.writer.compact(messages, ids, summary)
 
-    def end_turn(self, usage: Any) -> None:
-        """Record the turn's token usage (one write) and release the lease.
-        A store that already failed this turn is left alone."""
+    def end_turn(self, usage: Any, model: str | None = None) -> None:
+        """Record the turn's token usage (one write: the session's counters and
+        its ledger row) and release the lease. A store that already failed
+        this turn is left alone."""
         if self.failed is not None:
             return
         try:
-            self.db.record_usage(self.session_id, input_tokens=usage.input_tokens,
-                                 output_tokens=usage.output_tokens,
-                                 cache_read_tokens=usage.cache_read_tokens,
-                                 cache_write_tokens=usage.cache_write_tokens)
+            self.db.record_usage(self.session_id, model=model, provider=PROVIDER,
+                                 **usage.ledger())
             self.db.release_lease(self.session_id, self.holder)
         except StorageError:
             log.warning("could not record usage or release the lease on %s", self.session_id,

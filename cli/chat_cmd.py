@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -10,6 +11,7 @@ from typing import Any, Iterator
 import click
 
 from .main import AppContext, cli
+from .output import shorten
 
 
 @contextlib.contextmanager
@@ -71,46 +73,110 @@ def run_one(agent: Any, text: str) -> Any:
 @click.option("--compact/--no-compact", default=None,
               help="Micro-compact old exchanges after a turn (default on; "
                    "HERMES_MICRO_COMPACT=off turns it off).")
+@click.option("--no-review", is_flag=True,
+              help="No background memory/skill review after turns (also HERMES_REVIEW=off "
+                   "or [review] enabled = false in <home>/config.toml); /refine still works.")
+@click.option("--no-memory-inject", is_flag=True,
+              help="Leave saved memories and the skill list out of the system prompt "
+                   "(also HERMES_MEMORY_INJECT=off or [memory] inject = false).")
 @click.pass_obj
 def chat(app: AppContext, query: str | None, resume: str | None, model: str | None,
-         offline: bool, compact: bool | None) -> None:
+         offline: bool, compact: bool | None, no_review: bool,
+         no_memory_inject: bool) -> None:
     """Chat with a model; every message is stored as it happens.
 
     Without -q, reads lines until EOF or a second Ctrl-C. Ctrl-C during a
-    reply interrupts that turn. Exits 1 when a -q turn fails.
+    reply interrupts that turn (and a review in flight). After a completed
+    turn a background review may save memories or skills; "/refine [focus]"
+    runs one now. With -q the review runs before exit. Exits 1 when a -q
+    turn fails.
 
     \b
     Example:
       hermes chat --offline -q "hello"
       hermes chat --no-compact --resume 20260101_120000_ab12cd34
-      hermes chat --resume 20260101_120000_ab12cd34
+      hermes chat --no-review --resume 20260101_120000_ab12cd34
     """
-    from agent import Agent, CompactionPolicy
+    from agent import Agent, CompactionPolicy, MemoryConfig, load_memory_config
     from agent.loop import DEFAULT_MODEL
+    from agent.review_config import load_review_config
     if compact is None:
         compact = os.environ.get("HERMES_MICRO_COMPACT", "on").lower() not in ("off", "0", "no")
+    review = load_review_config(app.home)
+    if no_review:
+        review = dataclasses.replace(review, enabled=False)
     with app.open_store() as db, model_client(offline) as client:
         if resume is not None:
             db.get_session(resume)  # SessionNotFound -> "Error: no session ..."
         agent = Agent(db, session_id=resume, client=client, model=model or DEFAULT_MODEL,
-                      source="cli", micro_compact=CompactionPolicy() if compact else None)
+                      source="cli", micro_compact=CompactionPolicy() if compact else None,
+                      review=review, on_review=show_review,
+                      memory=MemoryConfig(inject=False) if no_memory_inject
+                      else load_memory_config(app.home))
         click.echo(f"[session {agent.session_id}]", err=True)
+        pending_notice(agent.home)
         if query is not None:
-            if not run_one(agent, query).completed:
+            result = run_one(agent, query)
+            agent.reviewer.wait(REVIEW_EXIT_WAIT_S)  # a one-shot keeps what its review saves
+            if not result.completed:
                 sys.exit(1)
             return
         _interactive(agent)
+
+
+REVIEW_EXIT_WAIT_S = 60.0
+
+
+def pending_notice(base: Any) -> None:
+    """Say when reviews left memory changes waiting for the user."""
+    from agent.errors import AgentError
+    from agent.memory import MemoryStore
+    from agent.memory_pending import PendingChanges
+    try:
+        count = len(PendingChanges(MemoryStore(base)).list())
+    except AgentError as e:
+        click.echo(f"[memory: {shorten(str(e), 200)}]", err=True)
+        return
+    if count:
+        click.echo(f"[{count} memory change(s) proposed by a review wait for you: "
+                   "hermes memory pending]", err=True)
+
+
+def show_review(text: str) -> None:
+    """A review's summary lines, on stderr (they are not the model's answer)."""
+    for line in text.splitlines():
+        click.echo(shorten(line, 300), err=True)
+
+
+def refine(agent: Any, focus: str) -> None:
+    """/refine [focus]: one review now, in the foreground; Ctrl-C stops it."""
+    previous = signal.signal(signal.SIGINT, lambda _s, _f: agent.interrupt())
+    try:
+        result = agent.refine(focus or None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if not result.actions:
+        click.echo(f"[review] nothing saved ({result.status})", err=True)
 
 
 def _interactive(agent: Any) -> None:
     while True:
         try:
             text = input("> ")
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             click.echo()
+            agent.reviewer.wait(REVIEW_EXIT_WAIT_S)
             return
-        if text.strip():
-            try:
+        except KeyboardInterrupt:
+            click.echo()
+            agent.interrupt()  # reaches a review in flight too
+            return
+        command, _, rest = text.strip().partition(" ")
+        try:
+            if command == "/refine":
+                refine(agent, rest)
+            elif text.strip():
                 run_one(agent, text)
-            except KeyboardInterrupt:
-                return
+        except KeyboardInterrupt:
+            agent.interrupt()
+            return

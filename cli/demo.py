@@ -55,6 +55,12 @@ def damage_copy(store: Path, target_dir: Path) -> tuple[Path, int]:
     return copy, page
 
 
+def newest_chat_session(home: Path) -> str:
+    """The session the demo's chat step just created."""
+    with SessionDB.open(home) as db:
+        return db.list_sessions(source="cli", limit=1)[0].id
+
+
 class Tour:
     """Prints and runs the demo's steps through the real CLI."""
 
@@ -81,6 +87,11 @@ def run_tour(home: Path, invoke: Callable[[list[str]], int]) -> None:
     seed_history(home)
     tour.say("Chat with the offline scripted model; every message is stored as it happens")
     tour.run("chat", "--offline", "-q", "I keep my notes about SQLite here; remember that.")
+    tour.say("After the turn a background review looked back at it and saved a memory "
+             "(the [review] line above); its tokens are billed to the session, apart "
+             "from the turn's")
+    tour.run("memory", "show")
+    tour.run("sessions", "show", newest_chat_session(home), "--usage")
     tour.say("Ask the agent to search past sessions (it calls the session_search tool)")
     tour.run("chat", "--offline", "-q", "search checkpoint starvation")
     tour.say("Search the store yourself")

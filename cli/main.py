@@ -23,8 +23,10 @@ class AppContext:
     home: Path
     profile: str | None
 
-    def open_store(self) -> SessionDB:
-        return SessionDB.open(self.home, self.profile)
+    def open_store(self, *, create: bool = True) -> SessionDB:
+        """The home's store. Reading commands pass ``create=False``: a missing
+        store is then "no store at PATH" and nothing is created."""
+        return SessionDB.open(self.home, self.profile, create=create)
 
 
 def _one_line(e: BaseException) -> str:
@@ -36,7 +38,7 @@ class HermesGroup(SectionedGroup):
 
     sections = {"Sessions": ("sessions",),
                 "Recovery": ("doctor", "inspect", "recover", "repair"),
-                "Agent": ("chat", "demo")}
+                "Agent": ("chat", "demo", "memory", "skills")}
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -49,7 +51,7 @@ class HermesGroup(SectionedGroup):
 
 # Bad input keeps its one line; a storage failure also says what it means
 # and the first command to run (from the one copy table).
-_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT)
+_ONE_LINE_CAUSES = (Cause.NOT_FOUND, Cause.INVALID_INPUT, Cause.FOREIGN)
 
 
 def explain_for_cli(err: StorageError, app: Any) -> str:
@@ -109,3 +111,4 @@ def main() -> None:
 # Command modules register themselves on `cli`; import them last.
 from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
                search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+from . import memory_cmd  # noqa: E402,F401

@@ -35,7 +35,7 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
       hermes sessions search '"connection refused" postgres' --limit 5
       hermes sessions search backup --source agent --since 7d --order newest
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         hits = db.search(query, session_id=session_id, role=role, source=source, since=since,
                          until=until, order=order, include_archived=archived, limit=limit)
         stale = db.search_index_stale()
@@ -68,7 +68,7 @@ def reindex_cmd(app: AppContext, force: bool, as_json: bool) -> None:
     Example:
       hermes sessions reindex --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         # Opening a stale store with no other holder has just rebuilt it.
         stats = db.search_rebuilt_on_open or db.rebuild_search_index(force=force)
     if as_json:

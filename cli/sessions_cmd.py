@@ -47,7 +47,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     Example:
       hermes sessions list --source agent --since 7d --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since)
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
@@ -61,20 +61,27 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
 @sessions.command("show")
 @click.argument("session_id", type=SessionId())
 @click.option("--archived", is_flag=True, help="Also show archived and rewound messages.")
+@click.option("--usage", "usage_only", is_flag=True,
+              help="Show the session's model usage by task and model instead of messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def show_cmd(app: AppContext, session_id: str, archived: bool, as_json: bool) -> None:
+def show_cmd(app: AppContext, session_id: str, archived: bool, usage_only: bool,
+             as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
     JSON: {"session": <session>, "messages": [<message without markers>],
     "rows": [{"uid", "timestamp", "state", "kind", "compaction_id"}]} with
-    rows[i] describing messages[i].
+    rows[i] describing messages[i]. With --usage: {"session": <session>,
+    "usage": {"rows", "by_task", "total"}} (see docs/cli.md).
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
+      hermes sessions show 20260101_120000_ab12cd34 --usage
     """
-    with app.open_store() as db:
+    if usage_only:
+        return show_usage(app, session_id, as_json)
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         stored = list(session_messages(db, session_id, include_archived=archived))
     if as_json:
@@ -91,6 +98,36 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, as_json: bool) ->
         role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
         rows.append((role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
     table(rows, ("role", "time", "text"))
+
+
+def usage_table(rows: list[dict]) -> None:
+    """Usage rows (task, model, provider, counters) as a table."""
+    table(((r["task"], r["model"] or "-", r["provider"] or "-", r["api_calls"],
+            r["input_tokens"], r["output_tokens"], r["cache_read_tokens"],
+            r["cache_write_tokens"], "-" if r["cost_usd"] is None else f"{r['cost_usd']:.4f}")
+           for r in rows),
+          ("task", "model", "provider", "calls", "input", "output", "cache read",
+           "cache write", "cost $"))
+
+
+def show_usage(app: AppContext, session_id: str, as_json: bool) -> None:
+    """`sessions show --usage`: the session's usage ledger."""
+    from sessiondb.usage import summary
+    with app.open_store(create=False) as db:
+        session = db.get_session(session_id)
+        doc = summary(db.session_usage(session_id))
+    if as_json:
+        emit_json({"session": session.to_dict(), "usage": doc})
+        return
+    click.echo(f"{session.id}  {shorten(session.title or '(untitled)', 60)}  "
+               f"[{session.source}]  usage by task and model")
+    if not doc["rows"]:
+        click.echo("No model usage recorded.")
+        return
+    usage_table(doc["rows"])
+    total = doc["total"]
+    click.echo(f"total: {total['api_calls']} calls, {total['input_tokens']} input and "
+               f"{total['output_tokens']} output tokens")
 
 
 @sessions.command("rename")
@@ -110,7 +147,7 @@ def rename_cmd(app: AppContext, session_id: str, title: str, as_json: bool) -> N
     title = title.strip()
     if not title:
         raise click.BadParameter("the title must not be empty", param_hint="TITLE")
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         db.set_title(session_id, title)
     if as_json:
         emit_json({"id": session_id, "title": title})
@@ -134,7 +171,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
       hermes sessions export 20260101_120000_ab12cd34 -o keep.jsonl
       hermes sessions delete 20260101_120000_ab12cd34 --yes
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
@@ -165,7 +202,7 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
     Example:
       hermes --profile work sessions stats --json
     """
-    with app.open_store() as db:
+    with app.open_store(create=False) as db:
         doc = store_stats(db)
     if as_json:
         emit_json(doc)
@@ -182,3 +219,6 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
            ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
                      f"{pages['freelist_count']} free"),
            ("full-text index", fts_size)], ("", ""))
+    if doc["usage"]["rows"]:
+        click.echo("\nModel usage by task and model:")
+        usage_table(doc["usage"]["rows"])

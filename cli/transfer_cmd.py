@@ -11,6 +11,7 @@ import click
 
 from sessiondb.export import FORMATS, export_sessions, export_to_path
 from sessiondb.importer import ImportResult, import_export_file
+from sessiondb.hermes_agent_import import import_hermes_agent
 from sessiondb.llm_import import import_llm_logs
 
 from .main import AppContext
@@ -57,7 +58,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     """
     _check_export_args(session_ids, all_, output, force, as_json)
     ids = list(session_ids) if session_ids else None
-    with app.open_store() as db, ExitStack() as stack:
+    with app.open_store(create=False) as db, ExitStack() as stack:
         total = db.count_messages(ids) if stderr_is_tty() else None
         tick = stack.enter_context(progress(total, "exporting"))
         if output is None:
@@ -86,20 +87,34 @@ def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> No
 
 def _report(result: ImportResult) -> None:
     verb = "would add" if result.dry_run else "added"
-    table([("sessions", result.sessions_in_file, result.sessions_created,
-            result.sessions_existing),
-           ("messages", result.messages_in_file, result.messages_added,
-            result.messages_skipped)],
-          ("", "in file", verb, "already present"))
+    rows = [("sessions", result.sessions_in_file, result.sessions_created,
+             result.sessions_existing),
+            ("messages", result.messages_in_file, result.messages_added,
+             result.messages_skipped)]
+    if result.usage_rows_in_file:
+        rows.append(("usage rows", result.usage_rows_in_file, result.usage_rows_added,
+                     result.usage_rows_in_file - result.usage_rows_added))
+    table(rows, ("", "in file", verb, "already present"))
+    if result.tables:
+        click.echo("rows in the source: " + ", ".join(f"{t} {n}" for t, n in
+                                                     result.tables.items()))
+    for left in result.not_carried:
+        rows_text = "" if left["rows"] is None else f" ({left['rows']} rows)"
+        click.echo(f"not carried over: {left['table']}{rows_text}: {left['why']}")
     if result.dry_run:
         click.echo("Dry run: nothing was written.")
 
 
+_IMPORTERS = {"hermes": import_export_file, "hermes-agent": import_hermes_agent,
+              "llm": import_llm_logs}
+
+
 @sessions.command("import")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--from", "source", type=click.Choice(["hermes", "llm"]), default="hermes",
+@click.option("--from", "source", type=click.Choice(sorted(_IMPORTERS)), default="hermes",
               show_default=True,
-              help="hermes: a JSONL file from `sessions export`; llm: llm's logs.db.")
+              help="hermes: a JSONL file from `sessions export`; hermes-agent: Hermes "
+                   "Agent's state.db; llm: llm's logs.db.")
 @click.option("--dry-run", is_flag=True, help="Check the file and count; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
@@ -108,17 +123,20 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
 
     The whole file is checked before anything is written, so a malformed or
     truncated file changes nothing. Re-importing the same file adds nothing.
-    JSON keys: source_format, path, dry_run, sessions_in_file,
-    sessions_created, sessions_existing, messages_in_file, messages_added,
-    messages_skipped.
+    SQLite sources (hermes-agent, llm) are read through a private copy,
+    never opened in place. JSON keys: source_format, path, dry_run,
+    sessions_in_file, sessions_created, sessions_existing, messages_in_file,
+    messages_added, messages_skipped, usage_rows_in_file, usage_rows_added,
+    tables, not_carried.
 
     \b
     Example:
       hermes --home ~/new-home sessions import backup.jsonl --dry-run
       hermes sessions import --from llm ~/.config/io.datasette.llm/logs.db
+      hermes --home ~/.hermes-state sessions import --from hermes-agent ~/.hermes/state.db
     """
-    run = import_llm_logs if source == "llm" else import_export_file
-    with app.open_store() as db, ExitStack() as stack:
+    run = _IMPORTERS[source]
+    with app.open_store(create=not dry_run) as db, ExitStack() as stack:
         result = run(db, path, dry_run=dry_run, progress_for=lambda total: stack.enter_context(
             progress(total, "importing")))
     if as_json:

@@ -283,11 +283,20 @@ def check_backups(t: Target) -> list[Finding]:
     return [Finding("backups", "ok", f"{len(found)} backup(s), newest {found[-1].name}")]
 
 
+def check_identity(t: Target) -> list[Finding]:
+    """Whose file the store path is (body in doctor_identity.py)."""
+    from .doctor_identity import check_identity as body
+    return body(t)
+
+
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
-    check_sidecars, check_holders, check_store, check_spool, check_temp, check_quarantine,
-    check_backups)
+    check_identity, check_sidecars, check_holders, check_store, check_spool, check_temp,
+    check_quarantine, check_backups)
+# Another program's file: only checks that neither read its rows nor advise a change.
+FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
+    check_identity, check_disk, check_sqlite, check_holders)
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,
@@ -302,10 +311,13 @@ def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None =
     """Run every check; read-only. A home without a store gets one info finding."""
     t = target(home, profile, full)
     if not t.db.is_file():
-        return [Finding("store", "info", f"no store at {t.db} yet; it is created on first use",
-                        t.command("sessions", "list"))]
+        return [Finding("store", "info", f"no store at {t.db} yet; the first chat or import "
+                        "creates it", t.command("chat"))]
+    from .doctor_identity import identity_of
+    ident = identity_of(t)
+    checks = FOREIGN_CHECKS if ident is not None and ident.foreign else HOME_CHECKS + STORE_CHECKS
     out: list[Finding] = []
-    for check in HOME_CHECKS + STORE_CHECKS:
+    for check in checks:
         out += check(t)
     return out
 

@@ -30,6 +30,7 @@ Check = Callable[[Any], bool]
 
 _SESSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@+=-]{0,127}$")  # sessiondb/paths.py
 _HEX_RE = re.compile(r"^[0-9a-f]{8,64}$")
+_TASK_RE = re.compile(r"^[a-z][a-z0-9_]{0,39}$")  # sessiondb.usage's task names
 _MIGRATION_RE = re.compile(r"^m\d{3}_[A-Za-z0-9_]+$")
 # 2001-09-09 .. 2128: epoch seconds a store could plausibly have written
 _TS_MIN, _TS_MAX = 1.0e9, 5.0e9
@@ -242,6 +243,22 @@ COMPACTIONS = Layout("compactions", (  # m003_compactions
     C("restored_at", REAL, True, timestamp_shape),
 ))
 
+USAGE_LEDGER = Layout("usage_ledger", (  # m007_usage_ledger (sessiondb/usage.py)
+    C("session_id", TEXT, check=session_id_shape),
+    C("task", TEXT, check=lambda v: isinstance(v, str) and bool(_TASK_RE.match(v))),
+    C("model", TEXT),
+    C("provider", TEXT),
+    C("input_tokens", INT, check=non_negative),
+    C("output_tokens", INT, check=non_negative),
+    C("cache_read_tokens", INT, check=non_negative),
+    C("cache_write_tokens", INT, check=non_negative),
+    C("reasoning_tokens", INT, check=non_negative),
+    C("api_calls", INT, check=non_negative),
+    C("cost_usd", REAL, True),
+    C("first_at", REAL, check=timestamp_shape),
+    C("last_at", REAL, check=timestamp_shape),
+))
+
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
@@ -253,7 +270,7 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 ), ignore=True)
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
-                                     COMPACTIONS, FTS_SHADOW, SQLITE_SCHEMA)
+                                     COMPACTIONS, USAGE_LEDGER, FTS_SHADOW, SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 

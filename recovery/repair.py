@@ -28,8 +28,8 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import SessionDB, migrations, paths
-from sessiondb.errors import Cause, StorageError, StoreNotFound
+from sessiondb import SessionDB, identify, migrations, paths
+from sessiondb.errors import Cause, StorageError, StoreCorrupt, StoreNotFound
 from sessiondb.explain import describe
 from sessiondb.search_maintenance import health_on
 
@@ -166,6 +166,10 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     db_path = pdir / paths.STORE_NAME
     if not db_path.is_file():
         raise StoreNotFound(f"no store at {db_path}", path=str(db_path))
+    try:  # another program's file: ForeignStore, before anything reads or copies it
+        identify.check_before_open(db_path, create=False, home=root, profile=profile)
+    except StoreCorrupt as e:
+        return _structural_report(db_path, root, profile, [str(e)])
     try:
         diag = liveread.diagnose(db_path)
     except StorageError as e:

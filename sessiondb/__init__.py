@@ -7,7 +7,9 @@ from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery
                      SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
                      StorageError, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
+from .errors import ForeignStore
 from .explain import StorageFailure, describe, describe_error
+from .identify import Identity
 from .leases import Lease
 from .paths import resolve_home, store_path
 from .search import SearchHit
@@ -16,6 +18,7 @@ from .sessions import Session
 from .spool import import_spool
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
+from .usage import UsageRow
 
 __version__ = "0.1.0"
 
@@ -29,4 +32,5 @@ __all__ = [
     "CompactionNotFound", "apply_compaction",
     "classify", "describe", "describe_error", "StorageFailure", "import_spool",
     "SearchHit", "SearchHealth", "InvalidQuery", "SearchRebuildRefused",
+    "ForeignStore", "Identity", "UsageRow",
 ]

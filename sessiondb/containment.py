@@ -25,7 +25,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ContextManager, Iterable
+from contextlib import contextmanager
+from typing import Callable, ContextManager, Iterable, Iterator
 
 import apsw
 
@@ -95,6 +96,18 @@ def _release_fd(key: FileKey) -> None:
         if entry[1] <= 0:
             del _fds[key]
             os.close(entry[0])
+
+
+@contextmanager
+def shared_descriptor(path: Path) -> Iterator[int]:
+    """A read-only descriptor of ``path`` for a short read (identification):
+    the one this process already holds for the inode, if any, so closing it
+    never cancels a live connection's locks (see the module docstring)."""
+    key, fd = _acquire_fd(path)
+    try:
+        yield fd
+    finally:
+        _release_fd(key)
 
 
 def disk_application_id(fd: int) -> int | None:

@@ -25,6 +25,7 @@ class Cause(str, enum.Enum):
     REPLACED = "replaced"
     LEASE_LOST = "lease_lost"
     NOT_FOUND = "not_found"
+    FOREIGN = "foreign"
     INVALID_INPUT = "invalid_input"
     UNKNOWN = "unknown"
 
@@ -115,6 +116,23 @@ class StoreNotFound(StorageError):
     """The database path does not exist or cannot be opened as a file."""
 
     cause = Cause.NOT_FOUND
+
+
+class ForeignStore(StorageError):
+    """The file is another program's database; hermes never changes it.
+
+    ``kind`` and ``label`` come from `identify.Identity` (e.g. ``hermes-agent``,
+    "Hermes Agent state.db, schema v31"); ``applies`` names the commands
+    that do work on it (``inspect``, ``recover``, ``import``)."""
+
+    cause = Cause.FOREIGN
+
+    def __init__(self, message: str, *, kind: str = "sqlite", label: str = "",
+                 applies: tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.kind = kind
+        self.label = label
+        self.applies = applies
 
 
 class InvalidMessage(StorageError):

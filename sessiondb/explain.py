@@ -100,6 +100,11 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
     Cause.LEASE_LOST: (
         "Another agent took over this session's turn, so this one stopped writing to it.",
         ("list",)),
+    Cause.FOREIGN: (
+        "The file {db} was written by another program, not by hermes-state; hermes never "
+        "changes it, but can inspect it, recover it in its own schema or import its sessions "
+        "into a store of its own.",
+        ("inspect", "recover")),
     Cause.NOT_FOUND: (
         "The session or the session database was not found.",
         ("list",)),
@@ -134,9 +139,32 @@ def describe_error(err: StorageError, *, home: str | os.PathLike[str] | None = N
         from .paths import store_path
         path = store_path(home, profile)
     failure = describe(err.cause, db_path=path, home=home, profile=profile)
+    if err.cause is Cause.FOREIGN:
+        failure = StorageFailure(failure.code, failure.cause, failure.summary, foreign_actions(
+            err, Path(path), Path(home) if home is not None else None, profile))
     if err.code != failure.code:  # e.g. storage_unsafe_sqlite keeps its own code
         failure = StorageFailure(err.code, failure.cause, failure.summary, failure.actions)
     return failure
+
+
+def import_home(home: Path | None, db: Path) -> Path:
+    """Where `sessions import --from KIND` should put a foreign file's sessions:
+    a home of ours beside the foreign file's, never the foreign file itself."""
+    base = home if home is not None else db.parent
+    return base.with_name(base.name + "-state")
+
+
+def foreign_actions(err: StorageError, db: Path, home: Path | None,
+                    profile: str | None) -> tuple[str, ...]:
+    """Inspect and recover (the table's), then the import that reads this kind."""
+    keys = _TABLE[Cause.FOREIGN][1]
+    actions = commands(db, home, profile)
+    out = tuple(actions[k] for k in keys)
+    kind = getattr(err, "kind", None)
+    if "import" in getattr(err, "applies", ()) and kind:
+        out += (_hermes(import_home(home, db), None, "sessions", "import", "--from", kind,
+                        str(db)),)
+    return out
 
 
 def all_causes() -> tuple[Cause, ...]:
@@ -145,4 +173,5 @@ def all_causes() -> tuple[Cause, ...]:
 
 
 __all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "commands",
+           "foreign_actions", "import_home",
            "RECOVERED_NAME"]

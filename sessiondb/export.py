@@ -5,14 +5,17 @@ written as they are read, so memory stays bounded however large the store
 or a transcript is. JSONL is the interchange format `importer` reads back:
 
     {"type": "header", "format": "hermes-export", "version": 1, "exported_at": ISO}
-    {"type": "session", "session": {<every Session field>}}
+    {"type": "session", "session": {<every Session field>},
+     "usage": [{<a usage ledger row: task, model, provider, counters, cost, times>}]}
     {"type": "message", "session_id", "uid", "timestamp", "state",
      "compaction_id", "kind", "message": {<the message dict, no markers>}}
     ... (each session's messages follow its session line, in order)
     {"type": "end", "sessions": N, "messages": M}
 
 JSON is one document with the same content nested per session; Markdown
-is for reading only.
+is for reading only. ``usage`` (the session's usage ledger rows) was added
+within version 1: a file without it imports as before, and an older reader
+ignores it.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
+from . import usage
 from .errors import InvalidInput
 from .outfile import check_output, private_output
 from .pages import StoredMessage
@@ -92,6 +96,13 @@ def session_messages(db: SessionDB, session_id: str, *,
         after = page[-1].key
 
 
+def session_record(db: SessionDB, session: Session) -> dict[str, Any]:
+    """The session's row and its usage ledger rows."""
+    with db._read() as conn:
+        rows = usage.ledger_rows(conn, session.id)
+    return {"session": session.to_dict(), "usage": rows}
+
+
 def message_record(session_id: str, m: StoredMessage) -> dict[str, Any]:
     """The per-message fields an export carries (the row key stays private)."""
     return {"session_id": session_id, "uid": m.uid, "timestamp": m.timestamp,
@@ -115,7 +126,7 @@ def _write_jsonl(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Cou
                       "exported_at": iso_utc(time.time())}) + "\n")
     for session in selected_sessions(db, ids):
         count.sessions += 1
-        out.write(_dumps({"type": "session", "session": session.to_dict()}) + "\n")
+        out.write(_dumps({"type": "session", **session_record(db, session)}) + "\n")
         for m in session_messages(db, session.id):
             out.write(_dumps({"type": "message", **message_record(session.id, m)}) + "\n")
             count.tick()
@@ -130,7 +141,7 @@ def _write_json(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Coun
     for session in selected_sessions(db, ids):
         out.write(("," if count.sessions else "") + "\n")
         count.sessions += 1
-        out.write('{"session":' + _dumps(session.to_dict()) + ',"messages":[')
+        out.write(_dumps(session_record(db, session))[:-1] + ',"messages":[')
         first = True
         for m in session_messages(db, session.id):
             record = message_record(session.id, m)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 import apsw
 
 from . import messages as rows
+from . import usage
 from .codec import encode
-from .errors import Cause, InvalidMessage, StorageError
+from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .paths import validate_session_id
 from .sessions import Session
@@ -54,6 +55,8 @@ class SessionIn:
 
     row: dict[str, Any]
     line: int | None = None
+    #: the session's usage ledger rows (checked: `usage.check_ledger_rows`)
+    usage: tuple[dict[str, Any], ...] = ()
 
     @property
     def id(self) -> str:
@@ -95,6 +98,11 @@ class ImportResult:
     messages_in_file: int = 0
     messages_added: int = 0
     messages_skipped: int = 0
+    usage_rows_in_file: int = 0
+    usage_rows_added: int = 0
+    #: Rows per table of a foreign source, and what was not carried over (why).
+    tables: dict[str, int] = field(default_factory=dict)
+    not_carried: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -207,6 +215,14 @@ def read_export_jsonl(path: str | Path) -> Iterator[Record]:
             raise ImportFileError(f"{path} is not UTF-8 text ({e.reason})") from None
 
 
+def _usage_rows(rows: Any, line: int) -> tuple[dict[str, Any], ...]:
+    """A session record's ledger rows (absent in older exports: none)."""
+    try:
+        return usage.check_ledger_rows(rows)
+    except InvalidInput as e:
+        raise _bad(line, str(e)) from None
+
+
 def _records(lines: Iterable[str]) -> Iterator[Record]:
     for line, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -217,7 +233,8 @@ def _records(lines: Iterable[str]) -> Iterator[Record]:
             continue
         kind = rec["type"]
         if kind == "session":
-            yield SessionIn(check_session_row(rec.get("session"), line), line)
+            yield SessionIn(check_session_row(rec.get("session"), line), line,
+                            _usage_rows(rec.get("usage", []), line))
         elif kind == "message":
             yield _message_in(rec, line)
         elif kind == "end":
@@ -278,14 +295,16 @@ class _Run:
 
     def start_session(self, rec: SessionIn) -> None:
         self.result.sessions_in_file += 1
-        if self.result.dry_run:
-            with self.db._read() as conn:
-                created = not _session_exists(conn, rec.id)
-        else:
-            with self.db.atomic() as conn:  # check and create in one transaction
-                created = not _session_exists(conn, rec.id)
-                if created:
-                    self._insert_session(conn, rec.row)
+        self.result.usage_rows_in_file += len(rec.usage)
+        dry, now = self.result.dry_run, self.db.now()
+        # Ledger rows go in with the session (or fill the keys an existing one
+        # lacks) in the same transaction: a re-run adds none twice.
+        with (self.db._read() if dry else self.db.atomic()) as conn:
+            created = not _session_exists(conn, rec.id)
+            if created and not dry:
+                self._insert_session(conn, rec.row)
+            added = usage.import_rows(conn, rec.id, rec.usage, now, dry_run=dry)
+        self.result.usage_rows_added += added  # counted once the transaction committed
         self.session, self.created = rec, created
         if created:
             self.result.sessions_created += 1

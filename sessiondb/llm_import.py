@@ -17,18 +17,28 @@ conversation becomes a session of its own, ``llm-response-<id>``. Message
 uids are ``llm:<response id>:<role>``, so importing the same logs.db again
 adds only responses logged since. Attachments, fragments, tools and schemas
 are not imported.
+
+llm 0.36 logs to ``threads/turns/messages/parts`` instead (llm_threads.py);
+a file upgraded from an older llm holds both. A conversation that has a
+thread of the same id is read from the thread (its chain holds the whole
+history), any other from its responses. The file is identified first and
+read through a private copy (foreign_copy.py), never opened in place; a
+file with no conversation at all is an error, not "0 imported".
 """
 from __future__ import annotations
 
 import re
 import sqlite3
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
-from urllib.parse import quote
 
 import sqlite_utils
 
+from . import llm_threads
+from .foreign_copy import connect_copy, foreign_copy, identify_source
+from .identify import LLM
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
 
@@ -39,22 +49,28 @@ SOURCE = "llm"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 
 
-def open_logs(path: str | Path) -> sqlite_utils.Database:
-    """Open an llm logs.db read-only (never creates or changes it)."""
+@contextmanager
+def open_logs(path: str | Path) -> Iterator[sqlite_utils.Database]:
+    """An llm logs.db, identified, then read through a private copy."""
     p = Path(path)
     if not p.is_file():
         raise ImportFileError(f"{p} is not a file", path=str(p))
-    try:
-        conn = sqlite3.connect(f"file:{quote(str(p.resolve()))}?mode=ro", uri=True)
-        db = sqlite_utils.Database(conn)
-        tables = set(db.table_names())
-    except sqlite3.DatabaseError as e:
-        raise ImportFileError(f"cannot read {p} as SQLite: {e}", path=str(p)) from e
-    if not {"responses", "conversations"} <= tables:
-        db.close()
-        raise ImportFileError(f"{p} is not an llm logs database (no responses and "
-                              "conversations tables)", path=str(p))
-    return db
+    ident = identify_source(p)
+    if ident.kind != LLM:
+        raise ImportFileError(f"{p} is {ident.label}, not an llm logs database",
+                              path=str(p))
+    with foreign_copy(p) as copy:
+        db = sqlite_utils.Database(connect_copy(copy))
+        try:
+            if not ({"responses", "conversations"} <= set(db.table_names())
+                    or llm_threads.has_threads(db.conn)):
+                raise ImportFileError(f"{p} ({ident.label}) has neither responses nor "
+                                      "threads tables", path=str(p))
+            yield db
+        except sqlite3.DatabaseError as e:
+            raise ImportFileError(f"cannot read {p}: {e}", path=str(p)) from e
+        finally:
+            db.close()
 
 
 def parse_time(value: Any) -> float:
@@ -83,6 +99,15 @@ def _token_sums(db: sqlite_utils.Database) -> str:
 
 
 def _groups(db: sqlite_utils.Database) -> Iterator[dict[str, Any]]:
+    if "responses" not in db.table_names():
+        return
+    threaded = set(llm_threads.thread_ids(db.conn)) if llm_threads.has_threads(db.conn) else set()
+    for group in _response_groups(db):
+        if group["cid"] is None or group["cid"] not in threaded:
+            yield group
+
+
+def _response_groups(db: sqlite_utils.Database) -> Iterator[dict[str, Any]]:
     tokens = _token_sums(db)
     yield from db.query(
         f"SELECT r.conversation_id AS cid, NULL AS rid, c.name AS name,"
@@ -133,26 +158,46 @@ def _messages(sid: str, r: dict[str, Any], last_system: str | None) -> Iterator[
         yield MessageIn(sid, f"llm:{rid}:assistant", ts, "active", None, "message", reply)
 
 
-def read_llm_logs(path: str | Path) -> Iterator[Record]:
-    """Sessions and messages from an llm logs.db, conversation by conversation."""
-    db = open_logs(path)
-    try:
-        for group in _groups(db):
-            session = _session(group)
-            yield session
-            last_system = None
-            for r in _responses(db, group):
-                yield from _messages(session.id, r, last_system)
-                last_system = r["system"] or last_system
-    except sqlite3.DatabaseError as e:
-        raise ImportFileError(f"cannot read {path}: {e}", path=str(path)) from e
-    finally:
-        db.close()
+def read_llm_logs(logs: sqlite_utils.Database) -> Iterator[Record]:
+    """Sessions and messages of an opened logs.db: the responses layout's
+    conversations, then llm 0.36's threads."""
+    for group in _groups(logs):
+        session = _session(group)
+        yield session
+        last_system = None
+        for r in _responses(logs, group):
+            yield from _messages(session.id, r, last_system)
+            last_system = r["system"] or last_system
+    if llm_threads.has_threads(logs.conn):
+        for tid in llm_threads.thread_ids(logs.conn):
+            yield from llm_threads.read_thread(logs.conn, tid)
+
+
+_COUNTED = ("conversations", "responses", "threads", "turns", "messages", "parts")
+_LEFT = {"attachments": "attachment bytes (messages keep their references)",
+         "fragments": "fragment texts are inlined into the messages that use them",
+         "tools": "tool definitions", "tool_calls": "the responses layout's tool calls",
+         "tool_results": "the responses layout's tool results", "schemas": "JSON schemas"}
+
+
+def _survey(logs: sqlite_utils.Database) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    names = set(logs.table_names())
+    counts = {n: logs[n].count for n in _COUNTED + tuple(_LEFT) if n in names}
+    left = [{"table": n, "rows": counts[n], "why": why} for n, why in _LEFT.items()
+            if counts.get(n)]
+    return counts, left
 
 
 def import_llm_logs(db: SessionDB, path: str | Path, *, dry_run: bool = False,
                     progress_for: ProgressFor | None = None) -> ImportResult:
-    """Import an llm logs.db into the store, idempotent by response id."""
-    return import_records(db, lambda: read_llm_logs(path), source_format="llm",
-                          path=str(path), dry_run=dry_run, require_end=False,
-                          progress_for=progress_for)
+    """Import an llm logs.db into the store, idempotent by response and message
+    id; a file without a conversation raises ImportFileError."""
+    with open_logs(path) as logs:
+        result = import_records(db, lambda: read_llm_logs(logs), source_format="llm",
+                                path=str(path), dry_run=dry_run, require_end=False,
+                                progress_for=progress_for)
+        result.tables, result.not_carried = _survey(logs)
+    if result.sessions_in_file == 0:
+        raise ImportFileError(f"{path} holds no conversations (llm logged nothing yet); "
+                              "nothing was imported", path=str(path))
+    return result

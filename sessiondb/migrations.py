@@ -11,7 +11,7 @@ from typing import Callable
 
 import apsw
 
-from . import search_index
+from . import search_index, usage
 
 Migration = Callable[[apsw.Connection], None]
 
@@ -120,9 +120,14 @@ def m006_index_watermark(conn: apsw.Connection) -> None:
     search_index.install_changelog(conn)
 
 
+def m007_usage_ledger(conn: apsw.Connection) -> None:
+    """Model usage per (session, task, model, provider); see sessiondb/usage.py."""
+    usage.install(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
-                                     m006_index_watermark)
+                                     m006_index_watermark, m007_usage_ledger)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

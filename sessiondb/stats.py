@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from . import usage
 from .search_index import INDEXES
 
 if TYPE_CHECKING:  # for type hints only
@@ -67,9 +68,10 @@ def store_stats(db: SessionDB) -> dict[str, Any]:
                  "page_count": _pragma(conn, "page_count"),
                  "freelist_count": _pragma(conn, "freelist_count")}
         fts = _fts_size(conn)
+        spent = usage.summary(usage.totals(conn))
     return {
         "path": str(path), "sessions": sessions, "messages": sum(by_state.values()),
-        "messages_by_state": by_state, "pages": pages, "fts": fts,
+        "messages_by_state": by_state, "pages": pages, "fts": fts, "usage": spent,
         "files": {"db": _file_size(path), "wal": _file_size(Path(f"{path}-wal")),
                   "shm": _file_size(Path(f"{path}-shm"))},
     }

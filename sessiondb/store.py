@@ -19,8 +19,8 @@ from typing import Any, Callable
 import apsw
 
 from . import (compaction, leases, messages, migrations, pages, paths, policy,
-               search, search_index, search_maintenance, sessions, spool)
-from . import checkpointer
+               search, search_index, search_maintenance, sessions, spool, usage)
+from . import checkpointer, identify
 from .checkpointer import CheckpointStats
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
 from .core import Atomic, StoreCore
@@ -50,7 +50,7 @@ class SessionDB:
                  home: Path | None = None, profile: str | None = None,
                  vfs: str | None = None,
                  checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES,
-                 background_index: bool = True) -> None:
+                 background_index: bool = True, create: bool = True) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
@@ -60,6 +60,13 @@ class SessionDB:
         self.patience = patience
         self.clock = clock
         self._tail: tuple[str, int, int] | None = None  # see _known_start
+        if self.path.is_dir():
+            raise InvalidInput(f"{self.path} is a directory, not a database file",
+                               path=str(self.path))
+        # Before any pragma or write: another program's file is never changed,
+        # and without ``create`` a missing store is not made (see identify.py).
+        self.identity = identify.check_before_open(self.path, create=create, home=home,
+                                                   profile=profile)
         self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,
                                       vfs=vfs)
         try:
@@ -78,8 +85,14 @@ class SessionDB:
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
              **kwargs: Any) -> "SessionDB":
-        """Open ``<home>/state.db`` (or a profile's), creating the home 0700."""
+        """Open ``<home>/state.db`` (or a profile's), creating the home 0700.
+
+        With ``create=False`` (reading commands) a missing store raises
+        StoreNotFound and nothing, not even the home, is created."""
         root = paths.resolve_home(home)
+        if not kwargs.get("create", True):
+            path = paths.store_path(root, profile)
+            identify.check_before_open(path, create=False, home=root, profile=profile)
         directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
         return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
 
@@ -247,13 +260,19 @@ class SessionDB:
             return sessions.delete(conn, session_id)
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
-                     cache_read_tokens: int = 0, cache_write_tokens: int = 0) -> None:
-        """Add model token usage to a session's counters."""
+                     cache_read_tokens: int = 0, cache_write_tokens: int = 0,
+                     **ledger: Any) -> None:
+        """Add a turn's token usage to the session's counters and to its usage
+        ledger row (task ``turn``; ``ledger`` takes model, provider, api_calls,
+        reasoning_tokens, cost_usd: see `record_auxiliary_usage`)."""
         with self.atomic() as conn:
             sessions.require(conn, session_id)
             sessions.add_usage(conn, session_id, self.now(), input_tokens=input_tokens,
                                output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
                                cache_write_tokens=cache_write_tokens)
+            usage.record_turn(conn, session_id, self.now(), input_tokens=input_tokens,
+                              output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+                              cache_write_tokens=cache_write_tokens, **ledger)
 
     # -- leases ------------------------------------------------------------
 
@@ -480,6 +499,37 @@ class SessionDB:
     def search_health(self) -> search_maintenance.SearchHealth:
         """Integrity-check and a real MATCH probe for each search index."""
         return search_maintenance.health(self)
+
+    # -- usage ledger (sessiondb/usage.py) ---------------------------------
+
+    def record_auxiliary_usage(self, session_id: str, *, task: str, model: str | None = None,
+                               provider: str | None = None, cost_usd: float | None = None,
+                               **counters: Any) -> bool:
+        """Bill a model call made on a session's behalf that is not one of its
+        turns (``task``: compaction, title, background_review, ...) to the
+        ledger only: the transcript and the session row are never touched.
+        Never raises: a failure is logged and False returned, because the
+        caller's own work (a finished turn, a review) must not fail for it."""
+        try:
+            with self.atomic() as conn:
+                sessions.require(conn, session_id)
+                return usage.add(conn, session_id, self.now(), task=task, model=model,
+                                 provider=provider, cost_usd=cost_usd, **counters)
+        except Exception:  # noqa: BLE001 (documented: logged, never raised)
+            log.warning("could not record %s usage for session %s", task, session_id,
+                        exc_info=True)
+            return False
+
+    def session_usage(self, session_id: str) -> list[usage.UsageRow]:
+        """A session's usage ledger rows (turns first)."""
+        with self._read() as conn:
+            sessions.require(conn, session_id)
+            return usage.for_session(conn, session_id)
+
+    def usage_totals(self) -> list[usage.UsageRow]:
+        """The store's usage by task, model and provider."""
+        with self._read() as conn:
+            return usage.totals(conn)
 
 
 __all__ = ["SessionDB", "new_uid"]

@@ -52,9 +52,10 @@ def test_show_folds_tool_calls_and_json_strips_markers(filled):
 
 def test_home_flag_overrides_env(filled, tmp_path):
     other = tmp_path / "other"
-    doc = json.loads(run("--home", str(other), "sessions", "list", "--json").output)
-    assert doc["sessions"] == []
-    assert (other / "state.db").exists()
+    res = run("--home", str(other), "sessions", "list", "--json")
+    # A reading command on a mistyped home: one line, exit 1, nothing created.
+    assert (res.exit_code, res.output) == (1, f"Error: no store at {other / 'state.db'}\n")
+    assert not other.exists()
 
 
 def test_unknown_session_is_one_line_error_exit_1(filled):
@@ -86,7 +87,9 @@ def test_doctor_on_fresh_home(hermes_home):
     assert res.exit_code == 0
     assert [f["id"] for f in json.loads(res.output)["findings"]] == ["store"]
     assert not (hermes_home / "state.db").exists()
-    assert run("sessions", "list").exit_code == 0
+    assert run("sessions", "list").exit_code == 1  # reading commands create nothing
+    assert not (hermes_home / "state.db").exists()
+    SessionDB.open(hermes_home).close()
     res = run("doctor", "--json")
     assert res.exit_code == 0
     doc = json.loads(res.output)

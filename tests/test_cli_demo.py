@@ -16,6 +16,13 @@ def test_demo_runs_every_step(tmp_path):
                     "--inspect-only", "--output", "doctor"):
         assert f"$ hermes --home {home}" in out and command in out, command
     assert "Here is what I found" in out and "AttributeError" not in out
+    # The review after the chat step saved a memory and is billed to that session.
+    assert "[review] User profile updated" in res.stderr
+    assert "background_review" in out and "The user said: I keep my notes" in out
+    with SessionDB.open(home) as db:
+        chat = db.list_sessions(source="cli")[-1]
+        assert "background_review" in {r.task for r in db.session_usage(chat.id)}
+        assert [m["role"] for m in db.get_messages(chat.id)] == ["user", "assistant"]
     assert "**FTS5**" in out
     assert "verdict: structural" in out and "verification: ok" in out
     # The healthy store was never touched by the damage step.

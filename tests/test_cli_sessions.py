@@ -120,7 +120,7 @@ def test_stats_json_keys_and_values(three):
     assert res.exit_code == 0
     doc = json.loads(res.stdout)
     assert set(doc) == {"path", "sessions", "messages", "messages_by_state", "files", "pages",
-                        "fts"}
+                        "fts", "usage"}
     assert (doc["sessions"], doc["messages"]) == (3, 3)
     assert doc["messages_by_state"] == {"active": 3, "archived": 0, "rewound": 0}
     assert doc["files"]["db"] > 0 and set(doc["files"]) == {"db", "wal", "shm"}

@@ -55,9 +55,8 @@ def test_export_import_round_trip_through_the_cli(filled, tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     fresh = tmp_path / "fresh"
     dry = run("--home", str(fresh), "sessions", "import", str(out), "--dry-run", "--json")
-    assert dry.exit_code == 0
-    assert json.loads(dry.stdout)["messages_added"] == 703
-    assert state_of(fresh) == {}
+    assert (dry.exit_code, dry.stderr) == (1, f"Error: no store at {fresh / 'state.db'}\n")
+    assert not fresh.exists()  # a dry run is a reading command: it creates nothing
     res = run("--home", str(fresh), "sessions", "import", str(out), "--json")
     doc = json.loads(res.stdout)
     assert {k: doc[k] for k in ("dry_run", "sessions_created", "messages_added",
@@ -127,7 +126,7 @@ def test_unknown_session_in_export_writes_nothing(filled, tmp_path):
     (("sessions", "import", "/nonexistent/x.jsonl"),
      "Error: Invalid value for 'PATH': File '/nonexistent/x.jsonl' does not exist."),
     (("sessions", "import", "x", "--from", "chatgpt"),
-     "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'llm'."),
+     "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'hermes-agent', 'llm'."),
     (("sessions", "export", "bad/../id"),
      "Error: Invalid value for '[ID]...': invalid session id 'bad/../id': 1-128 characters "
      "from letters, digits and . _ : @ + = -, starting with a letter or digit, without '..'"),
@@ -251,8 +250,9 @@ def test_profile_is_honoured_by_export_and_import(hermes_home, tmp_path):
         db.create_session("w1", source="t")
         db.append_message("w1", {"role": "user", "content": "work only"})
     out = tmp_path / "w.jsonl"
-    assert run("sessions", "export", "--all", "-o", str(out), "--json").exit_code == 0
-    assert json.loads(out.read_text().splitlines()[-1])["sessions"] == 0  # default profile
+    res = run("sessions", "export", "--all", "-o", str(out), "--json")  # default profile
+    assert (res.exit_code, res.stderr) == (1, f"Error: no store at {hermes_home / 'state.db'}\n")
+    assert not out.exists() and not (hermes_home / "state.db").exists()
     res = run("--profile", "work", "sessions", "export", "--all", "-o", str(out), "--force")
     assert res.stdout == f"Exported 1 sessions (1 messages) to {out}.\n"
     res = run("--profile", "copy", "sessions", "import", str(out), "--json")

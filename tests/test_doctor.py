@@ -45,7 +45,7 @@ def test_healthy_store_is_all_ok_and_changes_nothing(hermes_home: Path) -> None:
     assert {f["severity"] for f in doc["findings"]} <= {"ok", "info"}
     assert {f["id"] for f in doc["findings"]} >= {
         "permissions", "free_disk", "sqlite_version", "journal_mode", "wal_size", "sidecars",
-        "holders", "schema", "quick_check", "search_index", "fts_stale", "spool",
+        "identity", "holders", "schema", "quick_check", "search_index", "fts_stale", "spool",
         "temp_files", "quarantine", "backups"}
     assert [f["id"] for f in doc["findings"] if f["severity"] != "ok"] == ["backups"]
     assert sha(path) == before  # a read-only open may leave an empty -wal, never frames
@@ -59,7 +59,7 @@ def test_human_output_is_a_table_with_a_summary(hermes_home: Path) -> None:
     assert res.exit_code == 0
     assert res.output.splitlines()[0].split() == ["severity", "check", "finding", "fix"]
     assert res.output.rstrip().splitlines()[-1] == \
-        "15 checks: 14 ok, 1 info, 0 warn, 0 error; worst: info"
+        "16 checks: 15 ok, 1 info, 0 warn, 0 error; worst: info"
 
 
 def test_permissions_warn_and_fix_tightens(hermes_home: Path) -> None:

@@ -98,6 +98,8 @@ def test_cli_prints_summary_and_first_action(hermes_home: Path) -> None:
 
 
 def test_cli_bad_input_stays_one_line(hermes_home: Path) -> None:
+    from sessiondb import SessionDB
+    SessionDB.open(hermes_home).close()
     res = CliRunner().invoke(cli, ["sessions", "show", "nope"])
     assert res.exit_code == 1
     assert res.output.strip() == "Error: no session 'nope'"

@@ -98,7 +98,7 @@ def test_not_an_llm_database_is_refused(open_store, tmp_path):
     other = tmp_path / "other.db"
     sqlite_utils.Database(other)["dogs"].insert({"name": "Cleo"})
     db = open_store()
-    with pytest.raises(ImportFileError, match="is not an llm logs database"):
+    with pytest.raises(ImportFileError, match="with tables dogs, not an llm logs database"):
         import_llm_logs(db, other)
     text = tmp_path / "notes.txt"
     text.write_text("hello" * 200)
