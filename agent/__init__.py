@@ -1,5 +1,6 @@
 """The agent loop on the anthropic SDK; a client of sessiondb."""
 from .compact import CompactionPolicy
+from .failure import TurnFailure
 from .localmodel import LABEL, LocalModelServer, Reply, rule_based
 from .loop import Agent, TurnResult, Usage
 from .memory_snapshot import MemoryConfig, load_memory_config
@@ -7,6 +8,7 @@ from .review_config import ReviewConfig, load_review_config
 from .review_fork import ReviewResult
 from .tools import Tool, ToolOutcome, ToolRegistry
 
-__all__ = ["Agent", "TurnResult", "Usage", "CompactionPolicy", "Tool", "ToolOutcome",
-           "ToolRegistry", "LocalModelServer", "Reply", "rule_based", "LABEL", "ReviewConfig",
-           "ReviewResult", "load_review_config", "MemoryConfig", "load_memory_config"]
+__all__ = ["Agent", "TurnResult", "TurnFailure", "Usage", "CompactionPolicy", "Tool",
+           "ToolOutcome", "ToolRegistry", "LocalModelServer", "Reply", "rule_based", "LABEL",
+           "ReviewConfig", "ReviewResult", "load_review_config", "MemoryConfig",
+           "load_memory_config"]

@@ -48,8 +48,9 @@ def session_search_tool(db: SessionDB, current: str | None = None) -> Tool:
 
 def session_messages_tool(db: SessionDB) -> Tool:
     def session_messages(session_id: str, start: int = 0, count: int = 20) -> list[dict[str, Any]]:
-        msgs = strip_markers(db.get_messages(session_id))
-        return msgs[start:start + min(count, 50)]
+        # A page, never the whole session: at most start + 50 rows are read.
+        msgs = strip_markers(db.get_messages(session_id, limit=start + min(count, 50)))
+        return msgs[start:]
     return Tool("session_messages", "Read a range of messages of a past session.",
                 MESSAGES_SCHEMA, session_messages)
 

@@ -9,8 +9,10 @@ each other's entries.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -47,11 +49,22 @@ def locked(directory: Path) -> Iterator[None]:
 
 
 def read_text(path: Path) -> str:
-    """The file's text, or "" when it does not exist yet."""
+    """The file's text, or "" when it does not exist yet. Only a regular file
+    is read: a symlink (or FIFO, device) put where a memory or skill file of
+    ours belongs is refused, so no other file's text reaches the model."""
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return ""
+    except OSError as e:
+        why = ("it is a symbolic link; hermes reads only files it wrote"
+               if e.errno == errno.ELOOP else e.strerror or str(e))
+        raise HomeFileError(f"cannot read {path}: {why}", path=str(path)) from e
+    try:
+        with os.fdopen(fd, encoding="utf-8") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise HomeFileError(f"cannot read {path}: not a regular file", path=str(path))
+            return f.read()
     except (OSError, UnicodeDecodeError) as e:
         raise HomeFileError(f"cannot read {path}: {e}", path=str(path)) from e
 

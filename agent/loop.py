@@ -23,6 +23,7 @@ from sessiondb import SessionDB, StorageError
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
+from .failure import NO_CREDENTIALS, NO_CREDENTIALS_FAILURE, TurnFailure, has_credentials
 from .memory_snapshot import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
 from .persist import PersistenceFailed, TurnPersistence
 from .review import Reviewer
@@ -50,7 +51,7 @@ class TurnResult:
     failed: bool
     final_response: str
     failure_reason: str | None = None
-    explanation: Any = None  # sessiondb.explain.StorageFailure when storage failed
+    explanation: TurnFailure | None = None  # why it failed (storage or model), one type
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     review_wait_s: float = 0.0  # how long the turn waited for a review to stop
@@ -131,7 +132,13 @@ class Agent:
 
         A review still running from the last turn is cancelled first (waiting
         at most 2 s for it to stop); after a completed turn the next review
-        may start in the background (see agent/review.py)."""
+        may start in the background (see agent/review.py). A client that
+        cannot authenticate fails the turn before anything is written
+        (failure_reason ``model_error:no_credentials``), never with the SDK's
+        bare TypeError."""
+        if not has_credentials(self.client):
+            return TurnResult(False, False, True, "", failure_reason=NO_CREDENTIALS,
+                              explanation=NO_CREDENTIALS_FAILURE)
         waited = self.reviewer.cancel_and_wait()
         result = self._run_turn(user_text, on_text)
         result.review_wait_s = waited
@@ -165,11 +172,14 @@ class Agent:
         except PersistenceFailed as e:
             return TurnResult(False, False, True, answer or wire.pending_text(self.messages),
                               failure_reason=f"session_persistence_failed:{e.cause}",
-                              explanation=e.failure, usage=usage, steps=steps)
+                              explanation=TurnFailure.from_storage(e.failure), usage=usage,
+                              steps=steps)
         except anthropic.APIError as e:
             reason = getattr(e, "type", None) or type(e).__name__
-            return TurnResult(False, False, True, answer, failure_reason=f"model_error:{reason}",
-                              explanation=str(e), usage=usage, steps=steps)
+            code = f"model_error:{reason}"
+            return TurnResult(False, False, True, answer, failure_reason=code,
+                              explanation=TurnFailure.from_model_error(code, e), usage=usage,
+                              steps=steps)
         finally:
             self.store.end_turn(usage, self.model)
 

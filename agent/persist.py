@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import MARKER_KEY, UID_KEY, SessionDB, StorageError
+from sessiondb import MARKER_KEY, UID_KEY, SessionDB, SessionTooLong, StorageError
 from sessiondb.explain import StorageFailure, describe_error
 from sessiondb.errors import Cause
 from sessiondb.spool import SPOOL_CAUSES, spool_failed_write
@@ -20,6 +20,7 @@ from sessiondb.transcript import TranscriptWriter
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 120.0
+RESUME_TAIL = 2000
 PROVIDER = "anthropic"  # the one provider the loop speaks to (the SDK's Messages API)
 # A failed turn is over: nobody retries its writes, so a lock timeout spools too.
 AGENT_SPOOL_CAUSES = SPOOL_CAUSES | {Cause.LOCKED}
@@ -46,8 +47,15 @@ class TurnPersistence:
         self._spooled: set[str] = set()  # uids already in the spool
 
     def load(self) -> list[dict[str, Any]]:
-        """The session's live transcript (marked), for resuming."""
-        return self.db.get_messages(self.session_id)
+        """The session's live transcript (marked), for resuming. A session too
+        long to load whole resumes from its last `RESUME_TAIL` rows plus the
+        live rolling summary before them (what the model is sent anyway)."""
+        try:
+            return self.db.get_messages(self.session_id)
+        except SessionTooLong as e:
+            log.info("session %s has %d live rows; resuming from the last %d and its "
+                     "rolling summary", self.session_id, e.rows, RESUME_TAIL)
+            return self.db.get_messages(self.session_id, tail=RESUME_TAIL, with_summary=True)
 
     def _fail(self, err: StorageError, messages: list[dict[str, Any]]) -> PersistenceFailed:
         """Spool what is not stored yet (once per message), explain, fail closed."""

@@ -94,7 +94,9 @@ class SkillStore:
         if not self.dir.is_dir():
             return out
         for sub in sorted(self.dir.iterdir()):
-            if not _NAME_RE.match(sub.name) or not (sub / SKILL_FILE).is_file():
+            # a symlinked skill directory or file was not written by us: skipped
+            if (not _NAME_RE.match(sub.name) or sub.is_symlink() or not sub.is_dir()
+                    or (sub / SKILL_FILE).is_symlink() or not (sub / SKILL_FILE).is_file()):
                 continue
             try:
                 desc = frontmatter(homefiles.read_text(sub / SKILL_FILE)).get("description", "")

@@ -22,7 +22,12 @@ which neither Debian's sqlite3 nor apsw's library has. Pass one with
 ignored) from the SQLite amalgamation shipped inside the npm package
 ``sqlite3`` (needs npm and a C compiler; about a minute).
 
+Files other programs wrote (Hermes Agent, llm, the Agents SDK, LangGraph),
+per format and damage class: bench/salvage_foreign.py, or ``--foreign``
+here (its own options follow: ``--foreign --quick``).
+
 Usage: python bench/salvage.py [--messages 20000] [--sqlite3 PATH] [--json]
+       python bench/salvage.py --foreign [--quick] [--sqlite3 PATH] [--json]
 """
 from __future__ import annotations
 
@@ -277,6 +282,11 @@ def build(path: Path, messages: int) -> None:
 
 
 def main() -> None:
+    if "--foreign" in sys.argv[1:]:
+        import salvage_foreign  # bench/ is on sys.path when run as a script
+        sys.argv.remove("--foreign")
+        salvage_foreign.main()
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--sqlite3", type=Path, help="a sqlite3 shell that has .recover")

@@ -25,13 +25,14 @@ def demo(app: AppContext, demo_home: Path | None) -> None:
       hermes demo
       hermes demo --home ./demo-home
     """
+    from sessiondb.paths import ensure_private_dir
+
     from .demo import run_tour
     from .main import cli as root
     home = demo_home or Path(tempfile.mkdtemp(prefix="hermes-demo-"))
     if home.exists() and any(home.iterdir()):
         raise click.UsageError(f"{home} is not empty; the demo needs a new or empty directory")
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    home.chmod(0o700)
+    ensure_private_dir(home)  # parents too: 0700 whatever the umask
     click.echo(f"Demo home: {home}")
 
     def invoke(argv: list[str]) -> int:

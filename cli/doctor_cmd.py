@@ -8,11 +8,15 @@ from recovery.doctor_fix import fix
 from recovery.errors import RecoveryError
 
 from .main import AppContext, cli
-from .output import emit_json, table
+from .output import emit_json, plural, stderr_is_tty, table
 
 # Exit status from the worst finding (docs/state-db-recovery.md): 0 ok/info,
 # 3 warn, 4 error; 1 when --fix was refused or doctor itself failed.
 EXIT_BY_SEVERITY = {"ok": 0, "info": 0, "warn": 3, "error": 4}
+
+
+def _progress(text: str) -> None:
+    click.echo(f"doctor: {text}", err=True)
 
 
 def _print(findings: list[Finding], applied: list[str] | None) -> None:
@@ -21,16 +25,23 @@ def _print(findings: list[Finding], applied: list[str] | None) -> None:
     table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != "ok"
                                               else "") + (f.fix or ""))
            for f in findings), ("severity", "check", "finding", "fix"))
+    click.echo(summary_line(findings))
+
+
+def summary_line(findings: list[Finding]) -> str:
+    """``15 checks: 14 ok, 1 info, 0 warn, 0 error; worst: info``."""
     counts = {s: sum(f.severity == s for f in findings) for s in ("ok", "info", "warn", "error")}
-    click.echo(f"{len(findings)} checks: " + ", ".join(f"{n} {s}" for s, n in counts.items())
-               + f"; worst: {worst(findings)}")
+    return (f"{plural(len(findings), 'check')}: "
+            + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; worst: {worst(findings)}")
 
 
 @cli.command()
 @click.option("--fix", "do_fix", is_flag=True,
               help="Apply the safe fixes, then check again (refused while another "
                    "process holds the store).")
-@click.option("--full", is_flag=True, help="Run the full integrity_check, not quick_check.")
+@click.option("--full", is_flag=True,
+              help="Check every page (integrity_check, FTS5 integrity-check), with progress "
+                   "and an estimate; by default a store over 128 MiB is sampled.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
@@ -49,13 +60,15 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
             report = fix(app.home, app.profile, full=full)
             findings, applied = report.after, report.applied
         else:
-            findings = run_doctor(app.home, app.profile, full=full)
+            findings = run_doctor(app.home, app.profile, full=full,
+                                  progress=_progress if stderr_is_tty() else None)
     except RecoveryError as e:
         raise click.ClickException(" ".join(str(e).split())) from e
     severity = worst(findings)
     if as_json:
         emit_json({"healthy": severity in ("ok", "info"), "worst": severity,
-                   "applied": applied, "findings": [f.to_dict() for f in findings]})
+                   "applied": applied, "findings": [f.to_dict() for f in findings],
+                   "size": next((f.data for f in findings if f.check == "size"), None)})
     else:
         _print(findings, applied)
     raise SystemExit(EXIT_BY_SEVERITY[severity])

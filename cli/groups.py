@@ -37,3 +37,34 @@ class SectionedGroup(click.Group):
             if rows:
                 with formatter.section(heading):
                     formatter.write_dl(rows)
+
+
+LEAF_KEY = "hermes.leaf_context"
+
+
+class HermesCommand(click.Command):
+    """A command that remembers its context (so a library's bad-input error
+    is reported with this command's usage line, not the root's) and, when
+    an argument that starts with '-' was taken for an unknown option, says
+    how to pass it."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        ctx.meta[LEAF_KEY] = ctx  # meta is shared by the whole context tree
+        return super().invoke(ctx)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given_args = list(args)  # the parser consumes the list it is given
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            given = next((a for a in given_args if e.option_name and a.startswith(e.option_name)),
+                         e.option_name or "")
+            # '-foo' may well be text; '--bogus' is a mistyped option.
+            if not given.startswith("--") and any(isinstance(p, click.Argument)
+                                                  for p in self.params):
+                e.message += (f" To pass an argument that starts with '-', put '--' "
+                              f"before it: {ctx.command_path} -- {given}")
+            raise
+
+
+SectionedGroup.command_class = HermesCommand

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from sessiondb import SessionDB, StorageError
 from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
-from .groups import SectionedGroup
+from .groups import LEAF_KEY, SectionedGroup
+from .terminal import escape_controls, safe_streams
 
 
 @dataclass
@@ -28,6 +30,12 @@ class AppContext:
         store is then "no store at PATH" and nothing is created."""
         return SessionDB.open(self.home, self.profile, create=create)
 
+    def command(self, *args: str) -> str:
+        """A hermes command line pinned to this home and profile, ready to paste."""
+        words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
+                                                         if self.profile else []), *args]
+        return shlex.join(words)
+
 
 def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
@@ -40,13 +48,35 @@ class HermesGroup(SectionedGroup):
                 "Recovery": ("doctor", "inspect", "recover", "repair"),
                 "Agent": ("chat", "demo", "memory", "skills")}
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            raise _escaped(e)
+
     def invoke(self, ctx: click.Context) -> Any:
+        """Every command runs with filtered stdout/stderr (see `cli.terminal`);
+        its error line is escaped too, since it may quote stored text or argv."""
+        try:
+            with safe_streams():
+                return self._invoke_typed(ctx)
+        except click.ClickException as e:
+            raise _escaped(e)
+
+    def _invoke_typed(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except InvalidInput as e:
-            raise click.UsageError(_one_line(e), ctx) from e
+            raise click.UsageError(_one_line(e), ctx.meta.get(LEAF_KEY, ctx)) from e
         except StorageError as e:
             raise click.ClickException(explain_for_cli(e, ctx.obj)) from e
+
+
+def _escaped(e: click.ClickException) -> click.ClickException:
+    """The same exception with control characters in its message made visible."""
+    e.message = escape_controls(e.message)
+    return e
 
 
 # Bad input keeps its one line; a storage failure also says what it means
@@ -110,5 +140,5 @@ def main() -> None:
 
 # Command modules register themselves on `cli`; import them last.
 from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
-               search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+               search_cmd, sessions_cmd, spool_cmd, transfer_cmd, maintain_cmd)
 from . import memory_cmd  # noqa: E402,F401

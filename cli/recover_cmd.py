@@ -18,6 +18,7 @@ from recovery.report import INSPECT_EXIT
 
 from .output import emit_json, human_bytes, table
 from .sessions_cmd import sessions
+from .terminal import raw_stderr
 
 
 class _Progress:
@@ -29,11 +30,11 @@ class _Progress:
     def __call__(self, what: str, done: int, total: int) -> None:
         self.used = True
         of = f"/{total}" if total else ""
-        click.echo(f"\r{what}: {done}{of} rows   ", err=True, nl=False)
+        click.echo(f"\r{what}: {done}{of} rows   ", file=raw_stderr(), nl=False)
 
     def done(self) -> None:
         if self.used:
-            click.echo("", err=True)
+            click.echo("", file=raw_stderr())
 
 
 def _header_line(r: InspectReport) -> str:
@@ -62,8 +63,17 @@ def _estimate_line(est: dict[str, Any]) -> str:
             + ("" if est["schema_readable"] else " (schema page unreadable: found by shape)"))
 
 
+def _identity_line(ident: dict[str, Any]) -> str | None:
+    if not ident:
+        return None
+    guessed = " (guessed from its pages; the schema page is lost)" if ident.get("guessed") else ""
+    return f"file: {ident.get('label')}{guessed}"
+
+
 def print_inspect(r: InspectReport) -> None:
     click.echo(f"source: {r.source}")
+    if _identity_line(r.identification):
+        click.echo(_identity_line(r.identification))
     click.echo(f"verdict: {r.verdict}" + (f" (data: {r.data_verdict})"
                                           if r.data_verdict != r.verdict else ""))
     click.echo(_header_line(r))
@@ -92,6 +102,13 @@ def print_inspect(r: InspectReport) -> None:
 def print_recovery(r: RecoveryReport) -> None:
     click.echo(f"source: {r.source} (verdict before: {r.verdict_before or 'n/a'})")
     click.echo(f"outcome: {r.outcome}; output: {r.output or 'none written'}")
+    if _identity_line(r.identification):
+        click.echo(f"{_identity_line(r.identification)}; schema from: {r.schema_source}")
+    for note in r.schema_notes[:10]:
+        click.echo(f"schema: {note}")
+    if r.lost_and_found_file:
+        click.echo(f"lost and found (rows the schema rejected, finds no table claims): "
+                   f"{r.lost_and_found_file}")
     rows = [(n, t.source_readable if t.source_readable is not None else "?", t.recovered,
              t.copied, t.quarantined, len(t.skipped_ranges),
              ", ".join(f"{k} {v}" for k, v in t.lanes.items()) or "-", t.from_wal)
@@ -99,7 +116,7 @@ def print_recovery(r: RecoveryReport) -> None:
     if rows:
         table(rows, ("table", "source readable", "recovered", "copied", "quarantined",
                      "skipped ranges", "rows by lane", "carved from wal"))
-    if r.lost_and_found:
+    if r.lost_and_found and not r.lost_and_found_file:
         click.echo(f"lost and found (unattributed records, kept in NEW): {r.lost_and_found}")
     for h in r.inspect.get("holders", []):
         click.echo(f"warning: pid {h['pid']} ({h['command']}) holds {h['file']} open; "
@@ -149,10 +166,13 @@ def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool
 @click.option("--include-freelist", is_flag=True,
               help="Let the carve lane bring back deleted rows from free pages (marked in "
                    "NEW's recovery_marked_rows table).")
+@click.option("--template", type=click.Path(path_type=Path),
+              help="When the source's schema page is lost: a healthy file (or a .sql "
+                   "schema) from the same program, read only, whose schema to recover by.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_path: Path | None,
                 work_dir: Path | None, allow_partial: bool, lanes: tuple[str, ...],
-                include_freelist: bool, as_json: bool) -> None:
+                include_freelist: bool, template: Path | None, as_json: bool) -> None:
     """Inspect a damaged store, or copy every readable row into a new verified one.
 
     Exit codes: 0 healthy / fully recovered, 1 runtime error, 2 usage error,
@@ -166,11 +186,16 @@ def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_pa
       hermes sessions recover --source ~/.hermes/state.db --output /tmp/new.db \\
           --report /tmp/recovery.json
       hermes sessions recover --source ~/.hermes/state.db --output /tmp/new.db --lane carve
+      hermes sessions recover --source logs.db --output new.db --template healthy.db
+
+    A file another program wrote (Hermes Agent, llm, the Agents SDK,
+    LangGraph, any SQLite file) is recovered in its own schema.
     """
     try:
-        check_options(source, output, report_path, work_dir, inspect_only)
-        if inspect_only and (allow_partial or lanes or report_path or include_freelist):
-            raise RecoveryUsageError("--report, --allow-partial, --lane and "
+        check_options(source, output, report_path, work_dir, inspect_only, template)
+        if inspect_only and (allow_partial or lanes or report_path or include_freelist
+                             or template):
+            raise RecoveryUsageError("--report, --allow-partial, --lane, --template and "
                                      "--include-freelist only apply with --output")
         if inspect_only:
             code = _run_inspect(source, work_dir, as_json)
@@ -179,7 +204,7 @@ def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_pa
             code = _run_recover(source, output, {
                 "report_path": report_path, "work_dir": work_dir,
                 "allow_partial": allow_partial, "lanes": lanes or None,
-                "include_freelist": include_freelist}, as_json)
+                "include_freelist": include_freelist, "template": template}, as_json)
     except RecoveryUsageError as e:
         raise click.UsageError(str(e)) from e
     except RecoveryError as e:

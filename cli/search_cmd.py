@@ -4,9 +4,12 @@ from __future__ import annotations
 import click
 
 from .main import AppContext
-from .output import emit_json, fmt_time, shorten, table, terminal_width
+from sessiondb.search import MARK_CLOSE, MARK_OPEN
+
+from .output import emit_json, fmt_time, plural, table
 from .params import When
 from .sessions_cmd import sessions
+from .terminal import highlight
 
 
 @sessions.command("search")
@@ -19,25 +22,35 @@ from .sessions_cmd import sessions
 @click.option("--order", type=click.Choice(["rank", "newest", "oldest"]), default="rank",
               show_default=True, help="Best matches first, or by time.")
 @click.option("--archived", is_flag=True, help="Also search archived (compacted) messages.")
+@click.option("--archived-sessions", is_flag=True,
+              help="Also search sessions archived by `sessions archive`.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | None,
                source: str | None, since: float | None, until: float | None, order: str,
-               archived: bool, limit: int, as_json: bool) -> None:
+               archived: bool, archived_sessions: bool, limit: int, as_json: bool) -> None:
     """Search message text: words and "quoted phrases", word* for prefixes.
 
     Punctuation is searched as text, never as query syntax. Queries of one
-    or two characters, and CJK text, match substrings.
+    or two characters, and CJK text, match substrings. Matches are bold on a
+    terminal; the msg column opens a hit in place with
+    `sessions show SESSION --around MSG`. A query that starts with '-'
+    goes after '--': `hermes sessions search -- -v`.
 
     \b
     Example:
       hermes sessions search '"connection refused" postgres' --limit 5
       hermes sessions search backup --source agent --since 7d --order newest
+      hermes sessions show 20260101_120000_ab12cd34 --around 1234
     """
+    if not query.strip():
+        raise click.BadParameter("the query is empty; give a word or a \"quoted phrase\"",
+                                 param_hint="'QUERY'")
     with app.open_store(create=False) as db:
         hits = db.search(query, session_id=session_id, role=role, source=source, since=since,
-                         until=until, order=order, include_archived=archived, limit=limit)
+                         until=until, order=order, include_archived=archived, limit=limit,
+                         archived_sessions=archived_sessions)
         stale = db.search_index_stale()
     if as_json:
         emit_json({"hits": [h.to_dict() for h in hits], "index_stale": stale is not None})
@@ -48,10 +61,15 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
     if not hits:
         click.echo("no matches")
         return
-    width = max(terminal_width() - 60, 20)
-    table(((h.session_id, fmt_time(h.timestamp),
+    table(((h.session_id, h.message_id, fmt_time(h.timestamp),
             h.role if h.state == "active" else f"{h.role} ({h.state})",
-            shorten(h.snippet, width)) for h in hits), ("session", "time", "role", "match"))
+            highlight(" ".join(h.snippet.split()), MARK_OPEN, MARK_CLOSE)) for h in hits),
+          ("session", "msg", "time", "role", "match"))
+    first = hits[0]
+    # The command gets a line of its own and is never wrapped: it is for pasting.
+    click.echo(f"{plural(len(hits), 'hit')}; open one in place:\n  " + app.command(
+        "sessions", "show", first.session_id, "--around", str(first.message_id),
+        *(["--archived"] if first.state != "active" else [])))
 
 
 @sessions.command("reindex")

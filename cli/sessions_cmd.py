@@ -1,22 +1,25 @@
 """`hermes sessions ...`: read and manage stored sessions."""
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from sessiondb.export import session_messages
+from sessiondb.export import message_window
 from sessiondb.render import render_text
 from sessiondb.stats import store_stats
 
 from .groups import SectionedGroup
 from .main import AppContext, cli
-from .output import emit_json, fmt_time, human_bytes, shorten, table, terminal_width
+from .output import (emit_json, fmt_time, human_bytes, paragraph, plural, shorten, table,
+                     terminal_width)
 from .params import SessionId, When
 
 SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
     "Move": ("export", "import"),
-    "Change": ("rename", "delete"),
-    "Maintain": ("reindex", "repair", "import-spool"),
+    "Change": ("rename", "delete", "pin", "unpin", "archive", "unarchive"),
+    "Maintain": ("prune", "optimize", "reindex", "repair", "import-spool"),
 }
 
 
@@ -35,11 +38,13 @@ def sessions() -> None:
 @click.option("--since", type=When(), help="Only sessions started at or after DATE "
               "(2026-01-31, 2026-01-31T14:00, or an age: 30m, 12h, 7d, 2w).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--archived", "which", flag_value="archived", help="Only archived sessions.")
+@click.option("--all", "which", flag_value="all", help="Archived sessions too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def list_cmd(app: AppContext, source: str | None, since: float | None, limit: int,
-             as_json: bool) -> None:
-    """List sessions, newest first.
+             which: str | None, as_json: bool) -> None:
+    """List sessions, newest first (archived ones only with --archived or --all).
 
     JSON: {"count": N, "sessions": [<session>, ...]}.
 
@@ -48,7 +53,8 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
       hermes sessions list --source agent --since 7d --json
     """
     with app.open_store(create=False) as db:
-        found = db.list_sessions(source=source, limit=limit, since=since)
+        found = db.list_sessions(source=source, limit=limit, since=since,
+                                 archived={"archived": True, "all": None}.get(which, False))
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
         return
@@ -58,46 +64,99 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
           ("id", "started", "source", "messages", "title"))
 
 
+SHOW_LIMIT = 500
+
+
 @sessions.command("show")
 @click.argument("session_id", type=SessionId())
 @click.option("--archived", is_flag=True, help="Also show archived and rewound messages.")
+@click.option("--limit", type=click.IntRange(1, 100000), default=SHOW_LIMIT, show_default=True,
+              help="Show at most this many messages (the newest, unless --after).")
+@click.option("--before", type=click.IntRange(0), metavar="POS",
+              help="Only messages before this position (the page before one shown).")
+@click.option("--after", type=click.IntRange(0), metavar="POS",
+              help="Only messages after this position, oldest first.")
+@click.option("--around", "around", type=click.IntRange(1), metavar="MSG",
+              help="Only message MSG (the msg column of search) and its neighbours.")
+@click.option("--context", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="With --around: how many messages before and after MSG.")
 @click.option("--usage", "usage_only", is_flag=True,
               help="Show the session's model usage by task and model instead of messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def show_cmd(app: AppContext, session_id: str, archived: bool, usage_only: bool,
-             as_json: bool) -> None:
+def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
+             before: int | None, after: int | None, around: int | None, context: int,
+             usage_only: bool, as_json: bool) -> None:
     """Show one session and its messages (tool calls folded to one line).
 
+    A session longer than --limit is shown one page at a time (the newest
+    page first) with the options for the next page; `sessions export`
+    streams a session of any length.
+
     JSON: {"session": <session>, "messages": [<message without markers>],
-    "rows": [{"uid", "timestamp", "state", "kind", "compaction_id"}]} with
-    rows[i] describing messages[i]. With --usage: {"session": <session>,
+    "rows": [{"id", "uid", "position", "timestamp", "state", "kind",
+    "compaction_id"}], "page": {"total", "limit", "more_before",
+    "more_after", "first_position", "last_position"}} with rows[i]
+    describing messages[i]; "id" is the msg column of search ("page" is
+    null with --around). With --usage: {"session": <session>,
     "usage": {"rows", "by_task", "total"}} (see docs/cli.md).
 
     \b
     Example:
       hermes sessions show 20260101_120000_ab12cd34 --archived
+      hermes sessions show 20260101_120000_ab12cd34 --before 1200 --limit 100
+      hermes sessions show 20260101_120000_ab12cd34 --around 1234 --context 2
       hermes sessions show 20260101_120000_ab12cd34 --usage
     """
     if usage_only:
         return show_usage(app, session_id, as_json)
     with app.open_store(create=False) as db:
         session = db.get_session(session_id)
-        stored = list(session_messages(db, session_id, include_archived=archived))
+        if around is None:
+            page = db.message_window(session_id, limit=limit, before=before, after=after,
+                                     include_archived=archived)
+            stored = page.rows
+        else:
+            page = None
+            stored = message_window(db, session_id, around, context=context,
+                                    include_archived=archived)
     if as_json:
         emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
-                   "rows": [{"uid": m.uid, "timestamp": m.timestamp, "state": m.state,
-                             "kind": m.kind, "compaction_id": m.compaction_id}
-                            for m in stored]})
+                   "rows": [{"id": m.key[1], "uid": m.uid, "position": m.key[0],
+                             "timestamp": m.timestamp, "state": m.state, "kind": m.kind,
+                             "compaction_id": m.compaction_id} for m in stored],
+                   "page": None if page is None else _page_doc(page, limit)})
         return
-    click.echo(f"{session.id}  {session.title or '(untitled)'}  [{session.source}]"
-               f"  {session.message_count} messages")
-    width = max(terminal_width() - 40, 20)
-    rows = []
+    title = shorten(session.title or "(untitled)", max(terminal_width() - 30, 20))
+    paragraph(f"{session.id}  {title}  [{session.source}]"
+              f"  {plural(session.message_count, 'message')}")
+    rows, width = [], max(terminal_width() - 48, 20)
     for m in stored:
         role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
-        rows.append((role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
-    table(rows, ("role", "time", "text"))
+        msg = f">{m.key[1]}" if m.key[1] == around else m.key[1]
+        rows.append((msg, role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
+    table(rows, ("msg", "role", "time", "text"))
+    if page is not None:
+        _page_note(session_id, page)
+
+
+def _page_doc(page: Any, limit: int) -> dict[str, Any]:
+    return {"total": page.total, "limit": limit, "more_before": page.more_before,
+            "more_after": page.more_after,
+            "first_position": page.rows[0].key[0] if page.rows else None,
+            "last_position": page.rows[-1].key[0] if page.rows else None}
+
+
+def _page_note(session_id: str, page: Any) -> None:
+    if not (page.more_before or page.more_after):
+        return
+    first, last = page.rows[0].key[0], page.rows[-1].key[0]
+    click.echo(f"Showing {len(page.rows)} of {page.total} messages (positions {first}-{last}).")
+    if page.more_before:
+        click.echo(f"Earlier: hermes sessions show {session_id} --before {first}")
+    if page.more_after:
+        click.echo(f"Later: hermes sessions show {session_id} --after {last}")
+    click.echo(f"All of it, streamed: hermes sessions export {session_id}")
 
 
 def usage_table(rows: list[dict]) -> None:
@@ -175,7 +234,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
         session = db.get_session(session_id)
         if not yes:
             question = (f"Delete session {session.id} ({session.title or 'untitled'}, "
-                        f"{session.message_count} messages)?")
+                        f"{plural(session.message_count, 'message')})?")
             try:
                 confirmed = click.confirm(question, default=False, err=True)
             except click.Abort:
@@ -186,7 +245,7 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
     if as_json:
         emit_json({"deleted": session_id, "messages": removed})
     else:
-        click.echo(f"Deleted session {session_id} and its {removed} messages.")
+        click.echo(f"Deleted session {session_id} and its {plural(removed, 'message')}.")
 
 
 @sessions.command("stats")

@@ -15,7 +15,7 @@ from sessiondb.hermes_agent_import import import_hermes_agent
 from sessiondb.llm_import import import_llm_logs
 
 from .main import AppContext
-from .output import emit_json, progress, stderr_is_tty, table
+from .output import emit_json, plural, progress, stderr_is_tty, table
 from .params import SessionId
 from .sessions_cmd import sessions
 
@@ -28,6 +28,11 @@ def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, fo
     if output is None and (force or as_json):
         raise click.UsageError(f"{'--force' if force else '--json'} needs --output "
                                "(without it the export itself goes to stdout)")
+    if output == STDOUT and as_json:
+        raise click.UsageError("--json cannot share stdout with the export (-o -)")
+
+
+STDOUT = Path("-")
 
 
 @sessions.command("export")
@@ -35,8 +40,8 @@ def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, fo
 @click.option("--all", "all_", is_flag=True, help="Export every session, oldest first.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl",
               show_default=True, help="jsonl can be imported again; markdown is for reading.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write to this new file (0600) instead of stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Write to this new file (0600) instead of stdout; '-' is stdout.")
 @click.option("--force", is_flag=True, help="Replace --output if it exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (with --output).")
 @click.pass_obj
@@ -47,9 +52,12 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
     Archived and rewound messages are included, so an import reproduces
     the sessions exactly.
 
-    Without --output the export goes to stdout. An existing --output is
-    never replaced unless --force is given; the file appears only once it
-    is complete. JSON summary: {"format", "sessions", "messages", "output"}.
+    Without --output (or with -o -) the export goes to stdout. An existing
+    --output is never replaced unless --force is given, and --force
+    replaces only a regular file (never a device, FIFO, socket, directory
+    or symlink); the file appears only once it is complete. A session named
+    twice is exported once. JSON summary: {"format", "sessions",
+    "messages", "output"}.
 
     \b
     Example:
@@ -57,19 +65,19 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
       hermes sessions export 20260101_120000_ab12cd34 --format markdown
     """
     _check_export_args(session_ids, all_, output, force, as_json)
-    ids = list(session_ids) if session_ids else None
+    ids = list(dict.fromkeys(session_ids)) if session_ids else None  # each session once
     with app.open_store(create=False) as db, ExitStack() as stack:
         total = db.count_messages(ids) if stderr_is_tty() else None
         tick = stack.enter_context(progress(total, "exporting"))
-        if output is None:
+        if output is None or output == STDOUT:
             _export_to_stdout(db, ids, fmt, tick)
             return
         summary = export_to_path(db, ids, fmt, output, force=force, progress=tick)
     if as_json:
         emit_json(summary.to_dict())
     else:
-        click.echo(f"Exported {summary.sessions} sessions ({summary.messages} messages) "
-                   f"to {summary.output}.")
+        click.echo(f"Exported {plural(summary.sessions, 'session')} "
+                   f"({plural(summary.messages, 'message')}) to {summary.output}.")
 
 
 def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> None:

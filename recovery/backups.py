@@ -18,7 +18,7 @@ from typing import Any
 
 import apsw
 
-from sessiondb.paths import ensure_private_dir
+from sessiondb.paths import ensure_private_dir, own_entries
 
 from .liveread import copy_live
 from .snapshot import check_space, source_bytes
@@ -49,7 +49,7 @@ def list_backups(directory: Path) -> list[Path]:
     """Existing backups, oldest first (names sort by time)."""
     if not directory.is_dir():
         return []
-    return sorted(directory.glob(PATTERN))
+    return own_entries(directory, PATTERN)  # a symlink there is not a backup of ours
 
 
 def _sha256(path: Path) -> str:

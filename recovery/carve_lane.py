@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .carve_types import CarveError, CarveResult, LostRecord
-from .carver import carve
-from .catalog import ORIGIN_KEY, READ_ERRORS, ROWID_KEY, quote
+from .carver import Resolver, carve
+from .catalog import ORIGIN_KEY, READ_ERRORS, ROWID_KEY, Catalog, quote
+from .formats import format_layouts, format_named, parse_columns, registry_layout
+from .layouts import Layout, layout_from_sql
 from .lanes import LaneContext, LaneResult, Range, TableState, runs, subtract_rowids
 
 log = logging.getLogger(__name__)
@@ -43,9 +45,12 @@ def carve_lane(ctx: LaneContext) -> LaneResult:
         return result
     wal = Path(f"{ctx.copy_path}-wal")
     ctx.report_progress("carving pages", 0, 0)
+    resolve, fill = layouts_for(ctx.catalog)
+    ours = not (ctx.catalog is not None and ctx.catalog.foreign)
     try:
         carved = carve(ctx.copy_path, wal if wal.exists() else None,
-                       include_freelist=ctx.include_freelist)
+                       include_freelist=ctx.include_freelist, resolve=resolve, fill=fill,
+                       harvest=not ours)
     except (CarveError, OSError) as e:
         result.stats["error"] = f"{type(e).__name__}: {e}"
         return result
@@ -53,7 +58,7 @@ def carve_lane(ctx: LaneContext) -> LaneResult:
     result.stats["orphaned_sessions"] = len(carved.orphaned_sessions())
     tables: dict[str, Any] = {}
     for name, state in pending.items():
-        if name in NOT_CARVED:
+        if ours and name in NOT_CARVED:
             tables[name] = {"skipped": NOT_CARVED[name]}
             continue
         rows = [{**row, ROWID_KEY: origin.rowid, ORIGIN_KEY: origin}
@@ -64,6 +69,27 @@ def carve_lane(ctx: LaneContext) -> LaneResult:
     result.stats["tables"] = tables
     result.lost_and_found = [lost_item(r) for r in carved.lost_and_found]
     return result
+
+
+def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...] | None]:
+    """How the carver maps records to this catalog's tables: our layouts for
+    our store (the defaults); for a foreign file, the registered layout whose
+    column order is the file's own, else one parsed from its CREATE TABLE,
+    never ours because a table has our name."""
+    if cat is None or not cat.foreign:
+        return None, None
+    fmt = format_named(cat.identification.label) if cat.identification else None
+
+    def resolve(name: str, sql: str | None) -> Layout | None:
+        cols = [c[0] for c in parse_columns(name, sql)] if sql else []
+        return registry_layout(fmt, name, cols) or layout_from_sql(name, sql)
+
+    own = [resolve(t.name, t.sql) for t in cat.data_tables()]
+    fill = [lay for lay in own if lay is not None]
+    orders = {(lay.table, tuple(c.name for c in lay.columns)) for lay in fill}
+    fill += [lay for lay in (format_layouts(fmt) if fmt else ())
+             if (lay.table, tuple(c.name for c in lay.columns)) not in orders]
+    return resolve, tuple(fill)
 
 
 def _gaps_after(ctx: LaneContext, state: TableState, rows: list[dict],

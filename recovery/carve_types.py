@@ -100,6 +100,7 @@ class CarveResult:
     origins: dict[str, list[RowOrigin]] = field(default_factory=dict)
     lost_and_found: list[LostRecord] = field(default_factory=list)
     stats: CarveStats = field(default_factory=CarveStats)
+    harvested: list[Any] = field(default_factory=list)  # schema rows found off page 1
 
     def rows(self, table: str) -> Iterator[tuple[dict[str, Any], RowOrigin]]:
         return zip(self.tables.get(table, []), self.origins.get(table, []))
@@ -160,6 +161,8 @@ class CarveEstimate:
     schema_readable: bool = False
     page_count: int = 0
     bad_pages: int = 0
+    formats: dict[str, int] = field(default_factory=dict)  # cells by layout format
+    harvested: list[Any] = field(default_factory=list)  # schema rows found off page 1
 
     @property
     def total(self) -> int:

@@ -19,17 +19,18 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, RowOrigin)
-from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, LEGAL_PAGE_SIZES, MISSING,
+from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
-                         FormatError, content_accounted, decode_record, lock_byte_page,
+                         FormatError, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
                          read_overflow, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, is_derived,
                       is_without_rowid, layout_for_schema)
+from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
 from .wal import DatabaseImage
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
@@ -41,15 +42,6 @@ log = logging.getLogger(__name__)
 
 # Errors that mean "these bytes are not what the format says": skip, count, go on.
 BAD_BYTES = (FormatError, struct.error, IndexError, ValueError, OverflowError)
-
-
-@dataclass(frozen=True)
-class SchemaEntry:
-    type: str
-    name: str
-    tbl_name: str
-    rootpage: int
-    sql: str | None
 
 
 @dataclass
@@ -68,12 +60,23 @@ def _check_paths(db_path: str | os.PathLike[str]) -> Path:
     return path
 
 
+Resolver = Callable[[str, "str | None"], "Layout | None"]
+
+
 def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | None = None, *,
-          include_freelist: bool = False, include_uncommitted: bool = False) -> CarveResult:
+          include_freelist: bool = False, include_uncommitted: bool = False,
+          resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
+          harvest: bool = False) -> CarveResult:
     """Carve every row we can attribute out of ``db_path`` (and its WAL).
 
     Deleted rows (freelist pages) and rows only in WAL frames after the last
     valid commit are left out unless asked for, and then marked by lane.
+    ``resolve`` maps a schema entry (name, CREATE TABLE) to the layout its
+    records have, ``fill`` are the layouts a page outside every walked tree
+    may belong to; both default to our own store's (`layout_for_schema`,
+    `KNOWN_LAYOUTS`). A foreign file's caller passes its format's, and
+    ``harvest``: with page 1 lost, schema rows left on other pages give the
+    roots of the trees they name.
     """
     path = _check_paths(db_path)
     started = time.perf_counter()
@@ -82,7 +85,7 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
     except OSError as e:
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
-        carver = _Carver(image)
+        carver = _Carver(image, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(include_freelist, include_uncommitted)
         result = carver.result()
     result.stats.seconds = time.perf_counter() - started
@@ -90,52 +93,40 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
 
 
 def estimate(db_path: str | os.PathLike[str],
-             wal_path: str | os.PathLike[str] | None = None) -> CarveEstimate:
-    """A cheap count for ``--inspect-only``: cells of table leaves by table,
-    without decoding records except one per orphaned leaf."""
+             wal_path: str | os.PathLike[str] | None = None, *,
+             resolve: Resolver | None = None,
+             fill: tuple[Layout, ...] | None = None, harvest: bool = False) -> CarveEstimate:
+    """A cheap count for ``--inspect-only``: cells of table leaves by table
+    (and by format, for layouts of several), without decoding records
+    except one per orphaned leaf; with page 1 lost, the schema rows found on
+    other pages come back too."""
     path = _check_paths(db_path)
     with DatabaseImage.open(path, wal_path) as image:
-        carver = _Carver(image, count_only=True)
+        carver = _Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(False, False)
-        est = CarveEstimate(rows=dict(carver.counts), unattributed=carver.counts_lost,
+        est = CarveEstimate(rows={t: n for t, n in carver.counts.items() if n},
+                            unattributed=carver.counts_lost,
                             schema_readable=carver.stats.schema_readable,
                             page_count=carver.stats.page_count,
-                            bad_pages=len(carver.stats.bad_pages))
+                            bad_pages=len(carver.stats.bad_pages),
+                            formats=dict(carver.format_counts),
+                            harvested=list(carver.harvested))
     return est
-
-
-def probe_page_size(image: DatabaseImage, sample: int = 512) -> int | None:
-    """Guess the page size of a file whose header is gone: the legal size
-    under which the most bytes are b-tree pages whose content area is exactly
-    accounted for (see `content_accounted`); sampled on large files."""
-    size = image.file_size
-    covered: dict[int, int] = {}
-    for ps in LEGAL_PAGE_SIZES:
-        pages = size // ps
-        if pages < 1:
-            continue
-        step = max(1, pages // sample)
-        good = 0
-        for pgno in range(2 if pages > 1 else 1, pages + 1, step):
-            data = image.raw_file_page(pgno, ps)
-            try:
-                page = parse_page_header(data, pgno, ps)
-                good += page.bad_pointers == 0 and content_accounted(data, page, ps)
-            except BAD_BYTES:
-                continue
-        covered[ps] = good * step * ps
-    best = max(covered.values(), default=0)
-    if best == 0:
-        return None
-    return min(ps for ps, c in covered.items() if c == best)
 
 
 class _Carver:
     """One carving pass over one image; see the module docstring for the order."""
 
-    def __init__(self, image: DatabaseImage, count_only: bool = False) -> None:
+    def __init__(self, image: DatabaseImage, count_only: bool = False,
+                 resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
+                 harvest: bool = False) -> None:
         self.image = image
+        self.harvest = harvest
         self.count_only = count_only
+        self.resolve: Resolver = resolve or layout_for_schema
+        self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
+        self.format_counts: Counter[str] = Counter()
+        self.harvested: list[SchemaEntry] = []  # schema rows found off page 1
         self.stats = CarveStats()
         self.found: list[_Found] = []
         self.lost: list[LostRecord] = []
@@ -144,7 +135,8 @@ class _Carver:
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
-        self.layouts: tuple[Layout, ...] = KNOWN_LAYOUTS
+        extra = tuple(lay for lay in (FTS_SHADOW, SQLITE_SCHEMA) if lay not in self.fill)
+        self.layouts: tuple[Layout, ...] = extra + self.fill
         self.ptrmap: dict[int, tuple[int, int]] = {}
         self.counts: Counter[str] = Counter()
         self.counts_lost = 0
@@ -162,6 +154,8 @@ class _Carver:
                 self.owned.clear()
                 self.stats.bad_pages.clear()
                 schema = self._read_schema()
+        if schema is None and self.harvest:
+            schema = self._harvest_schema()
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
             self._walk(root, layout)
@@ -256,7 +250,7 @@ class _Carver:
             if is_derived(e.name, virtual) or e.name.startswith("sqlite_"):
                 self.roots[e.rootpage] = FTS_SHADOW  # walked only to own its pages
                 continue
-            layout = layout_for_schema(e.name, e.sql)
+            layout = self.resolve(e.name, e.sql)
             if layout is None:
                 self.stats.notes.append(f"table {e.name}: schema not understood")
                 continue
@@ -264,8 +258,12 @@ class _Carver:
             layouts.append(layout)
         # a damaged schema page may have lost tables we still know by shape
         named = {lay.table for lay in layouts}
-        layouts += [lay for lay in KNOWN_LAYOUTS if lay.table not in named]
+        layouts += [lay for lay in self.fill if lay.table not in named
+                    and lay not in (FTS_SHADOW, SQLITE_SCHEMA)]
         self.layouts = tuple(layouts)
+
+    def _harvest_schema(self) -> list[SchemaEntry] | None:
+        return harvest_schema(self)
 
     def _load_ptrmap(self) -> None:
         usable, n = self.image.usable_size, self.image.page_count
@@ -403,6 +401,7 @@ class _Carver:
                 continue
             if self.count_only:
                 self.counts[layout.table] += page.cell_count - page.bad_pointers
+                self.format_counts[layout.fmt] += page.cell_count - page.bad_pointers
                 continue
             self._map_page(pgno, data, page, TREE, layout)
 
@@ -482,17 +481,17 @@ class _Carver:
         vectors = []
         for record in decoded:
             classes = record.classes()
-            vec = [lay.score(record.values, classes) for lay in self.layouts]
+            vec = [lay.rank(record.values, classes) for lay in self.layouts]
             vectors.append(vec)
-            top = max(vec, default=0.0)
-            if top > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
+            top = max(vec, default=(0.0, 0))
+            if top[0] > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
                 best = vec.index(top)
-                if top >= self.layouts[best].orphan_min:
-                    totals[best] += top
+                if top[0] >= self.layouts[best].orphan_min:
+                    totals[best] += top[0]
         if not totals:
             return None, []
         best = totals.most_common(1)[0][0]
-        return self.layouts[best], [vec[best] for vec in vectors]
+        return self.layouts[best], [vec[best][0] for vec in vectors]
 
     def _lose(self, pgno: int, cell: Any, record: Any, reason: str, lane: str,
               wal: bool) -> None:
@@ -534,6 +533,7 @@ class _Carver:
             self.counts_lost += cells
         elif not layout.ignore:
             self.counts[layout.table] += cells
+            self.format_counts[layout.fmt] += cells
 
     def _layout_via_ptrmap(self, pgno: int) -> Layout | None:
         """With auto_vacuum, parent pointers lead an orphan back to its root."""
@@ -585,7 +585,8 @@ class _Carver:
             if (_LANE_RANK[f.origin.lane], -f.origin.confidence) < (
                     _LANE_RANK[old.origin.lane], -old.origin.confidence):
                 best[key] = f
-        out = CarveResult(lost_and_found=self.lost, stats=self.stats)
+        out = CarveResult(lost_and_found=self.lost, stats=self.stats,
+                          harvested=list(self.harvested))
         for (table, _rowid), f in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             out.tables.setdefault(table, []).append(f.row)
             out.origins.setdefault(table, []).append(f.origin)

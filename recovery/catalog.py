@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import apsw
+
+from .formats import EMPTY, OURS, Identification, identify, parse_columns, schema_version
+from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 LEDGER_TABLES = ("migrations",)
@@ -80,6 +84,18 @@ class Catalog:
     index_of: dict[str, str] = field(default_factory=dict)  # index name -> table name
     tolerant: bool = False  # read with writable_schema on: the schema has bad entries
     reference: bool = False  # not the file's: our current schema, used when its own is lost
+    # every sqlite_master row (type, name, tbl_name, sql) in the file's order
+    entries: list[tuple[str, str, str, str | None]] = field(default_factory=list)
+    identification: Identification | None = None
+    unreadable: list[str] = field(default_factory=list)  # schema rows whose text is not UTF-8
+    source: str = "file"  # file | template | registry | harvested+registry | reference
+
+    @property
+    def foreign(self) -> bool:
+        """Not our store: recovered in its own schema, never ours. An empty
+        file has no schema of its own: it is recovered as an empty store."""
+        return self.identification is not None and self.identification.kind not in (
+            OURS, EMPTY)
 
     def indexes(self, table: str) -> list[str]:
         return [i for i, t in self.index_of.items() if t == table]
@@ -96,13 +112,20 @@ def _is_virtual(sql: str | None) -> bool:
     return bool(sql) and re.match(r"\s*create\s+virtual\s+table", sql, re.I) is not None
 
 
-def _kind(name: str, sql: str | None, virtual: set[str]) -> str:
+def is_shadow(name: str, sql: str | None, virtual: set[str]) -> bool:
+    """A virtual table's shadow: a real table named ``<vtable>_<suffix>``."""
+    if _is_virtual(sql):
+        return False
+    return is_shadow_name(name, virtual)
+
+
+def _kind(name: str, sql: str | None, virtual: set[str], ours: bool) -> str:
     if name.startswith("sqlite_"):
         return "internal"
-    if name in LEDGER_TABLES:
+    if ours and name in LEDGER_TABLES:
         return "ledger"
-    if (_is_virtual(sql) or name.startswith(DERIVED_PREFIXES)
-            or any(name.startswith(v + "_") for v in virtual)):
+    if (_is_virtual(sql) or (ours and name.startswith(DERIVED_PREFIXES))
+            or is_shadow(name, sql, virtual)):
         return "derived"
     return "data"
 
@@ -118,22 +141,74 @@ def _columns(conn: apsw.Connection, spec: TableSpec) -> None:
                      and r[1] != alias_name]
 
 
+def _text(value: Any) -> tuple[str | None, bool]:
+    """Schema text read as bytes: (decoded leniently, whether it was valid UTF-8)."""
+    if value is None or isinstance(value, (int, float)):
+        return (None if value is None else str(value)), True
+    raw = bytes(value)
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace"), False
+
+
+def schema_rows(conn: apsw.Connection) -> tuple[list[tuple], list[str]]:
+    """sqlite_master rows with text read as bytes, so text that is not UTF-8
+    (damage) cannot stop the read: such rows are named; an index, view or
+    trigger is left out, a table kept with its text decoded leniently (its
+    rows then come from the lanes that can still read them, the carver)."""
+    rows, bad = [], []
+    for r in conn.execute("SELECT CAST(type AS BLOB), CAST(name AS BLOB), CAST(tbl_name AS "
+                          "BLOB), rootpage, CAST(sql AS BLOB) FROM sqlite_master"):
+        decoded = [_text(v) for v in (r[0], r[1], r[2], r[4])]
+        row = (decoded[0][0], decoded[1][0], decoded[2][0], r[3], decoded[3][0])
+        if all(ok for _v, ok in decoded):
+            rows.append(row)
+            continue
+        bad.append(f"{row[0]} {row[1]!r}")
+        if row[0] == "table":
+            rows.append(row)
+    return rows, bad
+
+
+def _identify(conn: apsw.Connection, rows: list[tuple], virtual: set[str]) -> Identification:
+    columns: dict[str, list[str]] = {}
+    for kind, name, _t, _r, sql in rows:
+        if (kind != "table" or name.startswith("sqlite_") or name in virtual
+                or is_shadow(name, sql, virtual)):
+            continue
+        try:
+            columns[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(name)})")]
+        except READ_ERRORS:
+            columns[name] = [c[0] for c in parse_columns(name, sql or "")]
+    return identify(columns, schema_version(conn, columns))
+
+
 def read_catalog(conn: apsw.Connection) -> Catalog:
     """Read ``sqlite_master`` and each table's columns; raises apsw errors."""
-    rows = conn.execute("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_master").fetchall()
+    rows, bad = schema_rows(conn)
     virtual = {name for kind, name, _t, _r, sql in rows if kind == "table" and _is_virtual(sql)}
-    cat = Catalog()
+    cat = Catalog(unreadable=bad)
+    cat.entries = [(k, n, t, sql) for k, n, t, _r, sql in rows]
+    cat.identification = _identify(conn, rows, virtual)
+    ours = not cat.foreign
     for kind, name, tbl, root, sql in rows:
         if kind == "index":
             cat.index_of[name] = tbl
         if kind != "table":
             continue
         spec = TableSpec(name, [], root_page=int(root or 0), sql=sql or "",
-                         kind=_kind(name, sql, virtual))
+                         kind=_kind(name, sql, virtual, ours))
         if _is_virtual(sql) and re.search(r"\busing\s+fts5\b", sql or "", re.I):
             cat.fts5.append(name)
         if spec.kind != "derived":
-            _columns(conn, spec)
+            try:
+                _columns(conn, spec)
+            except READ_ERRORS:  # a name that is not UTF-8: the statement, read leniently
+                spec.columns = [c[0] for c in parse_columns(name, spec.sql)]
+                if not spec.columns:
+                    cat.unreadable.append(f"table {name!r} (columns)")
+                    continue
         cat.tables[name] = spec
     return cat
 

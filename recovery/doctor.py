@@ -43,10 +43,14 @@ class Finding:
     message: str
     fix: str | None = None
     fixable: bool = False
+    data: dict[str, Any] | None = None  # a check's figures (the size report)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.check, "check": self.check, "severity": self.severity,
-                "message": self.message, "fix": self.fix, "fix_available": self.fixable}
+        doc = {"id": self.check, "check": self.check, "severity": self.severity,
+               "message": self.message, "fix": self.fix, "fix_available": self.fixable}
+        if self.data is not None:
+            doc["data"] = self.data
+        return doc
 
 
 @dataclass
@@ -58,6 +62,7 @@ class Target:
     pdir: Path
     db: Path
     full: bool = False
+    progress: Callable[[str], None] | None = None  # told each phase of --full
 
     def failure(self, cause: Cause) -> StorageFailure:
         return describe(cause, db_path=self.db, home=self.home, profile=self.profile)
@@ -231,7 +236,7 @@ def _search(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
 
 
 def check_spool(t: Target) -> list[Finding]:
-    spooled = sorted(spool_dir_for(t.db).glob("*.jsonl"))
+    spooled = paths.own_entries(spool_dir_for(t.db), "*.jsonl")
     if spooled:
         return [Finding("spool", "warn", f"{len(spooled)} spool file(s) with messages not "
                         f"yet in the store", t.failure(Cause.DISK_FULL).actions[-1], True)]
@@ -241,8 +246,9 @@ def check_spool(t: Target) -> list[Finding]:
 def leftover_scratch(t: Target, *, now: float | None = None) -> list[Path]:
     """Our own scratch directories and temp outputs older than an hour."""
     now = time.time() if now is None else now
-    found = [*t.pdir.glob(f"{liveread.SCRATCH_PREFIX}*"), *t.pdir.glob(".*.recovering-*"),
-             *backups.backup_dir(t.pdir).glob(".state-*.db.tmp")]
+    found = [*paths.own_entries(t.pdir, f"{liveread.SCRATCH_PREFIX}*", dirs=True),
+             *paths.own_entries(t.pdir, ".*.recovering-*", dirs=True),
+             *paths.own_entries(backups.backup_dir(t.pdir), ".state-*.db.tmp")]
     return sorted(p for p in found if now - p.lstat().st_mtime > STALE_SCRATCH_S)
 
 
@@ -258,7 +264,7 @@ def check_temp(t: Target) -> list[Finding]:
 def check_quarantine(t: Target) -> list[Finding]:
     """Files containment and recover leave for the operator: rescued copies
     and recovered stores waiting to be installed."""
-    rescued = sorted(t.pdir.glob(f"{t.db.name}.rescued-*"))
+    rescued = paths.own_entries(t.pdir, f"{t.db.name}.rescued-*")
     recovered = [p for p in (t.pdir / RECOVERED_NAME,
                              t.pdir / f"{RECOVERED_NAME}.partial",
                              t.pdir / f"{RECOVERED_NAME}.unverified") if p.exists()]
@@ -289,27 +295,31 @@ def check_identity(t: Target) -> list[Finding]:
     return body(t)
 
 
+from .doctor_scale import check_size, check_store_scaled  # noqa: E402 (uses the above)
+
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
-    check_identity, check_sidecars, check_holders, check_store, check_spool, check_temp,
-    check_quarantine, check_backups)
+    check_identity, check_sidecars, check_holders, check_store_scaled, check_spool,
+    check_temp, check_quarantine, check_backups, check_size)
 # Another program's file: only checks that neither read its rows nor advise a change.
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_disk, check_sqlite, check_holders)
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,
-           full: bool = False) -> Target:
+           full: bool = False, progress: Callable[[str], None] | None = None) -> Target:
     root = paths.resolve_home(home)
     pdir = paths.profile_dir(root, profile)
-    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full)
+    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full, progress)
 
 
 def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None = None,
-               *, full: bool = False) -> list[Finding]:
-    """Run every check; read-only. A home without a store gets one info finding."""
-    t = target(home, profile, full)
+               *, full: bool = False,
+               progress: Callable[[str], None] | None = None) -> list[Finding]:
+    """Run every check; read-only. A home without a store gets one info finding.
+    ``progress`` is told each phase of the exhaustive (``full``) check."""
+    t = target(home, profile, full, progress)
     if not t.db.is_file():
         return [Finding("store", "info", f"no store at {t.db} yet; the first chat or import "
                         "creates it", t.command("chat"))]

@@ -23,7 +23,7 @@ from sessiondb.paths import STORE_NAME, validate_profile
 
 from . import headers
 from .carve_types import CarveError
-from .carver import estimate as carve_estimate
+from .schema_source import guess, survey
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
@@ -84,6 +84,9 @@ class InspectReport:
     # {"error": ...}; None when not asked for (recover carves instead)
     carve_estimate: dict[str, Any] | None = None
     elapsed_s: float = 0.0
+    # what the file is (recovery.formats): kind, label, version, commands;
+    # with page 1 lost, what its pages look like (``guessed``)
+    identification: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> TableHealth | None:
         return next((t for t in self.tables if t.name == name), None)
@@ -176,7 +179,7 @@ def _check_one(conn: apsw.Connection, name: str) -> list[str]:
         return [r[0] for r in conn.execute(f"PRAGMA quick_check({quote(name)})")]
     except apsw.InterruptError:
         raise
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return [_err(e)]
 
 
@@ -188,7 +191,7 @@ def _check_one_file(conn: apsw.Connection) -> list[str]:
         return [r[0] for r in conn.execute("PRAGMA quick_check")]
     except apsw.InterruptError:
         raise
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return [_err(e)]
 
 
@@ -232,7 +235,7 @@ def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
     q = quote(name)
     try:
         conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         return FtsHealth(name, False, False, _err(e))
     try:
         probe = _probe_token(conn, name)
@@ -253,7 +256,7 @@ def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
         return False
     try:
         row = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_stale'").fetchone()
-    except apsw.Error:
+    except READ_ERRORS:
         return False
     return row is not None and str(row[0]).strip().lower() not in ("", "0", "false", "no")
 
@@ -274,7 +277,7 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
         copy, (report.wal or {}).get("page_size"), wal.exists())
     try:
         conn = open_copy(copy)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         report.schema_error = _err(e)
         return None
     try:
@@ -289,13 +292,13 @@ def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catal
     which makes SQLite skip the bad entries. Only ever done on our copy."""
     try:
         cat = read_catalog(conn)
-    except apsw.Error as e:
+    except READ_ERRORS as e:
         report.schema_error = _err(e)
         try:
             conn.execute("PRAGMA writable_schema=ON")
             cat = read_catalog(conn)
             cat.tolerant = True
-        except apsw.Error:
+        except READ_ERRORS:
             return None
     report.schema_readable = True
     return cat
@@ -306,12 +309,17 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
     cat = read_catalog_tolerant(conn, report)
     if cat is None:
         return None
+    if cat.identification is not None:
+        report.identification = cat.identification.to_dict()
+    if cat.unreadable:
+        report.schema_error = (report.schema_error or "") + (
+            f"schema entries not readable (not valid UTF-8): {', '.join(cat.unreadable[:5])}")
     for name, spec in cat.tables.items():
         if spec.kind in ("data", "ledger"):
             report.tables.append(_read_table(conn, cat, name))
-    try:
-        report.migrations = _schema_version(conn)
-    except apsw.Error as e:
+    try:  # our migration ledger means nothing in a file we did not write
+        report.migrations = {} if cat.foreign else _schema_version(conn)
+    except READ_ERRORS as e:
         report.migrations = {"error": [_err(e)]}
     report.fts = [fts_health(conn, name) for name in cat.fts5]
     report.fts_stale = _fts_stale(conn, cat)
@@ -325,8 +333,10 @@ def data_verdict(report: InspectReport) -> str:
     if (head.get("file_size", 0) == 0 or head.get("all_zero")) and not _wal_frames(report):
         return "empty"
     if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
-        # page 1 gone, yet the carver recognises rows of ours on other pages
-        carvable = (report.carve_estimate or {}).get("total", 0) > 0
+        # page 1 gone, yet the carver finds rows on other pages
+        est = report.carve_estimate or {}
+        # cells of table leaves, attributed or not (a --template can place them)
+        carvable = est.get("total", 0) + est.get("unattributed", 0) > 0
         return "structural" if carvable else "not_a_database"
     if not report.schema_readable or report.schema_error:
         return "structural"
@@ -354,7 +364,29 @@ def finish(report: InspectReport, snap: Snapshot | None) -> InspectReport:
     elif report.verdict != "source_changing":
         report.verdict = report.data_verdict
     report.explanation, report.next_command = advice(report.verdict, Path(report.source))
+    _foreign_advice(report)
     return report
+
+
+def _foreign_advice(report: InspectReport) -> None:
+    """A file we did not write is never reindexed (that would make it ours):
+    its damage of any kind is recovered into a new file in its own schema.
+    With page 1 lost and no registered format recognised, the recovery
+    needs the schema from a healthy file of the same program."""
+    ident = report.identification
+    source = Path(report.source)
+    recover_cmd = advice("structural", source)[1]
+    if ident.get("kind") not in (None, "hermes-state") and report.verdict == "fts_only":
+        report.explanation = (f"Only the search index of this {ident.get('label')} is "
+                              "damaged; its rows are intact. Recover it into a new file, "
+                              "which rebuilds the index in the file's own schema.")
+        report.next_command = recover_cmd
+    elif report.verdict == "structural" and not report.schema_readable:
+        if ident.get("kind") in (None, "sqlite") and recover_cmd:
+            report.next_command = recover_cmd + " --template TEMPLATE"
+            report.explanation += (" The file's schema page is lost and its format is not "
+                                   "one recovery knows: give --template, a healthy file (or "
+                                   "a .sql schema) from the program that wrote it.")
 
 
 def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
@@ -365,15 +397,26 @@ def _free_disk(source: Path, snap: Snapshot | None) -> dict[str, int]:
 
 
 def estimate_carving(copy: Path) -> dict[str, Any]:
-    """`carver.estimate` of the copy (with its -wal): rows carving would find."""
-    wal = Path(f"{copy}-wal")
+    """`carver.estimate` of the copy (with its -wal): rows carving would find,
+    by the layouts of every registered format (ours too), and by format."""
     try:
-        est = carve_estimate(copy, wal if wal.exists() else None)
+        est = survey(copy)
     except (CarveError, OSError) as e:
         return {"error": _err(e)}
+    ident, _found = guess(est)
     return {"rows": est.rows, "total": est.total, "unattributed": est.unattributed,
             "schema_readable": est.schema_readable, "page_count": est.page_count,
-            "bad_pages": est.bad_pages}
+            "bad_pages": est.bad_pages, "formats": est.formats,
+            "schema_rows_found": len(est.harvested),
+            "identification": ident.to_dict() if ident else None}
+
+
+def _guess(report: InspectReport) -> None:
+    """With the schema lost, say what the file's pages look like."""
+    ident = (report.carve_estimate or {}).get("identification")
+    if report.schema_readable or not ident:
+        return
+    report.identification = {**ident, "guessed": True}
 
 
 def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,
@@ -391,6 +434,7 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     if estimate or (estimate is None and not report.schema_readable):
         # after analyse_copy: on the copy as its header was repaired
         report.carve_estimate = estimate_carving(snap.db_copy)
+        _guess(report)
     report.data_verdict = data_verdict(report)
     report.free_disk = _free_disk(snap.source, snap)
     report.elapsed_s = round(time.monotonic() - started, 3)

@@ -320,7 +320,7 @@ def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> li
             f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
     except UnicodeDecodeError:
         return _lookup_raw(ctx, spec, rowid)
-    except apsw.Error:
+    except READ_ERRORS:
         return None
 
 
@@ -329,7 +329,7 @@ def _lookup_raw(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | N
     try:
         return [spec.raw_row_dict(r) for r in ctx.conn.execute(
             f"SELECT {spec.raw_select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
-    except apsw.Error:
+    except READ_ERRORS:
         return None
 
 

@@ -107,6 +107,7 @@ class Layout:
     # Least score a record found outside its table's tree must reach. Narrow
     # tables demand every shape check: a few columns fit too many records.
     orphan_min: float = 0.75
+    fmt: str = "hermes-state"  # the format (recovery.formats kind) this layout belongs to
 
     @property
     def oldest(self) -> int:
@@ -114,32 +115,37 @@ class Layout:
 
     def score(self, values: list[Any], classes: list[str]) -> float:
         """How well a record's values fit this layout (see module docstring)."""
+        return self.rank(values, classes)[0]
+
+    def rank(self, values: list[Any], classes: list[str]) -> tuple[float, int]:
+        """(score, shape checks passed): of two layouts a record fits alike,
+        the one that checked more of it (the more specific) ranks first."""
         if not self.oldest <= len(values) <= len(self.columns) + self.max_extra:
-            return 0.0
+            return 0.0, 0
         if not self.strict:
-            return self._loose_score(values, classes)
+            return self._loose_score(values, classes), 0
         passed = total = 0
         for col, value, cls in zip(self.columns, values, classes):
             if col.name == self.rowid_column:
                 if cls != "null":
-                    return 0.0
+                    return 0.0, 0
                 continue
             if value is MISSING:
                 continue
             if not col.fits(cls):
                 if self.strict:
-                    return 0.0
+                    return 0.0, 0
                 continue
             if col.check is not None and value is not None:
                 total += 1
                 passed += bool(col.check(value))
         # unknown extra columns: a fit, but never as sure as an exact one
         unknown = 0.9 if len(values) > len(self.columns) else 1.0
-        if self.table == "messages":
+        if self.table == "messages" and self.fmt == "hermes-state":  # our fingerprint
             # the stored fingerprint hashes role, content, tool calls and meta
             total += 1
             passed += _message_fingerprint_ok(self, values)
-        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0))
+        return unknown * (0.5 + 0.5 * (passed / total if total else 1.0)), passed
 
     def _loose_score(self, values: list[Any], classes: list[str]) -> float:
         """Layouts parsed from unknown schema SQL only know declared types;
@@ -259,6 +265,12 @@ USAGE_LEDGER = Layout("usage_ledger", (  # m007_usage_ledger (sessiondb/usage.py
     C("last_at", REAL, check=timestamp_shape),
 ))
 
+SESSION_FLAGS = Layout("session_flags", (  # m008_session_flags (sessiondb/maintenance.py)
+    C("session_id", TEXT, check=session_id_shape),
+    C("pinned", INT, check=lambda v: v in (0, 1), default=0),
+    C("archived_at", REAL, True, timestamp_shape),
+))
+
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
@@ -270,16 +282,27 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 ), ignore=True)
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
-                                     COMPACTIONS, USAGE_LEDGER, FTS_SHADOW, SQLITE_SCHEMA)
+                                     COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, FTS_SHADOW,
+                                     SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 
 
-def is_derived(table: str, virtual_tables: set[str] = frozenset()) -> bool:
-    """FTS shadow tables (ours by name, any virtual table's by prefix)."""
-    if table.startswith(DERIVED_PREFIXES):
+# The shadow tables each virtual table module keeps (fts5, fts3/4, rtree).
+SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config", "segments", "segdir",
+                   "stat", "node", "rowid", "parent")
+
+
+def is_shadow_name(table: str, virtual_tables: set[str]) -> bool:
+    return any(table.startswith(v + "_") and table[len(v) + 1:] in SHADOW_SUFFIXES
+               for v in virtual_tables)
+
+
+def is_derived(table: str, virtual_tables: set[str] = frozenset(), ours: bool = True) -> bool:
+    """FTS shadow tables (ours by name, any virtual table's by module suffix)."""
+    if ours and table.startswith(DERIVED_PREFIXES):
         return True
-    return any(table.startswith(v + "_") for v in virtual_tables)
+    return is_shadow_name(table, virtual_tables)
 
 
 _WITHOUT_ROWID_RE = re.compile(r"\)\s*WITHOUT\s+ROWID\b", re.IGNORECASE)
@@ -295,13 +318,13 @@ def is_without_rowid(sql: str | None) -> bool:
 def best_fit(values: list[Any], classes: list[str],
              layouts: tuple[Layout, ...]) -> tuple[Layout | None, float]:
     """The best-scoring layout (None on a tie between two tables or no fit)."""
-    scored = sorted(((lay.score(values, classes), i) for i, lay in enumerate(layouts)),
+    scored = sorted(((lay.rank(values, classes), i) for i, lay in enumerate(layouts)),
                     reverse=True)
-    if not scored or scored[0][0] == 0.0:
+    if not scored or scored[0][0][0] == 0.0:
         return None, 0.0
     if len(scored) > 1 and scored[1][0] == scored[0][0]:
         return None, 0.0
-    return layouts[scored[0][1]], scored[0][0]
+    return layouts[scored[0][1]], scored[0][0][0]
 
 
 _AFFINITY = (("INT", INT), ("CHAR", TEXT), ("CLOB", TEXT), ("TEXT", TEXT),
@@ -354,7 +377,7 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
                                      "FROM pragma_table_xinfo(?)", (table,)))
         finally:
             conn.close()
-    except apsw.Error:
+    except (apsw.Error, UnicodeDecodeError):
         return None
     if not cols:
         return None
@@ -364,7 +387,7 @@ def layout_from_sql(table: str, sql: str) -> Layout | None:
                            default=_literal(dflt))
                     for name, decl, _, dflt in cols)
     return Layout(table, columns, rowid_column=alias, min_columns=1, strict=False,
-                  orphan_min=0.1)
+                  orphan_min=0.1, fmt="sqlite")
 
 
 def layout_for_schema(table: str, sql: str | None) -> Layout | None:

@@ -24,6 +24,7 @@ from sessiondb.errors import Cause, StorageError, from_apsw
 from sessiondb.search_maintenance import SearchHealth, health_on
 
 from .errors import RecoveryError
+from .layouts import is_shadow_name
 from . import snapshot
 
 # Our scratch directories beside a store; doctor finds and removes stale ones.
@@ -76,9 +77,13 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     if not all(classify_text(line) == Cause.FTS_INDEX or
                any(t in line for t in search_index.INDEXES) for line in check):
         return True
-    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
-                        " AND rootpage > 0").fetchall()
-    canonical = [r[0] for r in rows if not r[0].startswith(search_index.INDEXES)]
+    rows = conn.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'"
+                        ).fetchall()
+    virtual = {n for n, root, sql in rows if not root and str(sql or "").upper().startswith(
+        "CREATE VIRTUAL")}
+    # shadow tables of any virtual table are derived, ours or a foreign file's
+    canonical = [n for n, root, _sql in rows if root and not n.startswith(search_index.INDEXES)
+                 and not is_shadow_name(n, virtual)]
     return not all(_table_ok(conn, name) for name in canonical)
 
 

@@ -19,7 +19,7 @@ import apsw
 
 from sessiondb import SessionDB, StorageError
 
-from .catalog import BAD_TEXT_KEY, PARTIAL_KEY, ROWID_KEY, TableSpec, quote
+from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
 
 PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
@@ -97,6 +97,12 @@ class Writer:
             if keep_rowid and not has_alias and ROWID_KEY in row:
                 values = {"rowid": row[ROWID_KEY], **values}
             fields = list(values)
+            if not fields:  # nothing of the row fits this table: never an empty column list
+                _quarantine(self.conn, table, row.get(ROWID_KEY), None,
+                            "no column of the row is in the table",
+                            json.dumps(row, default=repr))
+                out.quarantined += 1
+                continue
             sql = (f"INSERT INTO {quote(table)}({', '.join(quote(f) for f in fields)}) "
                    f"VALUES ({', '.join('?' * len(fields))})")
             try:
@@ -177,12 +183,17 @@ def _placeholders(w: Writer, messages: list[dict]) -> None:
         w.stats.table("sessions").inserted += 1
 
 
-def _recount_partial_sessions(w: Writer, sessions: list[dict]) -> None:
-    """Sessions rebuilt from indexes lost their counters: count what was recovered."""
-    for row in sessions:
-        if PARTIAL_KEY in row and "message_count" in row[PARTIAL_KEY]:
-            w.conn.execute("UPDATE sessions SET message_count = (SELECT count(*) FROM messages"
-                           " WHERE session_id = ?1) WHERE id = ?1", (row.get("id"),))
+def _recount_sessions(w: Writer) -> None:
+    """Every session's counters are what was recovered, never the source row's:
+    a session that lost 4 of 250 rows says 246 (it said 250 once), and one
+    rebuilt from indexes gets counters it had lost. Tool calls are counted
+    the way appends count them (the length of each row's tool_calls list)."""
+    w.conn.execute(
+        "UPDATE sessions SET message_count = (SELECT count(*) FROM messages AS m"
+        " WHERE m.session_id = sessions.id), tool_call_count = (SELECT coalesce(sum("
+        "CASE WHEN json_valid(m.tool_calls) AND json_type(m.tool_calls) = 'array'"
+        " THEN json_array_length(m.tool_calls) ELSE 0 END), 0) FROM messages AS m"
+        " WHERE m.session_id = sessions.id)")
 
 
 def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
@@ -217,7 +228,7 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
             messages = w.clean_json("messages", rows.get("messages", []))
             _placeholders(w, messages)
             w.insert_rows("messages", messages)
-            _recount_partial_sessions(w, rows.get("sessions", []))
+            _recount_sessions(w)
             _state_meta(w, rows.get("state_meta", []))
             for name, spec in specs.items():
                 if name in ("sessions", "messages", "state_meta") or spec.kind != "data":

@@ -23,7 +23,10 @@ from sessiondb.outfile import fsync_dir
 from sessiondb.paths import SIDECARS
 
 from .carve_types import FREELIST, UNCOMMITTED
-from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog, reference_catalog
+from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog
+from . import recover_foreign
+from .foreign_write import LOST_SUFFIX
+from .schema_source import fallback_catalog
 from .errors import (RecoveryError, RecoveryIOError, RecoveryUsageError, SourceChanging,
                      SourceMissing)
 from .inspect import InspectReport, inspect_snapshot, open_copy
@@ -44,6 +47,7 @@ UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}
 def output_names(output: Path) -> list[Path]:
     """Every path recover may create for ``output``; none may exist beforehand."""
     base = [output, Path(f"{output}{PARTIAL_SUFFIX}"), Path(f"{output}{UNVERIFIED_SUFFIX}")]
+    base += [Path(f"{p}{LOST_SUFFIX}") for p in list(base)]
     return base + [Path(f"{output}{s}") for s in SIDECARS]
 
 
@@ -57,8 +61,13 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def check_options(source: Path, output: Path | None, report: Path | None = None,
-                  work_dir: Path | None = None, inspect_only: bool = False) -> None:
+                  work_dir: Path | None = None, inspect_only: bool = False,
+                  template: Path | None = None) -> None:
     """Refuse impossible or unsafe options before anything is read or copied."""
+    if template is not None and not template.is_file():
+        raise RecoveryUsageError(f"template {template} does not exist or is not a file")
+    if template is not None and _same(template, source):
+        raise RecoveryUsageError("--template must be another file than the source")
     if inspect_only and output is not None:
         raise RecoveryUsageError("--inspect-only and --output exclude each other")
     if not inspect_only and output is None:
@@ -95,19 +104,20 @@ def _check_output(source: Path, output: Path) -> None:
 
 # -- lanes ------------------------------------------------------------------
 
-def _keys(table: str, row: dict) -> list[tuple]:
+def _keys(table: str, row: dict, ours: bool = True) -> list[tuple]:
     keys = [("rowid", row.get(ROWID_KEY))] if ROWID_KEY in row else []
-    cols = UNIQUE_KEYS.get(table)
+    cols = UNIQUE_KEYS.get(table) if ours else None  # our tables' keys, never by name alone
     if cols and all(c in row for c in cols):
         keys.append(("unique",) + tuple(row[c] for c in cols))
     return keys
 
 
-def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set) -> int:
+def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set,
+               ours: bool = True) -> int:
     """Add rows not seen yet (by rowid, and by the table's unique key)."""
     added = 0
     for row in rows:
-        keys = _keys(state.spec.name, row)
+        keys = _keys(state.spec.name, row, ours)
         if any(k in seen for k in keys):
             _upgrade_partial(state, lane, keys, row)
             continue
@@ -149,7 +159,8 @@ def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) ->
             if state is None:
                 continue
             rows = result.rows.get(table, [])
-            merge_rows(state, name, rows, seen[table])
+            merge_rows(state, name, rows, seen[table],
+                       ours=not (ctx.catalog and ctx.catalog.foreign))
             if table in result.gaps:
                 state.gaps = result.gaps[table]
             else:  # rows read in full are no longer missing, whoever found them
@@ -199,10 +210,29 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
             carved=carved, from_wal=from_wal, unproven=unproven)
 
 
+SHOWN_RANGES = 5
+
+
+def ranges_text(ranges: list[list[int]]) -> str:
+    """``4 rowid ranges could not be read: 3-9, 20, 31-40, 52-60`` with the
+    first few ranges shown and the total always stated (the rest are in the
+    JSON report's ``skipped_ranges``)."""
+    shown = ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges[:SHOWN_RANGES])
+    more = len(ranges) - SHOWN_RANGES
+    noun = "rowid range" if len(ranges) == 1 else "rowid ranges"
+    bounded = all(hi < EVERYTHING[1] for _lo, hi in ranges)  # an open end has no count
+    span = sum(hi - lo + 1 for lo, hi in ranges)
+    return (f"{len(ranges)} {noun}" + (f" ({span} rowids in all)" if bounded and more > 0
+                                       else "")
+            + f" could not be read: {shown}"
+            + (f" and {more} more (all in the JSON report)" if more > 0 else ""))
+
+
 def _loss(report: RecoveryReport) -> list[str]:
     reasons = [f"table {n}: no row could be read" if t.skipped_ranges == [list(EVERYTHING)]
-               else f"table {n}: rowid ranges {t.skipped_ranges[:5]} could not be read"
-               + (f" ({t.rows_lost} rows, counted from an index)" if t.rows_lost else "")
+               else f"table {n}: {ranges_text(t.skipped_ranges)}"
+               + (f" ({t.rows_lost} rows in all, counted from an index)" if t.rows_lost
+                  else "")
                for n, t in report.tables.items() if t.skipped_ranges]
     reasons += [f"table {n}: {t.quarantined} rows quarantined" for n, t in
                 report.tables.items() if t.quarantined]
@@ -241,26 +271,37 @@ def _place(tmp: Path, output: Path, suffix: str) -> Path:
 
 
 def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
-                      allow_partial: bool, vfs: str | None) -> None:
+                      allow_partial: bool, vfs: str | None,
+                      extras: tuple[dict, dict] = ({}, {})) -> None:
     tmp = output.with_name(f".{output.name}.recovering-{secrets.token_hex(4)}")
     started = time.monotonic()
     specs = ctx.catalog.tables if ctx.catalog else {}
     rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
+    foreign = ctx.catalog is not None and ctx.catalog.foreign
     try:
-        stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
-                            progress=ctx.progress, marked=_marked(rows))
+        if foreign:
+            written, verification = recover_foreign.write_and_verify(
+                tmp, ctx.catalog, rows, ctx.copy_path, ctx.lost_and_found, extras,
+                _readable(report))
+        else:
+            stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
+                                progress=ctx.progress, marked=_marked(rows))
     except BaseException:
-        for p in [tmp] + [Path(f"{tmp}{s}") for s in SIDECARS]:
+        for p in [tmp, Path(f"{tmp}{LOST_SUFFIX}")] + [Path(f"{tmp}{s}") for s in SIDECARS]:
             p.unlink(missing_ok=True)
         raise
     report.timings["write_s"] = round(time.monotonic() - started, 3)
-    _fill_write_stats(report, stats)
     started = time.monotonic()
-    expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
-    verification = verify_output(tmp, expected, _readable(report))
+    if foreign:
+        _fill_foreign_stats(report, written)
+    else:
+        _fill_write_stats(report, stats)
+        expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
+        verification = verify_output(tmp, expected, _readable(report))
     report.timings["verify_s"] = round(time.monotonic() - started, 3)
     report.verification = verification.to_dict()
-    report.loss_reasons = _loss(report)
+    report.loss_reasons = _loss(report) + (recover_foreign.loss_reasons(written)
+                                           if foreign else [])
     report.loss = bool(report.loss_reasons)
     if not verification.ok:
         report.outcome, suffix = "unverified", UNVERIFIED_SUFFIX
@@ -269,6 +310,17 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     else:
         report.outcome, suffix = "recovered", ""
     report.output = str(_place(tmp, output, suffix))
+    if foreign and written.lost_file:
+        report.lost_and_found_file = str(_place(Path(written.lost_file),
+                                                Path(f"{report.output}{LOST_SUFFIX}"), ""))
+
+
+def _fill_foreign_stats(report: RecoveryReport, written: Any) -> None:
+    for name, n in written.inserted.items():
+        t = report.tables.setdefault(name, TableReport(None, False))
+        t.copied, t.quarantined = n, written.rejected.get(name, 0)
+    report.schema_notes += written.notes
+    report.virtual_tables = dict(written.virtual)
 
 
 def _marked(rows: dict[str, list[dict]]) -> list[tuple[str, Any, str]]:
@@ -321,19 +373,22 @@ class RecoverOptions:
     progress: Progress | None = None
     include_freelist: bool = False
     snapshot_kw: dict[str, Any] = field(default_factory=dict)
+    template: Path | None = None
 
 
 def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
              opts: RecoverOptions) -> LaneContext:
     conn = None
     if cat is None and "carve" in opts.lanes:
-        cat = reference_catalog()  # the file's schema is lost: look for ours, by shape
+        # the file's schema is lost: a template, the schema rows left on other
+        # pages and the registry of formats say what to look for, by shape
+        cat = fallback_catalog(snap.db_copy, opts.template)
     elif cat is not None:
         try:
             conn = open_copy(snap.db_copy)
             if cat.tolerant:
                 conn.execute("PRAGMA writable_schema=ON")
-        except apsw.Error:
+        except (apsw.Error, UnicodeDecodeError):
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in ("healthy", "fts_only")
@@ -342,20 +397,35 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
                        include_freelist=opts.include_freelist)
 
 
+def _describe_schema(report: RecoveryReport, cat: Catalog | None,
+                     template: Path | None) -> None:
+    if cat is None:
+        return
+    if cat.identification is not None:
+        report.identification = cat.identification.to_dict()
+    report.schema_source = "reference" if cat.reference and cat.source == "file" else cat.source
+    report.schema_notes += [f"schema entry not readable (not valid UTF-8): {u}"
+                            for u in cat.unreadable]
+    if template is not None and not cat.reference:
+        report.schema_notes.append("--template not used: the source's own schema is readable")
+
+
 def recover(source: str | Path, output: str | Path, *, report_path: str | Path | None = None,
             work_dir: str | Path | None = None, allow_partial: bool = False,
             lanes: Sequence[str] | None = None, budget: int = DEFAULT_BUDGET,
             chunk: int = DEFAULT_CHUNK, headroom: int = DEFAULT_HEADROOM,
             keep_work: bool = False, vfs: str | None = None,
             progress: Progress | None = None, include_freelist: bool = False,
-            **snapshot_kw: Any) -> RecoveryReport:
+            template: str | Path | None = None, **snapshot_kw: Any) -> RecoveryReport:
     """Recover ``source`` into ``output``; see the module docstring for names.
 
     ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
     ``budget`` bounds the bisection's queries per table; ``vfs`` names an
     apsw VFS for writing the output (fault-injection tests);
     ``include_freelist`` lets the carve lane bring back deleted rows from
-    free pages (marked in the output's ``recovery_marked_rows`` table). Raises
+    free pages (marked in the output's ``recovery_marked_rows`` table);
+    ``template`` (a healthy file or a .sql schema from the same program)
+    gives the schema when the source's own cannot be read. Raises
     RecoveryUsageError for bad options (before any I/O) and other
     RecoveryError subclasses for runtime failures.
     """
@@ -363,8 +433,9 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     report_file = Path(report_path) if report_path else None
     opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
                           list(lanes) if lanes else list(LANES), budget, chunk, headroom,
-                          keep_work, vfs, progress, include_freelist, snapshot_kw)
-    check_options(source, output, report_file, opts.work_dir)
+                          keep_work, vfs, progress, include_freelist, snapshot_kw,
+                          Path(template) if template else None)
+    check_options(source, output, report_file, opts.work_dir, template=opts.template)
     unknown = [n for n in opts.lanes if n not in LANES]
     if unknown:
         raise RecoveryUsageError(f"unknown lane(s) {unknown}; known: {list(LANES)}")
@@ -402,8 +473,12 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
         report.fingerprints = snap.to_dict()
         ctx = _context(snap, cat, insp, opts)
+        _describe_schema(report, ctx.catalog, opts.template)
+        extras: tuple[dict, dict] = ({}, {})
         try:
             run_lanes(ctx, opts.lanes, report)
+            if ctx.catalog is not None and ctx.catalog.foreign:
+                extras = recover_foreign.read_extras(ctx.conn, ctx.catalog)
         finally:
             if ctx.conn is not None:
                 ctx.conn.close()
@@ -412,7 +487,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
             report.outcome = "not_recoverable"
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return
-        _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs)
+        _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs, extras)
     finally:
         if not opts.keep_work:
             snap.cleanup()

@@ -77,6 +77,13 @@ class RecoveryReport:
     fingerprints: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     report_path: str | None = None
+    # what the source is (recovery.formats) and where its schema came from:
+    # file, template, registry, harvested+registry or reference (ours)
+    identification: dict[str, Any] = field(default_factory=dict)
+    schema_source: str = "file"
+    schema_notes: list[str] = field(default_factory=list)  # entries not read or not made
+    virtual_tables: dict[str, str] = field(default_factory=dict)  # how each was refilled
+    lost_and_found_file: str | None = None  # foreign outputs keep it beside them
 
     @property
     def exit_code(self) -> int:

@@ -109,3 +109,55 @@ def verify_output(path: Path, expected: dict[str, int],
     finally:
         conn.close()
     return v
+
+
+def _foreign_keys_info(conn: apsw.Connection, v: Verification) -> None:
+    """A foreign file's foreign keys are its program's business (many never
+    enforce them, and a key SQLite cannot check, such as a parent column
+    without a unique index, is the schema's own): counted, never failed."""
+    try:
+        v.checks["foreign_key_violations"] = len(conn.execute("PRAGMA foreign_key_check")
+                                                 .fetchall())
+    except apsw.SQLError as e:
+        v.checks["foreign_key_violations"] = None
+        v.checks["foreign_key_note"] = f"the source's schema declares keys SQLite cannot check: {e}"
+
+
+def _same_schema(conn: apsw.Connection, v: Verification, want: list[tuple]) -> None:
+    """Every table, index, view and trigger of the source is in the output,
+    tables with the same columns in the same order."""
+    have = {(k, n): s for k, n, _t, s in conn.execute(
+        "SELECT type, name, tbl_name, sql FROM sqlite_master")}
+    missing = [f"{k} {n}" for k, n, _t, s in want if s and (k, n) not in have
+               and not n.startswith("sqlite_")]
+    v.checks["schema"] = {"source_entries": len(want), "missing": missing}
+    if missing:
+        v.findings.append(f"schema: {len(missing)} entries of the source are missing: "
+                          f"{', '.join(missing[:5])}")
+
+
+def verify_foreign(path: Path, entries: list[tuple], expected: dict[str, int],
+                   readable: dict[str, int] | None = None, *,
+                   allowed_missing: set[str] = frozenset()) -> Verification:
+    """`verify_output` for a file in its own (foreign) schema: integrity,
+    the source's schema present (``entries``, less what could not be
+    created and is reported as such), FTS, counts; foreign keys counted."""
+    v = Verification()
+    if readable:
+        v.findings += source_shortfall(readable, expected)
+    try:
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
+    except apsw.Error as e:
+        v.findings.append(f"cannot open the output: {type(e).__name__}: {e}")
+        return v
+    want = [e for e in entries if f"{e[0]} {e[1]}" not in allowed_missing]
+    try:
+        for check in (_integrity, _foreign_keys_info, lambda c, v: _same_schema(c, v, want),
+                      _fts, lambda c, v: _counts(c, v, expected)):
+            try:
+                check(conn, v)
+            except apsw.Error as e:
+                v.findings.append(f"check: {type(e).__name__}: {e}")
+    finally:
+        conn.close()
+    return v

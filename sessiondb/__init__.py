@@ -5,6 +5,7 @@ from .classify import classify
 from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
 from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery, LeaseLost,
                      SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
+                     SessionTooLong,
                      StorageError, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
                      StoreReplaced, UnsafeSQLiteVersion)
 from .errors import ForeignStore

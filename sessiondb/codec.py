@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
+import sys
 import time
 from typing import Any, NamedTuple
 
-from .errors import InvalidMessage
+from .errors import InvalidInput, InvalidMessage
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 PRIVATE_PREFIX = "_db_"
@@ -23,6 +23,41 @@ UID_KEY = "_db_uid"
 # Keys with typed columns; they are stored there *and* left in meta except
 # tool_calls, which can be large and lives only in its column.
 _COLUMN_COPIES = ("tool_call_id", "finish_reason")
+
+# Limits on what is accepted, so that whatever is stored can be read back by
+# any reader (docs/reliability.md, "Hostile input"):
+# - times from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z, the range of
+#   datetime and of ISO 8601 (1e300 was accepted once and then every reader
+#   that formats a time crashed with OverflowError);
+MIN_TIME, MAX_TIME = -62135596800.0, 253402300799.0
+# - JSON nested at most this deep (json.loads recurses: a 10,000-deep value
+#   raised RecursionError, and a deep value written near the recursion limit
+#   could not be read by a caller already deep in its stack);
+MAX_DEPTH = 100
+# - integers of at most 4,300 decimal digits: Python refuses to convert
+#   more to or from text by default, so a process that raised its own limit
+#   could store numbers no other process can read;
+MAX_INT_DIGITS = 4300
+_TOO_BIG = 10 ** MAX_INT_DIGITS
+# - typed integer columns (token_count) within SQLite's signed 64 bits.
+MAX_COLUMN_INT = 2**63 - 1
+
+
+def time_in_range(value: Any) -> bool:
+    """A finite number of epoch seconds within [MIN_TIME, MAX_TIME]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return MIN_TIME <= value <= MAX_TIME  # False for NaN; no float() of a huge int
+
+
+TIME_RANGE_TEXT = "epoch seconds between 0001-01-01 and 9999-12-31 UTC"
+
+
+def checked_time(value: Any, what: str) -> float:
+    """``value`` as a float if it is a time we can store and read back."""
+    if not time_in_range(value):
+        raise InvalidInput(f"{what} must be {TIME_RANGE_TEXT}, not {value!r:.40}")
+    return float(value)
 
 
 class Persisted(NamedTuple):
@@ -89,14 +124,56 @@ def _flat(value: Any) -> bool:
             and all(type(k) is str and type(v) in _SCALARS for k, v in value.items()))
 
 
+def _too_big(value: Any, field: str, index: int | None) -> InvalidMessage:
+    return InvalidMessage(f"message field {field!r} holds an integer of more than "
+                          f"{MAX_INT_DIGITS:,} digits", field=field, index=index)
+
+
+def check_shape(value: Any, field: str, index: int | None) -> None:
+    """No deeper than MAX_DEPTH, no integer longer than MAX_INT_DIGITS: what
+    every reader can parse back. Iterative, so a hostile depth cannot
+    exhaust the stack here either; it walks containers, not characters."""
+    kind = type(value)
+    if kind is not dict and kind is not list and kind is not tuple:
+        if isinstance(value, int) and not -_TOO_BIG < value < _TOO_BIG:
+            raise _too_big(value, field, index)
+        return
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item, depth = pop()
+        if depth > MAX_DEPTH:
+            raise InvalidMessage(f"message field {field!r} is nested more than "
+                                 f"{MAX_DEPTH} levels deep", field=field, index=index)
+        for child in (item.values() if type(item) is dict else item):
+            kind = type(child)
+            if kind is dict or kind is list or kind is tuple:
+                push((child, depth + 1))
+            elif kind is int and not -_TOO_BIG < child < _TOO_BIG:
+                raise _too_big(child, field, index)
+            elif kind is not str and isinstance(child, int) and not isinstance(child, bool) \
+                    and not -_TOO_BIG < child < _TOO_BIG:  # int subclasses (IntEnum)
+                raise _too_big(child, field, index)
+
+
+def _int_text_unlimited() -> bool:
+    """Whether this process lets int<->str go past the default 4,300 digits
+    (then the encoder no longer refuses what default readers cannot parse)."""
+    limit = sys.get_int_max_str_digits()
+    return limit == 0 or limit > 4300
+
+
 def _dumps(value: Any, field: str, index: int | None) -> str:
+    flat = _flat(value)
+    if not flat or _int_text_unlimited():  # a flat dict is one level deep
+        check_shape(value, field, index)
     try:
         text = _ENCODER.encode(value)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise InvalidMessage(f"message field {field!r} is not JSON-serializable: {e}",
                              field=field, index=index) from None
     _check_text(text, field, index)
-    if not _flat(value) and json.loads(text) != value:
+    if not flat and json.loads(text) != value:
         raise InvalidMessage(f"message field {field!r} would not round-trip through JSON "
                              "(tuples, non-string keys?)", field=field, index=index)
     return text
@@ -130,9 +207,9 @@ def _timestamp(message: dict[str, Any], index: int | None) -> float:
     value = message.get("timestamp")
     if value is None:
         return time.time()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidMessage("message field 'timestamp' must be a finite number (epoch seconds)",
-                             field="timestamp", index=index)
+    if not time_in_range(value):
+        raise InvalidMessage(f"message field 'timestamp' must be a finite number of "
+                             f"{TIME_RANGE_TEXT}", field="timestamp", index=index)
     return float(value)
 
 
@@ -140,9 +217,10 @@ def _token_count(message: dict[str, Any], index: int | None) -> int | None:
     value = message.get("token_count")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidMessage("message field 'token_count' must be an integer",
-                             field="token_count", index=index)
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            -MAX_COLUMN_INT <= value <= MAX_COLUMN_INT):
+        raise InvalidMessage("message field 'token_count' must be an integer of at most "
+                             "64 bits", field="token_count", index=index)
     return value
 
 

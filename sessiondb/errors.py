@@ -157,6 +157,17 @@ class InvalidQuery(InvalidInput):
     """Search text that cannot be turned into a query (the message says why)."""
 
 
+class SessionTooLong(StorageError):
+    """A session has more rows than a whole load may return; page it or stream it."""
+
+    cause = Cause.INVALID_INPUT
+
+    def __init__(self, message: str, *, session_id: str, rows: int, limit: int,
+                 command: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.session_id, self.rows, self.limit, self.command = session_id, rows, limit, command
+
+
 class SearchRebuildRefused(StorageError):
     """Rebuilding the search index is unsafe now: another process holds the store."""
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
-from . import usage
-from .errors import InvalidInput
+from . import pages, usage
+from .errors import InvalidInput, SessionNotFound
 from .outfile import check_output, private_output
 from .pages import StoredMessage
 from .paths import validate_session_id
@@ -94,6 +94,22 @@ def session_messages(db: SessionDB, session_id: str, *,
         if len(page) < MESSAGE_PAGE:
             return
         after = page[-1].key
+
+
+def message_window(db: SessionDB, session_id: str, message_id: int, *, context: int = 3,
+                   include_archived: bool = False) -> list[StoredMessage]:
+    """A search hit in its place: message ``message_id`` of the session with
+    ``context`` messages either side. Raises SessionNotFound when the session
+    does not hold that message."""
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise InvalidInput("context must be a non-negative integer")
+    with db._read() as conn:
+        window = pages.message_window(conn, session_id, message_id, context=context,
+                                      include_archived=include_archived)
+    if window is None:
+        db.get_session(session_id)  # an unknown session says so first
+        raise SessionNotFound(f"session {session_id!r} has no message {message_id}")
+    return window
 
 
 def session_record(db: SessionDB, session: Session) -> dict[str, Any]:

@@ -8,27 +8,40 @@ applied. Messages go through the store's `insert_encoded` path, so a uid
 the session already holds is skipped: re-importing a file adds nothing.
 
 A session missing from the store is created with the exported row's
-values (start/update/end times, counters, token usage); a session that
-exists keeps its row and only gains the messages it lacks. Messages are
+values (start/update/end times, token usage), its message and tool-call
+counters derived from the rows actually inserted, never taken from the
+file; a session that exists keeps its row and only gains the messages it
+lacks (its counters move with them). Messages are
 written in bounded chunks, one transaction each, so a large import never
 holds the write lock for long and an interrupted one can simply be re-run.
+
+The bulk path. Into a session this import created, a chunk goes in as one
+``executemany`` (positions kept in memory and checked against the store,
+known uids dropped by one query, once per chunk), with the session's counters moved once per
+chunk, not per message. When the import brings at least as many messages
+as the store holds and no other process holds it, the search index is
+built once at the end instead of row by row: it is marked stale (search
+scans meanwhile, exactly), and rebuilt after the last chunk; an interrupted
+import leaves it stale and the next open or `sessions reindex` rebuilds it.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import apsw
 
+from . import holders, search_index
 from . import messages as rows
+from . import sessions as session_rows
 from . import usage
-from .codec import encode
+from .codec import MAX_COLUMN_INT, TIME_RANGE_TEXT, EncodedMessage, encode, time_in_range
 from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
+from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
 
@@ -71,8 +84,15 @@ class MessageIn:
     state: str
     compaction_id: str | None
     kind: str
-    message: dict[str, Any]
+    message: dict[str, Any] | None
     line: int | None = None
+    #: the checked row (from the spill); then ``message`` is None
+    encoded: EncodedMessage | None = None
+
+    def row(self) -> EncodedMessage:
+        if self.encoded is not None:
+            return self.encoded
+        return encode(self.message, uid=self.uid)._replace(timestamp=self.timestamp)
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,9 @@ class ImportResult:
     messages_in_file: int = 0
     messages_added: int = 0
     messages_skipped: int = 0
+    #: how the search index followed: "incremental" (row by row), "rebuilt" (once,
+    #: at the end), "stale" (to be rebuilt: another process held the store)
+    search_index: str = "incremental"
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
     #: Rows per table of a foreign source, and what was not carried over (why).
@@ -121,8 +144,8 @@ def _bad(line: int | None, text: str) -> ImportFileError:
     return ImportFileError(where + text, line=line)
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def _is_time(v: Any) -> bool:
+    return time_in_range(v)
 
 
 def check_session_row(row: Any, line: int | None) -> dict[str, Any]:
@@ -147,14 +170,15 @@ def check_session_row(row: Any, line: int | None) -> dict[str, Any]:
         if row[key] is not None and not isinstance(row[key], str):
             raise _bad(line, f"session {key!r} must be a string or null")
     for key in _TIMES:
-        if not _is_number(row[key]):
-            raise _bad(line, f"session {key!r} must be a number")
-    if row["ended_at"] is not None and not _is_number(row["ended_at"]):
-        raise _bad(line, "session 'ended_at' must be a number or null")
+        if not _is_time(row[key]):
+            raise _bad(line, f"session {key!r} must be {TIME_RANGE_TEXT}")
+    if row["ended_at"] is not None and not _is_time(row["ended_at"]):
+        raise _bad(line, f"session 'ended_at' must be {TIME_RANGE_TEXT} or null")
     for key in _COUNTERS:
         v = row[key]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise _bad(line, f"session {key!r} must be a non-negative integer")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                              or not 0 <= v <= MAX_COLUMN_INT):
+            raise _bad(line, f"session {key!r} must be a non-negative 64-bit integer")
     return row
 
 
@@ -166,12 +190,13 @@ def _message_in(rec: dict[str, Any], line: int) -> MessageIn:
         raise _bad(line, f"message record has no {e.args[0]!r}") from None
 
 
-def check_message(m: MessageIn) -> None:
-    """Field types of a message record, and the message itself via the codec."""
+def check_message(m: MessageIn) -> EncodedMessage:
+    """Field types of a message record, and the message itself via the codec;
+    returns the encoded row (with the record's timestamp)."""
     if not isinstance(m.uid, str) or not m.uid:
         raise _bad(m.line, "message 'uid' must be a non-empty string")
-    if not _is_number(m.timestamp):
-        raise _bad(m.line, "message 'timestamp' must be a number")
+    if not _is_time(m.timestamp):
+        raise _bad(m.line, f"message 'timestamp' must be {TIME_RANGE_TEXT}")
     if m.state not in STATES:
         raise _bad(m.line, f"message 'state' must be one of {sorted(STATES)}")
     if m.compaction_id is not None and not isinstance(m.compaction_id, str):
@@ -179,7 +204,7 @@ def check_message(m: MessageIn) -> None:
     if not isinstance(m.kind, str) or not m.kind:
         raise _bad(m.line, "message 'kind' must be a non-empty string")
     try:
-        encode(m.message, uid=m.uid)
+        return encode(m.message, uid=m.uid)._replace(timestamp=m.timestamp)
     except InvalidMessage as e:
         raise _bad(m.line, str(e)) from None
 
@@ -187,8 +212,10 @@ def check_message(m: MessageIn) -> None:
 def _parse_line(raw: str, line: int) -> dict[str, Any]:
     try:
         rec = json.loads(raw)
-    except ValueError as e:
-        raise _bad(line, f"not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise _bad(line, "not readable: JSON nested too deeply") from None
+    except ValueError as e:  # JSONDecodeError has .msg; the int-digits limit does not
+        raise _bad(line, f"not valid JSON ({getattr(e, 'msg', None) or e})") from None
     if not isinstance(rec, dict) or not isinstance(rec.get("type"), str):
         raise _bad(line, "each line must be a JSON object with a 'type'")
     return rec
@@ -263,11 +290,13 @@ class _Run:
     db: SessionDB
     result: ImportResult
     progress: Progress | None = None
+    spill: SpillWriter | None = None
     session: SessionIn | None = None
     created: bool = False
     ended: bool = False
     chunk: list[MessageIn] = field(default_factory=list)
     orphan_parents: dict[str, str] = field(default_factory=dict)
+    next_position: int = 1  # of the session this import created (bulk path)
 
     def feed(self, rec: Record) -> None:
         if self.ended:
@@ -275,11 +304,16 @@ class _Run:
         if isinstance(rec, SessionIn):
             self.finish_session()
             self.start_session(rec)
+            if self.spill is not None:
+                self.spill(("s", rec.row, rec.line, rec.usage))
         elif isinstance(rec, MessageIn):
             if self.session is None or rec.session_id != self.session.id:
                 raise _bad(rec.line, "message does not follow its session's record")
-            if self.result.dry_run:  # the planning pass validates; the write pass re-encodes
-                check_message(rec)
+            if self.result.dry_run:  # the planning pass validates (and spills the rows)
+                enc = check_message(rec)
+                if self.spill is not None:
+                    self.spill(("m", rec.session_id, rec.uid, rec.timestamp, rec.state,
+                                rec.compaction_id, rec.kind, tuple(enc), rec.line))
             self.result.messages_in_file += 1
             self.chunk.append(rec)
             if len(self.chunk) >= CHUNK:
@@ -287,6 +321,8 @@ class _Run:
         else:
             self.finish_session()
             self.ended = True
+            if self.spill is not None:
+                self.spill(("e", rec.sessions, rec.messages, rec.line))
             r = self.result
             if (rec.sessions, rec.messages) != (r.sessions_in_file, r.messages_in_file):
                 raise _bad(rec.line, f"end record counts {rec.sessions} sessions and "
@@ -306,6 +342,7 @@ class _Run:
             added = usage.import_rows(conn, rec.id, rec.usage, now, dry_run=dry)
         self.result.usage_rows_added += added  # counted once the transaction committed
         self.session, self.created = rec, created
+        self.next_position = 1
         if created:
             self.result.sessions_created += 1
         else:
@@ -332,13 +369,12 @@ class _Run:
             return
         row = rec.row
         with self.db.atomic() as conn:
-            # Appends moved updated_at and the counters; restore the exported values
-            # (counters given as null, e.g. by the llm reader, keep what the rows made).
-            conn.execute("UPDATE sessions SET updated_at = ?,"
-                         " message_count = coalesce(?, message_count),"
-                         " tool_call_count = coalesce(?, tool_call_count) WHERE id = ?",
-                         (row["updated_at"], row["message_count"], row["tool_call_count"],
-                          row["id"]))
+            # Appends moved updated_at; restore the exported value. The message
+            # and tool-call counters are what the rows just inserted made them:
+            # a file's own counters are never trusted (message_count: 999999 for
+            # a session with no messages was once taken as given).
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?",
+                         (row["updated_at"], row["id"]))
 
     def flush(self) -> None:
         chunk, self.chunk = self.chunk, []
@@ -348,6 +384,9 @@ class _Run:
         if self.result.dry_run:
             added = len(self._fresh(self.db, chunk)) if not self.created else \
                 len({m.uid for m in chunk})
+        elif self.created:
+            with self.db.atomic() as conn:
+                added = self._write_bulk(conn, chunk)
         else:
             with self.db.atomic() as conn:
                 added = self._write(conn, chunk)
@@ -377,13 +416,31 @@ class _Run:
         sid = chunk[0].session_id
         for kind, group in itertools.groupby(fresh, key=lambda m: m.kind):
             batch = list(group)
-            encoded = [encode(m.message, uid=m.uid)._replace(timestamp=m.timestamp)
-                       for m in batch]
+            encoded = [m.row() for m in batch]
             ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
             for m, rid in zip(batch, ids):
                 if m.state != "active" or m.compaction_id is not None:
                     rows.set_state(conn, [rid], m.state, m.compaction_id)
         return len(fresh)
+
+    def _write_bulk(self, conn: apsw.Connection, chunk: list[MessageIn]) -> int:
+        """One chunk into a session this import created: one executemany, the
+        counters once. Falls back to the row path when the session moved on
+        since the last chunk (someone else appended to it)."""
+        sid = chunk[0].session_id
+        if rows.start_position(conn, sid) != self.next_position:
+            return self._write(conn, chunk)
+        batch, calls = [], 0
+        position = self.next_position
+        for m in self._fresh(self.db, chunk):  # one indexed query a chunk: uids are new
+            enc = m.row()
+            batch.append((enc, position, m.kind, m.state, m.compaction_id))
+            position += 1
+            calls += enc.tool_call_total
+        rows.insert_many(conn, sid, batch)
+        session_rows.add_message_counts(conn, sid, self.db.now(), len(batch), calls)
+        self.next_position = position  # set last: a re-run of the body starts from the old one
+        return len(batch)
 
     def link_parents(self) -> None:
         if self.result.dry_run or not self.orphan_parents:
@@ -396,8 +453,9 @@ class _Run:
 
 
 def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
-         progress: Progress | None, require_end: bool) -> ImportResult:
-    run = _Run(db, result, progress)
+         progress: Progress | None, require_end: bool,
+         spill: SpillWriter | None = None) -> ImportResult:
+    run = _Run(db, result, progress, spill)
     for rec in records:
         run.feed(rec)
     if not run.ended:
@@ -418,17 +476,57 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
                    progress_for: ProgressFor | None = None) -> ImportResult:
     """Validate the whole stream (read-only), then, unless ``dry_run``, apply it.
 
-    ``open_records`` is called once per pass and must yield the same records.
+    ``open_records`` is called once: the checking pass spills each checked
+    record (see import_spill.py) and the writing pass reads them back.
     ``progress_for`` gets the planned message count before the writing pass
     and returns a callback that is told how many messages each chunk handled.
     """
-    plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
-                require_end)
     if dry_run:
-        return plan
-    progress = progress_for(plan.messages_in_file) if progress_for is not None else None
-    return _run(db, open_records(), ImportResult(source_format, path, False), progress,
-                require_end)
+        return _run(db, open_records(), ImportResult(source_format, path, True), None,
+                    require_end)
+    with Spill(db.path.parent) as spill:
+        plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
+                    require_end, spill.write)
+        progress = progress_for(plan.messages_in_file) if progress_for is not None else None
+        result = ImportResult(source_format, path, False)
+        deferred = _defer_index(db, plan)
+        _run(db, _unspill(spill.read()), result, progress, require_end)
+    if deferred:
+        result.search_index = _rebuild_index(db)
+    return result
+
+
+def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
+    """The checked records back from the spill (see import_spill.py)."""
+    for rec in spilled:
+        if rec[0] == "m":
+            yield MessageIn(*rec[1:7], None, rec[8], encoded_from(rec[7]))
+        elif rec[0] == "s":
+            yield SessionIn(rec[1], rec[2], tuple(rec[3]))
+        else:
+            yield EndIn(rec[1], rec[2], rec[3])
+
+
+def _defer_index(db: SessionDB, plan: ImportResult) -> bool:
+    """Detach the search index for the import (marked stale) when building it
+    once is cheaper than row by row: the import at least doubles the store,
+    and no other process holds it (a rebuild needs the store alone)."""
+    if plan.messages_added == 0 or holders.other_holders(db.path) != []:
+        return False
+    with db.atomic() as conn:
+        (stored,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+        if stored > plan.messages_added or search_index.stale_marker(conn) is not None:
+            return False
+        search_index.mark_stale(conn, "bulk import: the index is built once at the end", None)
+    return True
+
+
+def _rebuild_index(db: SessionDB) -> str:
+    try:
+        db.rebuild_search_index()
+    except StorageError:  # refused (a holder appeared) or failed: stays stale, search scans
+        return "stale"
+    return "rebuilt"
 
 
 def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,

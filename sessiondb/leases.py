@@ -27,11 +27,16 @@ def _current(conn: apsw.Connection, session_id: str) -> tuple[str, float] | None
     return (row[0], row[1]) if row else None
 
 
+MAX_TTL_S = 366 * 86400  # bounded, so expires_at stays a time every reader can format
+
+
 def _validate(holder: str, ttl_s: float) -> None:
     if not isinstance(holder, str) or not holder:
         raise InvalidInput("a lease holder must be a non-empty string")
-    if not (isinstance(ttl_s, (int, float)) and ttl_s > 0):
-        raise InvalidInput("a lease ttl must be a positive number of seconds")
+    if isinstance(ttl_s, bool) or not (isinstance(ttl_s, (int, float))
+                                       and 0 < ttl_s <= MAX_TTL_S):
+        raise InvalidInput("a lease ttl must be a positive number of seconds, at most "
+                           f"{MAX_TTL_S:,} (a year)")
 
 
 def acquire(conn: apsw.Connection, session_id: str, holder: str, ttl_s: float,

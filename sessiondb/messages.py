@@ -49,6 +49,24 @@ def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position
     return existing, False
 
 
+_INSERT_FULL = (
+    "INSERT INTO messages(session_id, uid, position, role, content_kind, content, tool_calls,"
+    " tool_call_id, tool_name, finish_reason, timestamp, token_count, meta, fingerprint, kind,"
+    " state, compaction_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(session_id, uid) DO NOTHING")
+
+
+def insert_many(conn: apsw.Connection, session_id: str,
+                rows: list[tuple[EncodedMessage, int, str, str, str | None]]) -> None:
+    """Bulk insert of (message, position, kind, state, compaction_id) in one
+    statement loop (executemany); a known uid is a no-op. For writers that
+    already know the positions and that the uids are new (the bulk import)."""
+    conn.executemany(_INSERT_FULL, [
+        (session_id, e.uid, pos, e.role, e.content_kind, e.content, e.tool_calls,
+         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
+         e.fingerprint, kind, state, comp) for e, pos, kind, state, comp in rows])
+
+
 _LOAD = ("SELECT id, uid, role, content_kind, content, tool_calls, meta, fingerprint, state,"
          " compaction_id FROM messages WHERE session_id = ?")
 
@@ -79,6 +97,55 @@ def load(conn: apsw.Connection, session_id: str, *, include_archived: bool = Fal
                                  (session_id, tail)))
         rows = reversed(desc)
     return [_marked(r, include_archived) for r in rows]
+
+
+POSITION_KEY = "_db_position"
+#: ``get_messages`` without a page refuses sessions with more rows than this
+#: (``SessionDB.load_limit`` overrides it per store handle).
+LOAD_LIMIT = 10_000
+
+
+def count(conn: apsw.Connection, session_id: str, *, include_archived: bool = False) -> int:
+    """Rows of a session (live ones unless ``include_archived``): an index range count."""
+    sql = "SELECT count(*) FROM messages WHERE session_id = ?"
+    if not include_archived:
+        sql += " AND state = 'active'"
+    return int(conn.execute(sql, (session_id,)).fetchone()[0])
+
+
+def load_range(conn: apsw.Connection, session_id: str, *, include_archived: bool = False,
+               limit: int, before: int | None = None,
+               after: int | None = None) -> list[dict[str, Any]]:
+    """One page of a session's rows in order, each marked and carrying its
+    ``_db_position``: the first ``limit`` after position ``after``, or, when
+    only ``before`` is given, the last ``limit`` before it (``before`` and
+    ``after`` both: the first ``limit`` strictly between them)."""
+    sql, args = (_LOAD if include_archived else _LOAD + " AND state = 'active'"), [session_id]
+    sql = sql.replace("SELECT id,", "SELECT position, id,", 1)
+    if after is not None:
+        sql += " AND position > ?"
+        args.append(after)
+    if before is not None:
+        sql += " AND position < ?"
+        args.append(before)
+    newest = before is not None and after is None
+    sql += (" ORDER BY position DESC, id DESC" if newest else " ORDER BY position, id") + " LIMIT ?"
+    found = list(conn.execute(sql, (*args, limit)))
+    out = []
+    for row in (reversed(found) if newest else found):
+        message = _marked(row[1:], include_archived)
+        message[POSITION_KEY] = row[0]
+        out.append(message)
+    return out
+
+
+def summaries_before(conn: apsw.Connection, session_id: str,
+                     position: int) -> list[dict[str, Any]]:
+    """The session's live rolling-summary rows placed before ``position`` (a
+    partial-index seek): what a resume from the tail keeps of the history."""
+    return [_marked(r, False) for r in conn.execute(
+        _LOAD + " AND kind = 'rolling_summary' AND state = 'active' AND position < ?"
+        " ORDER BY position, id", (session_id, position))]
 
 
 # -- row edits (transcript operations and compaction) -----------------------

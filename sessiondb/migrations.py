@@ -125,9 +125,26 @@ def m007_usage_ledger(conn: apsw.Connection) -> None:
     usage.install(conn)
 
 
+def m008_session_flags(conn: apsw.Connection) -> None:
+    """Pinned and archived sessions (maintenance.py). A side table, not columns of
+    ``sessions``, so the session row, its export format and every reader of it
+    stay as they were; a session without a row here is neither. A rowid
+    table (not WITHOUT ROWID) so the page carver can map its rows."""
+    conn.execute("""
+    CREATE TABLE session_flags (
+        session_id  TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        pinned      INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+        archived_at REAL
+    );
+    CREATE INDEX session_flags_archived ON session_flags(archived_at)
+        WHERE archived_at IS NOT NULL;
+    """)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
-                                     m006_index_watermark, m007_usage_ledger)
+                                     m006_index_watermark, m007_usage_ledger,
+                                     m008_session_flags)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

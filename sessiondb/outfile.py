@@ -5,15 +5,23 @@ target, fsynced, then moved into place and the directory fsynced. Without
 ``force`` the move is a hard link, which fails if the target appeared in
 the meantime, so an existing file is never replaced by accident. On any
 failure the temp file is removed and the target is untouched.
+
+``force`` replaces only a regular file. A device node (``/dev/full``,
+``/dev/null``), a FIFO, a socket, a directory or a symbolic link at the
+target is refused with `OutputNotRegular` whether or not ``force`` is
+given, checked before any work and again just before the rename: renaming
+over them would replace the node itself, not write into it. Standard
+output is asked for as ``-`` by the CLI, never through a path.
 """
 from __future__ import annotations
 
 import errno
 import os
 import secrets
+import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 from .errors import Cause, StorageError
 from .paths import FILE_MODE
@@ -32,11 +40,40 @@ class OutputExists(OutputError):
     cause = Cause.INVALID_INPUT
 
 
+class OutputNotRegular(OutputError):
+    """The output path is a device, FIFO, socket, directory or symlink; ``kind`` says which."""
+
+    cause = Cause.INVALID_INPUT
+
+    def __init__(self, message: str, *, kind: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.kind = kind
+
+
+_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISLNK, "symbolic link"),
+          (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+          (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "special file")
+
+
 def check_output(path: Path, *, force: bool) -> None:
-    """Refuse early (before any work) a target that exists or is a directory."""
-    if path.is_dir():
-        raise OutputError(f"{path} is a directory", path=str(path))
-    if not force and os.path.lexists(path):
+    """Refuse early (before any work) a target that exists and is not to be
+    replaced, or that is anything but a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise _fail(path, e) from e
+    if not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise OutputNotRegular(f"{path} is a {kind}, not a regular file; an output replaces "
+                               "only regular files (for stdout leave out --output, or pass "
+                               "-o -)", kind=kind, path=str(path))
+    if not force:
         raise OutputExists(f"{path} already exists; pass --force to replace it", path=str(path))
 
 
@@ -55,6 +92,7 @@ def fsync_dir(directory: Path) -> None:
 
 def _install(tmp: Path, path: Path, force: bool) -> None:
     if force:
+        check_output(path, force=True)  # again: a node may have appeared meanwhile
         os.replace(tmp, path)
         return
     try:

@@ -61,12 +61,90 @@ def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | 
         sql += " AND (position, id) > (?, ?)"
         args += [after[0], after[1]]
     sql += " ORDER BY position, id LIMIT ?"
+    return _stored(conn.execute(sql, (*args, limit)))
+
+
+def _stored(rows: Any) -> list[StoredMessage]:
     out = []
     for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
-         meta) in conn.execute(sql, (*args, limit)):
+         meta) in rows:
         out.append(StoredMessage((position, rid), uid, ts, state, comp, kind,
                                  decode(role, ckind, content, calls, meta)))
     return out
+
+
+END = 2 ** 63 - 1  # a row id above every other: (position, END) is "after position"
+
+
+def last_page(conn: apsw.Connection, session_id: str, *, before: int | None, limit: int,
+              include_archived: bool = True) -> list[StoredMessage]:
+    """The last ``limit`` messages of a session before position ``before``
+    (None: the newest), in order."""
+    sql, args = _MESSAGES, [session_id]
+    if not include_archived:
+        sql += " AND state = 'active'"
+    if before is not None:
+        sql += " AND position < ?"
+        args.append(before)
+    sql += " ORDER BY position DESC, id DESC LIMIT ?"
+    rows = list(conn.execute(sql, (*args, limit)))
+    return [StoredMessage((position, rid), uid, ts, state, comp, kind,
+                          decode(role, ckind, content, calls, meta))
+            for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
+                 meta) in reversed(rows)]
+
+
+@dataclass(frozen=True)
+class Window:
+    """One page of a session for display: its rows, how many there are in
+    all, and whether rows exist before or after the page."""
+
+    rows: list[StoredMessage]
+    total: int
+    more_before: bool
+    more_after: bool
+
+
+def window(conn: apsw.Connection, session_id: str, *, limit: int, before: int | None = None,
+           after: int | None = None, include_archived: bool = True) -> Window:
+    """The first ``limit`` rows after position ``after``, else the last
+    ``limit`` before ``before`` (None: the newest), in one read."""
+    state = "" if include_archived else " AND state = 'active'"
+    (total,) = conn.execute(f"SELECT count(*) FROM messages WHERE session_id = ?{state}",
+                            (session_id,)).fetchone()
+    if after is not None:
+        rows = message_page(conn, session_id, after=(after, END), limit=limit,
+                            include_archived=include_archived)
+        rows = [r for r in rows if before is None or r.key[0] < before]
+    else:
+        rows = last_page(conn, session_id, before=before, limit=limit,
+                         include_archived=include_archived)
+    if not rows:
+        return Window(rows, total, False, False)
+
+    def exists(cond: str, position: int) -> bool:
+        return conn.execute(f"SELECT 1 FROM messages WHERE session_id = ?{state}"
+                            f" AND position {cond} ? LIMIT 1",
+                            (session_id, position)).fetchone() is not None
+    return Window(rows, total, exists("<", rows[0].key[0]), exists(">", rows[-1].key[0]))
+
+
+def message_window(conn: apsw.Connection, session_id: str, message_id: int, *, context: int,
+                   include_archived: bool = False) -> list[StoredMessage] | None:
+    """The message ``message_id`` of a session with up to ``context`` rows
+    before and after it (those filtered like `message_page`; the named row
+    is always included), in order; None when the session has no such row."""
+    target = _stored(conn.execute(_MESSAGES + " AND id = ?", (session_id, message_id)))
+    if not target:
+        return None
+    key = target[0].key
+    live = "" if include_archived else " AND state = 'active'"
+    before = _stored(conn.execute(
+        _MESSAGES + live + " AND (position, id) < (?, ?) ORDER BY position DESC, id DESC"
+        " LIMIT ?", (session_id, *key, context)))
+    after = message_page(conn, session_id, after=key, limit=context,
+                         include_archived=include_archived) if context else []
+    return [*reversed(before), *target, *after]
 
 
 def count_messages(conn: apsw.Connection, session_ids: list[str] | None) -> int:

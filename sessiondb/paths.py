@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 from .errors import InvalidInput
@@ -92,3 +93,24 @@ def create_private_file(path: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def own_entries(directory: Path, pattern: str, *, dirs: bool = False) -> list[Path]:
+    """Entries of a directory of ours (spool, backups, the profile directory)
+    matching ``pattern``, sorted by name: only what we write there, regular
+    files (and real directories with ``dirs``). A symlink, FIFO, device or
+    socket with a matching name was put there by someone else: it is never
+    read, listed as ours, moved or removed, so its target stays untouched."""
+    try:
+        candidates = sorted(directory.glob(pattern))
+    except OSError:
+        return []
+    found = []
+    for p in candidates:
+        try:
+            mode = os.lstat(p).st_mode
+        except OSError:  # gone meanwhile, or unreadable: not ours to report
+            continue
+        if stat.S_ISREG(mode) or (dirs and stat.S_ISDIR(mode)):
+            found.append(p)
+    return found

@@ -17,7 +17,14 @@ ARGUMENT_WIDTH = 120
 
 
 def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+    """UTC time; a stored value no calendar can hold (a row written before
+    times were range-checked) is rendered as the number, never a crash."""
+    if ts is None:
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+    except (OverflowError, OSError, ValueError, TypeError):
+        return f"{ts!r} (out of range)"
 
 
 def content_text(message: dict[str, Any]) -> str:

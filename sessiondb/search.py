@@ -99,12 +99,15 @@ class Filters:
     until: float | None = None
     include_archived: bool = False
     exclude_changed: bool = False  # leave out rows whose indexed text is out of date
+    #: False leaves out sessions archived by `hermes sessions archive`.
+    archived_sessions: bool = True
 
     @property
     def narrowing(self) -> bool:
         """Filters beyond row state (those can exclude most matches)."""
-        return any(v is not None for v in (self.session_id, self.role, self.source,
-                                           self.since, self.until))
+        return not self.archived_sessions or any(
+            v is not None for v in (self.session_id, self.role, self.source, self.since,
+                                    self.until))
 
     def sql(self) -> tuple[str, list[Any]]:
         where, args = ["1"], []
@@ -118,6 +121,9 @@ class Filters:
             if value is not None:
                 where.append(clause)
                 args.append(value)
+        if not self.archived_sessions:
+            where.append("m.session_id NOT IN (SELECT session_id FROM session_flags"
+                         " WHERE archived_at IS NOT NULL)")
         return " AND ".join(where), args
 
 

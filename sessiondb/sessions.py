@@ -91,10 +91,18 @@ def select(where: list[str]) -> str:
     return _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
 
 
+_ARCHIVED = "id IN (SELECT session_id FROM session_flags WHERE archived_at IS NOT NULL)"
+
+
 def filters(*, source: str | None = None, since: float | None = None,
-            before: float | None = None) -> tuple[list[str], list[Any]]:
-    """WHERE terms and their arguments for the filters every session listing takes."""
-    where: list[str] = []
+            before: float | None = None,
+            archived: bool | None = None) -> tuple[list[str], list[Any]]:
+    """WHERE terms and their arguments for the filters every session listing takes.
+
+    ``archived``: None for every session, False without archived ones, True
+    for archived ones only (see maintenance.py)."""
+    where: list[str] = [] if archived is None else [_ARCHIVED if archived
+                                                    else f"NOT {_ARCHIVED}"]
     args: list[Any] = []
     for term, value in (("source = ?", source), ("started_at >= ?", since),
                         ("started_at < ?", before)):
@@ -105,8 +113,9 @@ def filters(*, source: str | None = None, since: float | None = None,
 
 
 def list_(conn: apsw.Connection, *, source: str | None, limit: int,
-          before: float | None, since: float | None = None) -> list[Session]:
-    where, args = filters(source=source, since=since, before=before)
+          before: float | None, since: float | None = None,
+          archived: bool | None = None) -> list[Session]:
+    where, args = filters(source=source, since=since, before=before, archived=archived)
     sql = select(where) + " ORDER BY started_at DESC, id DESC LIMIT ?"
     return [Session(*r) for r in conn.execute(sql, (*args, limit))]
 

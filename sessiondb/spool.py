@@ -12,10 +12,12 @@ the spool file, so an import never moves a file under a concurrent append.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import apsw
 
 from . import paths, sessions
-from .codec import UID_KEY, EncodedMessage, encode, public_fields
-from .errors import Cause, InvalidMessage, StorageError
+from .codec import UID_KEY, EncodedMessage, checked_time, encode, public_fields
+from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .outfile import fsync_dir
 
 if TYPE_CHECKING:
@@ -61,7 +63,14 @@ def _open_locked_for_append(path: Path) -> tuple[int, bool]:
             created = True
             os.fchmod(fd, paths.FILE_MODE)
         except FileExistsError:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            # Never through a symlink and never blocking on a FIFO someone put
+            # here: only a regular file is appended to (a file we did not write
+            # is never changed).
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+                         | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise OSError(errno.EINVAL, "the spool path is not a regular file", str(path))
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
@@ -224,8 +233,8 @@ def _encoded(records: Iterable[tuple[int, dict[str, Any]]], result: SpoolFileRes
             continue
         try:
             enc = encode(record["message"], uid=str(record["uid"]))
-            out.append(enc._replace(timestamp=float(record["timestamp"])))
-        except (KeyError, TypeError, ValueError, InvalidMessage):
+            out.append(enc._replace(timestamp=checked_time(record["timestamp"], "timestamp")))
+        except (KeyError, TypeError, ValueError, InvalidInput, InvalidMessage):
             result.bad_lines.append(number)
     return out
 
@@ -272,7 +281,8 @@ def _move_to_imported(path: Path) -> Path:
 
 def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
     result = SpoolFileResult(file=str(path))
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    # O_NOFOLLOW: a symlink swapped in after the listing is refused, not followed
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
@@ -310,7 +320,7 @@ def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = 
     report = SpoolImportReport(spool_dir=str(directory), dry_run=dry_run)
     if not directory.is_dir():
         return report
-    for path in sorted(directory.glob("*.jsonl")):
+    for path in paths.own_entries(directory, "*.jsonl"):  # never a symlink's target
         report.files.append(_import_file(db, path, dry_run))
     return report
 

@@ -18,13 +18,15 @@ from typing import Any, Callable
 
 import apsw
 
-from . import (compaction, leases, messages, migrations, pages, paths, policy,
+from . import (compaction, leases, maintenance, messages, migrations, pages, paths, policy,
                search, search_index, search_maintenance, sessions, spool, usage)
 from . import checkpointer, identify
 from .checkpointer import CheckpointStats
-from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, encode, new_uid
+from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
+                    new_uid)
 from .core import Atomic, StoreCore
-from .errors import InvalidInput, InvalidMessage, SchemaTooNew, StorageError, from_apsw
+from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
+                     StoreLocked, StoreNotFound, from_apsw)
 from .indexer import IndexerStats
 
 log = logging.getLogger(__name__)
@@ -210,7 +212,8 @@ class SessionDB:
             return migrations.pending(conn)
 
     def now(self) -> float:
-        return self.clock()
+        # Every time a session row gets (created, updated, ended) comes from here.
+        return checked_time(self.clock(), "the store's clock")
 
     # -- sessions ----------------------------------------------------------
 
@@ -230,13 +233,14 @@ class SessionDB:
             return sessions.get(conn, session_id)
 
     def list_sessions(self, *, source: str | None = None, limit: int = 50,
-                      before: float | None = None,
-                      since: float | None = None) -> list[sessions.Session]:
+                      before: float | None = None, since: float | None = None,
+                      archived: bool | None = False) -> list[sessions.Session]:
         """Sessions newest first; ``before`` (a start time) pages backwards,
-        ``since`` keeps sessions started at or after it."""
+        ``since`` keeps sessions started at or after it. Archived sessions
+        are left out unless ``archived`` is True (only them) or None (all)."""
         with self._read() as conn:
             return sessions.list_(conn, source=source, limit=limit, before=before,
-                                  since=since)
+                                  since=since, archived=archived)
 
     def session_page(self, *, after: pages.SessionKey | None = None, limit: int = 200,
                      source: str | None = None,
@@ -400,13 +404,52 @@ class SessionDB:
             sessions.add_message_counts(conn, session_id, self.now(), added, calls)
         return ids, position
 
+    load_limit: int = messages.LOAD_LIMIT
+
     def get_messages(self, session_id: str, *, include_archived: bool = False,
-                     tail: int | None = None) -> list[dict[str, Any]]:
-        """A session's messages in order, marked as persisted."""
+                     tail: int | None = None, limit: int | None = None,
+                     before: int | None = None, after: int | None = None,
+                     with_summary: bool = False) -> list[dict[str, Any]]:
+        """A session's messages in order, marked as persisted.
+
+        Whole, unless the session has more than ``load_limit`` rows: then
+        SessionTooLong names the paging arguments and the command that
+        streams it. ``tail=N`` is the last N rows (``with_summary`` adds the
+        live rolling summary before them: what a resume needs); ``limit``
+        with ``after``/``before`` (positions, each paged row carries its
+        ``_db_position``) is one page, see `messages.load_range`.
+        """
         with self._read() as conn:
             sessions.require(conn, session_id)
-            return messages.load(conn, session_id, include_archived=include_archived,
+            if limit is not None or before is not None or after is not None:
+                return messages.load_range(conn, session_id, include_archived=include_archived,
+                                           limit=self.load_limit if limit is None else limit,
+                                           before=before,
+                                           after=after)
+            if tail is None:
+                self._check_loadable(conn, session_id, include_archived)
+            rows = messages.load(conn, session_id, include_archived=include_archived,
                                  tail=tail)
+            if with_summary and rows:
+                rows = messages.summaries_before(conn, session_id, self._position_of(
+                    conn, rows[0])) + rows
+            return rows
+
+    @staticmethod
+    def _position_of(conn: apsw.Connection, message: dict[str, Any]) -> int:
+        return conn.execute("SELECT position FROM messages WHERE id = ?",
+                            (message[MARKER_KEY].id,)).fetchone()[0]
+
+    def _check_loadable(self, conn: apsw.Connection, session_id: str,
+                        include_archived: bool) -> None:
+        rows = messages.count(conn, session_id, include_archived=include_archived)
+        if rows > self.load_limit:
+            command = f"hermes sessions export {session_id}"
+            raise SessionTooLong(
+                f"session {session_id} has {rows} messages, more than the {self.load_limit} "
+                f"a whole load returns; page it (limit/after/before, or tail) or stream it: "
+                f"{command}", session_id=session_id, rows=rows, limit=self.load_limit,
+                command=command, path=str(self.path))
 
     # -- compaction --------------------------------------------------------
 
@@ -440,6 +483,15 @@ class SessionDB:
             return pages.message_page(conn, session_id, after=after, limit=limit,
                                       include_archived=include_archived)
 
+    def message_window(self, session_id: str, *, limit: int, before: int | None = None,
+                       after: int | None = None,
+                       include_archived: bool = True) -> pages.Window:
+        """One bounded page of a session for display (see `pages.window`)."""
+        with self._read() as conn:
+            sessions.require(conn, session_id)
+            return pages.window(conn, session_id, limit=limit, before=before, after=after,
+                                include_archived=include_archived)
+
     def count_messages(self, session_ids: list[str] | None = None) -> int:
         """Message rows in these sessions (``None``: in the whole store)."""
         with self._read() as conn:
@@ -451,13 +503,18 @@ class SessionDB:
                source: str | None = None, since: float | None = None,
                until: float | None = None, limit: int = 20, offset: int = 0,
                order: str = "rank", include_archived: bool = False,
-               raw: bool = False) -> search.SearchResults:
+               raw: bool = False, archived_sessions: bool = True) -> search.SearchResults:
         """Search message text; see sessiondb/search.py and docs/search.md.
 
         ``include_archived`` adds archived (compacted) and rewound rows,
         each hit carrying its ``state``. ``raw=True`` takes FTS5 syntax.
+        ``archived_sessions=False`` leaves out archived sessions.
         """
-        filters = search.Filters(session_id, role, source, since, until, include_archived)
+        if not archived_sessions:  # the filter costs a plan change; only when it can matter
+            with self._read() as conn:
+                archived_sessions = not maintenance.any_archived(conn)
+        filters = search.Filters(session_id, role, source, since, until, include_archived,
+                                 archived_sessions)
         return search.search(self, query, filters=filters, limit=limit, offset=offset,
                              order=order, raw=raw)
 

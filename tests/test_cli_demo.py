@@ -1,6 +1,9 @@
 """`hermes demo`: the README's main job, end to end on a fresh home."""
 from __future__ import annotations
 
+import os
+import stat
+
 from click.testing import CliRunner
 
 from cli.main import cli
@@ -8,9 +11,15 @@ from sessiondb import SessionDB
 
 
 def test_demo_runs_every_step(tmp_path):
-    home = tmp_path / "demo"
-    res = CliRunner().invoke(cli, ["demo", "--home", str(home)])
+    home = tmp_path / "parent" / "demo"  # a missing parent, created like the home
+    old = os.umask(0)  # the most permissive umask: the modes must not depend on it
+    try:
+        res = CliRunner().invoke(cli, ["demo", "--home", str(home)])
+    finally:
+        os.umask(old)
     assert res.exit_code == 0, res.output
+    for made in (home.parent, home):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
     out = res.stdout
     for command in ("chat --offline -q", "sessions search", "sessions recover --source",
                     "--inspect-only", "--output", "doctor"):
@@ -23,7 +32,7 @@ def test_demo_runs_every_step(tmp_path):
         chat = db.list_sessions(source="cli")[-1]
         assert "background_review" in {r.task for r in db.session_usage(chat.id)}
         assert [m["role"] for m in db.get_messages(chat.id)] == ["user", "assistant"]
-    assert "**FTS5**" in out
+    assert "FTS5" in out and "--around" in out  # hits open in place
     assert "verdict: structural" in out and "verification: ok" in out
     # The healthy store was never touched by the damage step.
     with SessionDB.open(home) as db:

@@ -71,7 +71,8 @@ def test_show_json_has_rows_aligned_with_messages(hermes_home):
     every = json.loads(run("sessions", "show", "s", "--archived", "--json").stdout)
     assert [m["content"] for m in every["messages"]] == ["m0", "m1", "m2"]
     assert [r["state"] for r in every["rows"]] == ["archived", "active", "active"]
-    assert set(every["rows"][0]) == {"uid", "timestamp", "state", "kind", "compaction_id"}
+    assert set(every["rows"][0]) == {"id", "uid", "position", "timestamp", "state", "kind",
+                                     "compaction_id"}
     human = run("sessions", "show", "s", "--archived").stdout
     assert "user (archived)" in human and "m2" in human
 
@@ -93,7 +94,7 @@ def test_rename_sets_the_title_and_refuses_blank(three):
 def test_delete_asks_and_declining_keeps_everything(three):
     res = run("sessions", "delete", "old", input="n\n")
     assert res.exit_code == 1
-    assert "Delete session old (title old, 1 messages)? [y/N]" in res.stderr
+    assert "Delete session old (title old, 1 message)? [y/N]" in res.stderr
     assert res.stderr.strip().splitlines()[-1] == "Error: not confirmed; nothing was deleted"
     no_input = run("sessions", "delete", "old", input="")
     assert no_input.exit_code == 1
@@ -105,7 +106,7 @@ def test_delete_asks_and_declining_keeps_everything(three):
 def test_delete_confirmed_or_with_yes(three):
     res = run("sessions", "delete", "old", input="y\n")
     assert res.exit_code == 0
-    assert res.stdout == "Deleted session old and its 1 messages.\n"
+    assert res.stdout == "Deleted session old and its 1 message.\n"
     res = run("sessions", "delete", "recent", "--yes", "--json")
     assert res.exit_code == 0
     assert res.stderr == ""  # no prompt at all

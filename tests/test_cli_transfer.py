@@ -254,7 +254,7 @@ def test_profile_is_honoured_by_export_and_import(hermes_home, tmp_path):
     assert (res.exit_code, res.stderr) == (1, f"Error: no store at {hermes_home / 'state.db'}\n")
     assert not out.exists() and not (hermes_home / "state.db").exists()
     res = run("--profile", "work", "sessions", "export", "--all", "-o", str(out), "--force")
-    assert res.stdout == f"Exported 1 sessions (1 messages) to {out}.\n"
+    assert res.stdout == f"Exported 1 session (1 message) to {out}.\n"
     res = run("--profile", "copy", "sessions", "import", str(out), "--json")
     assert json.loads(res.stdout)["messages_added"] == 1
     assert state_of(hermes_home / "profiles" / "copy") == \

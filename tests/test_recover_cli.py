@@ -62,11 +62,16 @@ USAGE_CASES = {
                                        str(t / "n.db.partial")],
                          "Error: --report must not be the output or one of its sidecars"),
     "report-with-inspect": (lambda s, t: ["--inspect-only", "--report", str(t / "r.json")],
-                            "Error: --report, --allow-partial, --lane and --include-freelist "
-                            "only apply with --output"),
+                            "Error: --report, --allow-partial, --lane, --template and "
+                            "--include-freelist only apply with --output"),
     "freelist-with-inspect": (lambda s, t: ["--inspect-only", "--include-freelist"],
-                              "Error: --report, --allow-partial, --lane and --include-freelist "
-                              "only apply with --output"),
+                              "Error: --report, --allow-partial, --lane, --template and "
+                              "--include-freelist only apply with --output"),
+    "template-missing": (lambda s, t: ["--output", str(t / "n.db"), "--template",
+                                       str(t / "none.db")],
+                         "Error: template {t}/none.db does not exist or is not a file"),
+    "template-is-source": (lambda s, t: ["--output", str(t / "n.db"), "--template", str(s)],
+                           "Error: --template must be another file than the source"),
 }
 
 

@@ -31,7 +31,8 @@ def filled(hermes_home):
 def test_search_table_and_json(filled):
     res = run("sessions", "search", "deploy")
     assert res.exit_code == 0, res.output
-    assert "**deploy**" in res.output and "s1" in res.output and "s2" in res.output
+    assert "deploy" in res.output and "s1" in res.output and "s2" in res.output
+    assert "**" not in res.output  # no markdown markers on a pipe
     doc = json.loads(run("sessions", "search", "deploy", "--session", "s1", "--role", "user",
                          "--json").output)
     assert doc["index_stale"] is False

@@ -1,0 +1,249 @@
+"""Scale benchmark (issue 19): a realistic store of N messages, and what costs what on it.
+
+    python bench/scale.py [--messages 100000] [--long 100000] [--sqlite3 PATH]
+                          [--skip-recover] [--json OUT] [--work DIR]
+
+Builds, in one run (each measurement is its own process, so its peak RSS is
+its own; wall times are one run each):
+
+1. a hermes JSONL export of N messages (bench/scale_data.py: 200 B - 4 KB
+   text, a tool call and its result every fifth turn, a 1 MB tool output
+   every 25,000 messages), and the time `sessions export` of the imported
+   store takes (the peer of the import);
+2. `sessions import` of it into a fresh home: msg/s overall, and split into
+   the rows and the one-off search index build;
+3. `doctor` (default) and `doctor --full`;
+4. `recover --inspect-only` beside `PRAGMA quick_check` on the same file;
+5. `sessions show` (JSON, default page) and the API's `get_messages`
+   (tail 500) of a separate store holding one session of --long messages;
+6. prune half of the sessions (the older half) + `sessions optimize`: the
+   bytes given back against the bytes those sessions take (the whole store
+   minus a store built from the kept half alone, both optimized);
+7. `recover --output` of a healthy copy beside `.recover` piped into a new
+   file (when a sqlite3 shell with .recover is found), RSS and time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import apsw  # noqa: E402
+
+from bench.scale_data import write_export  # noqa: E402
+
+HERMES = [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())"]
+MEASURE = r"""
+import json, resource, subprocess, sys, time
+t = time.monotonic()
+done = subprocess.run(sys.argv[2], shell=True) if sys.argv[1] == "sh" else subprocess.run(sys.argv[2:])
+print(json.dumps({"rc": done.returncode, "seconds": round(time.monotonic() - t, 3),
+                  "rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}),
+      file=sys.stderr)
+"""
+
+
+def measured(argv: list[str] | str, *, out: Path | None = None) -> dict[str, Any]:
+    """Run a command in a fresh wrapper: its wall time and its peak RSS."""
+    args = ["sh", argv] if isinstance(argv, str) else ["argv", *argv]
+    with open(out or os.devnull, "w") as sink:
+        done = subprocess.run([sys.executable, "-c", MEASURE, *args], cwd=ROOT, stdout=sink,
+                              stderr=subprocess.PIPE, text=True)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def hermes(home: Path, *args: str, out: Path | None = None) -> dict[str, Any]:
+    return measured([*HERMES, "--home", str(home), *args], out=out)
+
+
+def bundle_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in (db, Path(f"{db}-wal")) if p.exists())
+
+
+def find_sqlite3(given: Path | None) -> Path | None:
+    """A sqlite3 shell whose .recover works (it needs SQLITE_ENABLE_DBPAGE_VTAB;
+    Debian's 3.40 lists the command but fails): --sqlite3, the one bench/salvage.py
+    builds into bench/.build/, or the one on PATH."""
+    probe_db = Path(tempfile.mkdtemp()) / "probe.db"
+    conn = apsw.Connection(str(probe_db))
+    conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1)")
+    conn.close()
+    try:
+        for cand in [given, ROOT / "bench" / ".build" / "sqlite3", shutil.which("sqlite3")]:
+            if cand and Path(cand).exists():
+                done = subprocess.run([str(cand), str(probe_db), ".recover"],
+                                      capture_output=True, text=True)
+                if done.returncode == 0 and "INSERT" in done.stdout and "error" not in done.stderr:
+                    return Path(cand)
+    finally:
+        shutil.rmtree(probe_db.parent, ignore_errors=True)
+    return None
+
+
+def import_split(home: Path, export: Path) -> dict[str, Any]:
+    """The import in-process, timing the one-off index build apart from the rows."""
+    code = ("import json, sys, time\nfrom sessiondb import SessionDB, importer\n"
+            "spent = {}\nbuild = importer._rebuild_index\n"
+            "def timed(db):\n    t = time.monotonic(); r = build(db)\n"
+            "    spent['index'] = time.monotonic() - t; return r\n"
+            "importer._rebuild_index = timed\n"
+            "t = time.monotonic()\nwith SessionDB.open(sys.argv[1]) as db:\n"
+            "    r = importer.import_export_file(db, sys.argv[2])\n"
+            "print(json.dumps({'seconds': time.monotonic() - t, 'index_seconds': spent.get('index', 0),"
+            " 'messages': r.messages_added, 'search_index': r.search_index}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(home), str(export)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def quick_check_seconds(db: Path) -> float:
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    t = time.monotonic()
+    conn.execute("PRAGMA quick_check").fetchall()
+    conn.close()
+    return round(time.monotonic() - t, 3)
+
+
+def prune_half(home: Path) -> dict[str, Any]:
+    """Prune the older half of the sessions, then optimize; bytes before/after."""
+    code = ("import json, sys\nfrom sessiondb import SessionDB, maintenance\n"
+            "with SessionDB.open(sys.argv[1]) as db:\n"
+            "    with db._read() as c:\n"
+            "        times = sorted(r[0] for r in c.execute('SELECT coalesce(ended_at, updated_at) FROM sessions'))\n"
+            "    cut = times[len(times) // 2]\n"
+            "import time\nt = time.monotonic()\n"
+            "with SessionDB.open(sys.argv[1], clock=lambda: cut) as db:\n"
+            "    plan = maintenance.prune(db, maintenance.PruneFilter(older_than_s=0))\n"
+            "    seconds = round(time.monotonic() - t, 3)\n"
+            "    kept = [s.id for s in db.list_sessions(archived=None, limit=10**7)]\n"
+            "print(json.dumps({'pruned': plan.deleted_sessions, 'messages': plan.deleted_messages,"
+            " 'estimate': plan.bytes_estimate, 'seconds': seconds, 'kept': kept}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(home)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--long", type=int, default=100_000,
+                    help="messages in the long session (0: skip that part)")
+    ap.add_argument("--sqlite3", type=Path)
+    ap.add_argument("--skip-recover", action="store_true")
+    ap.add_argument("--work", type=Path, help="directory for the stores (default: a temp dir)")
+    ap.add_argument("--json", type=Path, help="write the results here too")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hermes-scale-", dir=a.work))
+    res: dict[str, Any] = {"messages": a.messages, "long": a.long, "work": str(work)}
+    try:
+        run_all(a, work, res)
+    finally:
+        print(json.dumps(res, indent=1))
+        if a.json:
+            a.json.write_text(json.dumps(res, indent=1) + "\n")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def step(res: dict[str, Any], name: str, value: Any) -> None:
+    res[name] = value
+    print(f"{name}: {json.dumps(value)}", file=sys.stderr, flush=True)
+
+
+def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    export = work / "export.jsonl"
+    t = time.monotonic()
+    step(res, "export_file", {**write_export(export, a.messages),
+                              "generate_seconds": round(time.monotonic() - t, 3)})
+    home = work / "home"
+    split = import_split(home, export)
+    step(res, "import", {**split, "msg_per_s": round(split["messages"] / split["seconds"]),
+                         "rows_msg_per_s": round(split["messages"] / max(
+                             split["seconds"] - split["index_seconds"], 1e-9))})
+    db = home / "state.db"
+    step(res, "store_bytes", bundle_bytes(db))
+    step(res, "export_peer", hermes(home, "sessions", "export", "--all", "-o",
+                                    str(work / "re.jsonl")))
+    (work / "re.jsonl").unlink(missing_ok=True)
+    step(res, "doctor_default", hermes(home, "doctor", "--json"))
+    step(res, "doctor_full", hermes(home, "doctor", "--full", "--json"))
+    step(res, "inspect_only", hermes(home, "sessions", "recover", "--source", str(db),
+                                     "--inspect-only", "--json"))
+    step(res, "quick_check_seconds", quick_check_seconds(db))
+    if not a.skip_recover:
+        recover_pair(a, home, db, work, res)
+    if a.long:
+        long_session(a, work, res)
+    reclaim(home, db, work, res)
+
+
+def recover_pair(a: argparse.Namespace, home: Path, db: Path, work: Path,
+                 res: dict[str, Any]) -> None:
+    step(res, "recover_output", hermes(home, "sessions", "recover", "--source", str(db),
+                                       "--output", str(work / "recovered.db"), "--json"))
+    shutil.rmtree(work / "recovered.db", ignore_errors=True)
+    for p in work.glob("recovered.db*"):
+        p.unlink()
+    cli = find_sqlite3(a.sqlite3)
+    if cli is None:
+        step(res, "dot_recover", "no sqlite3 shell with .recover found (--sqlite3 PATH)")
+        return
+    copy = work / "copy.db"
+    shutil.copy(db, copy)
+    step(res, "dot_recover", {**measured(f"'{cli}' '{copy}' .recover | '{cli}' '{work}/dot.db'"),
+                              "sqlite3": str(cli)})
+    copy.unlink()
+    (work / "dot.db").unlink(missing_ok=True)
+
+
+def long_session(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    export = work / "long.jsonl"
+    write_export(export, a.long, seed=11, single_session=True)
+    home = work / "long"
+    import_split(home, export)
+    export.unlink()
+    sid = "20250101_000000_00000000"
+    step(res, "show_long_session", hermes(home, "sessions", "show", sid, "--json"))
+    code = ("import resource, sys, time\nfrom sessiondb import SessionDB\n"
+            "t = time.monotonic()\nwith SessionDB.open(sys.argv[1]) as db:\n"
+            "    n = len(db.get_messages(sys.argv[2], tail=500))\n"
+            "print(n, round(time.monotonic() - t, 3), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(home), sid], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout.split()
+    step(res, "get_messages_tail_500", {"rows": int(out[0]), "seconds": float(out[1]),
+                                        "rss_mb": int(out[2])})
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def reclaim(home: Path, db: Path, work: Path, res: dict[str, Any]) -> None:
+    before = bundle_bytes(db)
+    pruned = prune_half(home)
+    kept = pruned.pop("kept")
+    opt = hermes(home, "sessions", "optimize", "--json", out=work / "opt.json")
+    opt["report"] = json.loads((work / "opt.json").read_text())
+    after = bundle_bytes(db)
+    # the reference: the kept half alone, imported into a fresh store and optimized the same way
+    ref_home = work / "ref"
+    hermes(home, "sessions", "export", *kept, "-o", str(work / "kept.jsonl"))
+    import_split(ref_home, work / "kept.jsonl")
+    hermes(ref_home, "sessions", "optimize", "--json")
+    ref = bundle_bytes(ref_home / "state.db")
+    their = before - ref
+    step(res, "prune_optimize", {"pruned": pruned, "optimize": opt, "bytes_before": before,
+                                 "bytes_after": after, "kept_alone_bytes": ref,
+                                 "given_back": before - after, "their_bytes": their,
+                                 "share_given_back": round((before - after) / their, 3)
+                                 if their > 0 else None})
+
+
+if __name__ == "__main__":
+    main()
