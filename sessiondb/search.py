@@ -98,9 +98,9 @@ class Filters:
     since: float | None = None
     until: float | None = None
     include_archived: bool = False
-    exclude_changed: bool = False  # leave out rows whose indexed text is out of date
     #: False leaves out sessions archived by `hermes sessions archive`.
     archived_sessions: bool = True
+    exclude_changed: bool = False  # leave out rows whose indexed text is out of date
 
     @property
     def narrowing(self) -> bool:
