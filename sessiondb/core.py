@@ -170,7 +170,8 @@ class StoreCore:
         if self.journal_mode_wanted == "wal":
             self.checkpointer = checkpointer.for_writer(
                 self.writer, self.guard, str(self.path), self.vfs, checkpoint_pages)
-        self.indexer = Indexer(self.write, self.lock, backlog, background=background_index)
+        self.indexer = Indexer(self.index_write, self.lock, backlog,
+                               background=background_index)
         self.guard.on_quarantine.append(self.indexer.halt)
 
     def check_open(self) -> None:
@@ -195,6 +196,25 @@ class StoreCore:
     def write(self, *, patience: float | None = None) -> "Atomic":
         """The one transaction primitive (see `SessionDB.atomic`)."""
         return Atomic(self, self.patience if patience is None else patience)
+
+    @contextmanager
+    def index_write(self, *, patience: float | None = None) -> Iterator[apsw.Connection]:
+        """`write` for the indexer's batches: derived data needs no fsync of
+        its own, so in WAL mode a FULL (or EXTRA) writer commits them at
+        NORMAL. A crash loses at most the batch and its watermark together,
+        and the next durable commit's fsync of the -wal covers its frames."""
+        with self.lock:
+            level = 0
+            if not self.depth and self.journal_mode_wanted == "wal":
+                (level,) = self.writer.execute("PRAGMA synchronous").fetchone()
+            if level > 1:
+                self.writer.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self.write(patience=patience) as conn:
+                    yield conn
+            finally:
+                if level > 1:
+                    self.writer.execute(f"PRAGMA synchronous={int(level)}")
 
     @contextmanager
     def read(self) -> Iterator[apsw.Connection]:

@@ -288,3 +288,14 @@ def test_a_scan_past_its_budget_returns_partial_results(tmp_path: Path, open_sto
     monkeypatch.setattr(search, "SCAN_BUDGET_S", 0.0)
     got = db.search("q", limit=1000)
     assert got.partial and "scan stopped" in got.reason and len(got) < 300
+
+
+def test_index_batches_leave_the_handles_durability_as_it_was(tmp_path: Path, open_store):
+    """Batches commit at NORMAL (derived data); the writer's FULL comes back."""
+    db = open_store(tmp_path / "s.db", background_index=False)
+    db._writer.execute("PRAGMA synchronous=FULL")
+    db.create_session("s", source="t")
+    db.append_messages("s", [{"role": "user", "content": f"okapi {i}"} for i in range(20)])
+    assert db.catch_up_index() == 20
+    assert db._writer.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert [h.via for h in db.search("okapi", limit=50)] == ["fts"] * 20
