@@ -24,7 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import SYNC_MODES, message, store_bytes  # noqa: E402
-from subjects import PEERS, FloorNoIndex, FloorSubject, Ours, Subject, peer_status  # noqa: E402
+from subjects import (PEERS, FloorNoIndex, FloorSubject, FloorSyncIndex, Ours, Subject,  # noqa: E402
+                      peer_status)
 
 # Peer caps (messages) per pattern: (quick, full). LangGraph re-serializes
 # the whole message list in every checkpoint, so its cost grows with length.
@@ -59,6 +60,9 @@ class Runner:
             while self.done < stop:
                 self.subject.append(self.msgs[self.done:self.done + self.step])
                 self.done += self.step
+            settle = getattr(self.subject, "settle", None)
+            if settle is not None:
+                settle()
         except Exception as e:  # a peer failing mid-run is reported, never dropped
             self.error = f"failed after {self.done} messages: {type(e).__name__}: {e}"
         self.elapsed += time.perf_counter() - started
@@ -100,7 +104,8 @@ def _case(root: Path, status: dict[str, str], sync: str, batch: int, messages: i
           q: int) -> dict[str, Any]:
     runners = [Runner(FloorSubject, root, sync, batch, messages, 1e9),
                Runner(Ours, root, sync, batch, messages, 1e9),
-               Runner(FloorNoIndex, root, sync, batch, messages, 1e9)]
+               Runner(FloorNoIndex, root, sync, batch, messages, 1e9),
+               Runner(FloorSyncIndex, root, sync, batch, messages, 1e9)]
     results: dict[str, Any] = {}
     for cls in PEERS:
         why = _unavailable(cls, status, batch)

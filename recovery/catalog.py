@@ -15,7 +15,7 @@ import apsw
 from .formats import EMPTY, OURS, Identification, identify, parse_columns, schema_version
 from .layouts import is_shadow_name
 
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
+DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 LEDGER_TABLES = ("migrations",)
 ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
 PARTIAL_KEY = "__partial__"  # present in a row dict rebuilt without some columns

@@ -285,7 +285,7 @@ KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS,
                                      COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, FTS_SHADOW,
                                      SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram")
+DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 
 
 # The shadow tables each virtual table module keeps (fts5, fts3/4, rtree).

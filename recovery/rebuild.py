@@ -1,8 +1,8 @@
 """Write recovered rows into a fresh store created by `SessionDB` (current schema).
 
-All inserts run through the store's writer in one `atomic()` block, so the
-output's triggers (the FTS sync triggers, when the schema has them) index
-every row as it goes in: derived data is rebuilt, never copied. Messages
+All inserts run through the store's writer in one `atomic()` block; the
+store's indexer then fills the search index from them before the output is
+verified: derived data is rebuilt, never copied. Messages
 whose session row is lost get a labelled placeholder session; malformed
 JSON values and rows the schema rejects go to a quarantine table with
 their original values, never silently dropped.
@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import SessionDB
+from sessiondb import SessionDB, StorageError
 
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
 
@@ -28,7 +28,8 @@ LOST_AND_FOUND = "lost_and_found"
 MARKED = "recovery_marked_rows"
 PROGRESS_EVERY = 1000
 NOT_COPIED = {"leases": "turn leases belong to processes of the damaged store; not carried over"}
-META_SKIP = ("sqlite_version", "fts_stale")  # describe the old file, not the new one
+# describe the old file (and its index), not the new one
+META_SKIP = ("sqlite_version", "fts_stale", "fts_watermark")
 JSON_COLUMNS = {"messages": ("tool_calls", "meta")}
 
 
@@ -240,6 +241,10 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
             _marked(w, marked)
             stats.per_session = dict(conn.execute(
                 "SELECT session_id, count(*) FROM messages GROUP BY session_id").fetchall())
+        try:  # the index is written after the commit: fill it before verify
+            db.catch_up_index()
+        except StorageError:  # an output that cannot be read back: verify says so
+            pass
     return stats
 
 

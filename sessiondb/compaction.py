@@ -121,8 +121,8 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
         sessions.add_message_counts(conn, session_id, db.now(), 1, enc.tool_call_total)
         return summary_id, found, position, superseded
 
-    # the summary row is indexed: search index damage must not fail compaction
-    summary_id, found, position, superseded = db.index_safe_write(body)
+    with db.atomic() as conn:
+        summary_id, found, position, superseded = body(conn)
     summary_message[UID_KEY] = uid
     summary_message[MARKER_KEY] = Persisted(summary_id, enc.fingerprint)
     return CompactionResult(cid, session_id, summary_id, position, tuple(ids),
@@ -162,8 +162,8 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
                      (db.now(), compaction_id))
         return session_id, summary_id, restored
 
-    # state changes fire no index trigger; fail-open covers index damage met on the way
-    session_id, summary_id, restored = db.write_fail_open(body)
+    with db.atomic() as conn:
+        session_id, summary_id, restored = body(conn)
     return RestoreResult(compaction_id, session_id, summary_id, tuple(restored))
 
 

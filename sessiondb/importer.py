@@ -385,11 +385,11 @@ class _Run:
             added = len(self._fresh(self.db, chunk)) if not self.created else \
                 len({m.uid for m in chunk})
         elif self.created:
-            added = self.db.index_safe_write(lambda conn: self._write_bulk(conn, chunk))
+            with self.db.atomic() as conn:
+                added = self._write_bulk(conn, chunk)
         else:
-            # Search index damage never fails an import (re-runnable: _fresh
-            # re-reads what is stored).
-            added = self.db.index_safe_write(lambda conn: self._write(conn, chunk))
+            with self.db.atomic() as conn:
+                added = self._write(conn, chunk)
         self.result.messages_added += added
         self.result.messages_skipped += len(chunk) - added
         if self.progress is not None:

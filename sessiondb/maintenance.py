@@ -3,9 +3,9 @@
 Flags live in ``session_flags`` (m008): a pinned session is never pruned,
 an archived one is hidden from listings (and from search unless asked)
 but keeps every row. Prune deletes whole sessions through the store's own
-delete path (`sessions.delete` inside `SessionDB.index_safe_write`, so the
-search index follows the canonical rows however it is maintained) and
-never writes index tables itself.
+delete path (`sessions.delete` inside `SessionDB.atomic`, so the search
+index follows the canonical rows however it is maintained: the change log
+carries the deletes to the indexer) and never writes index tables itself.
 
 Which operations run beside other processes (`ONLINE`):
 
@@ -300,25 +300,18 @@ def plan_prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = True) -> PruneP
     f.check()
     now = db.now()
     plan = PrunePlan(dry_run)
-    with db._read() as conn:
-        own = conn.get_autocommit()
-        if own:
-            conn.execute("BEGIN")
-        try:
-            selected = {sid for sid, _ in _candidates(conn, f, now)}
-            sizes = _sizes(conn, sorted(selected))
-            scale = _scale(conn) if selected else 1.0
-            if f.larger_than is not None:
-                selected = {s for s in selected if sizes[s][1] * scale > f.larger_than}
-            children = _children(conn)
-            more = _descendants(selected, children) - set(sizes) if f.with_children else set()
-            sizes.update(_sizes(conn, sorted(more)))
-            selected = _lineage(selected, children, _blocked(conn, now), f.with_children,
-                                plan.kept)
-            depth = _depths(selected, conn)
-        finally:
-            if own:
-                conn.execute("COMMIT")
+    with db._snapshot() as conn:
+        selected = {sid for sid, _ in _candidates(conn, f, now)}
+        sizes = _sizes(conn, sorted(selected))
+        scale = _scale(conn) if selected else 1.0
+        if f.larger_than is not None:
+            selected = {s for s in selected if sizes[s][1] * scale > f.larger_than}
+        children = _children(conn)
+        more = _descendants(selected, children) - set(sizes) if f.with_children else set()
+        sizes.update(_sizes(conn, sorted(more)))
+        selected = _lineage(selected, children, _blocked(conn, now), f.with_children,
+                            plan.kept)
+        depth = _depths(selected, conn)
     for sid in sorted(selected, key=lambda s: (-depth[s], s)):  # children first
         n, payload = sizes[sid]
         plan.sessions.append(PruneItem(sid, n, int(payload * scale)))
@@ -373,7 +366,8 @@ def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
         export_to_path(db, [s.id for s in plan.sessions], "jsonl", export_to)
         plan.exported_to = str(export_to)
     for batch in _batches(plan.sessions, batch_messages):
-        gone, messages = db.index_safe_write(lambda conn, b=batch: _delete_batch(conn, b))
+        with db.atomic() as conn:
+            gone, messages = _delete_batch(conn, batch)
         plan.deleted_sessions += gone
         plan.deleted_messages += messages
         if progress is not None:

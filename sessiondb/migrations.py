@@ -109,8 +109,15 @@ def m005_generation(conn: apsw.Connection) -> None:
 
 
 def m004_search_index(conn: apsw.Connection) -> None:
-    """Word and trigram FTS5 indexes over message text, filled, with sync triggers."""
+    """Word and trigram FTS5 indexes over message text, filled. (Until m006
+    this also created sync triggers that wrote both indexes in every commit.)"""
     search_index.install(conn)
+
+
+def m006_index_watermark(conn: apsw.Connection) -> None:
+    """The index leaves the commit: the sync triggers are dropped; a
+    watermark and a change log record what the indexer must catch up on."""
+    search_index.install_changelog(conn)
 
 
 def m007_usage_ledger(conn: apsw.Connection) -> None:
@@ -136,7 +143,8 @@ def m008_session_flags(conn: apsw.Connection) -> None:
 
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
-                                     m007_usage_ledger, m008_session_flags)
+                                     m006_index_watermark, m007_usage_ledger,
+                                     m008_session_flags)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:
@@ -172,21 +180,15 @@ def apply_pending(conn: apsw.Connection, begin: Callable[[], None]) -> list[str]
     lock patience). Pending work is re-read inside the transaction so two
     processes opening a new file never apply a migration twice.
     """
+    from .core import transaction  # the one module that issues transaction statements
     done: list[str] = []
     for migration in MIGRATIONS:
-        begin()
-        try:
+        with transaction(conn, begin):
             _ensure_ledger(conn)
             if migration.__name__ in applied(conn):
-                conn.execute("COMMIT")
                 continue
             migration(conn)
             conn.execute("INSERT INTO migrations(name, applied_at) VALUES (?, ?)",
                          (migration.__name__, time.time()))
-            conn.execute("COMMIT")
-        except BaseException:
-            if not conn.get_autocommit():
-                conn.execute("ROLLBACK")
-            raise
         done.append(migration.__name__)
     return done

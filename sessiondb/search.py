@@ -19,13 +19,14 @@ Bounded work, by design (documented in docs/search.md):
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from . import search_index
-from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt
+from . import search_index, search_tail
+from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
 
 if TYPE_CHECKING:
@@ -35,11 +36,14 @@ log = logging.getLogger(__name__)
 
 RANK_WINDOW = 5_000
 SCAN_WINDOW = 50_000
+SCAN_BUDGET_S = 0.5  # a scan past this returns what it found, flagged partial
 MAX_LIMIT = 1_000
 ORDERS = ("rank", "newest", "oldest")
 MARK_OPEN, MARK_CLOSE, ELLIPSIS = "**", "**", "…"
 SNIPPET_TOKENS = 16
 SCAN_SNIPPET_CHARS = 60
+SNIPPET_MAX_HITS = 256  # more hits in one document: a scan snippet (see _snippet_sql)
+LONG_MARK = "\x00"
 _COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
 
 
@@ -96,6 +100,7 @@ class Filters:
     include_archived: bool = False
     #: False leaves out sessions archived by `hermes sessions archive`.
     archived_sessions: bool = True
+    exclude_changed: bool = False  # leave out rows whose indexed text is out of date
 
     @property
     def narrowing(self) -> bool:
@@ -108,6 +113,8 @@ class Filters:
         where, args = ["1"], []
         if not self.include_archived:
             where.append("m.state = 'active'")
+        if self.exclude_changed:
+            where.append(f"m.id NOT IN (SELECT message_id FROM {search_index.CHANGES})")
         for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", self.role),
                               ("s.source = ?", self.source), ("m.timestamp >= ?", self.since),
                               ("m.timestamp < ?", self.until)):
@@ -150,8 +157,27 @@ def _page_sql(limit: int, offset: int) -> str:
 
 
 def _snippet_sql(table: str) -> str:
-    return (f"snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
-            f" {SNIPPET_TOKENS})")
+    """FTS5's snippet, for documents with few hits: it scores every hit
+    against every other (quadratic: 20 KB of zeros searched for 0000 took
+    seconds). A document with more hits gets a marker, and its snippet is
+    cut in Python around the first occurrence (`_long_snippets`)."""
+    return (f"CASE WHEN {search_index.HITS_FUNCTION}({table}) <= {SNIPPET_MAX_HITS}"
+            f" THEN snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
+            f" {SNIPPET_TOKENS}) ELSE char(0) END")
+
+
+def _long_snippets(conn: apsw.Connection, rows: list[tuple], terms: list[str],
+                   text_sql: str | None) -> list[tuple]:
+    """Rows whose snippet is the many-hits marker get a scan snippet instead."""
+    long = [r[0] for r in rows if r[6] == LONG_MARK]
+    if not long:
+        return rows
+    view, column = ((search_index.TEXT_VIEW, "text") if text_sql is None
+                    else ("messages", "body"))
+    texts = dict(conn.execute(f"SELECT id, {column} FROM {view} WHERE id IN"
+                              f" ({','.join('?' * len(long))})", long))
+    return [(*r[:6], scan_snippet(texts.get(r[0]) or "", terms), *r[7:])
+            if r[6] == LONG_MARK else r for r in rows]
 
 
 def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int | None:
@@ -255,7 +281,7 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
 
 
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
-             limit: int, offset: int) -> list[SearchHit] | None:
+             limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
     """One page of hits from ``table``; None when the ranked path saw that
     the index holds no match for ``p.match`` at all."""
     where, args = filters.sql()
@@ -265,7 +291,8 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         if bounds is None:
             return []
         span = " AND f.rowid BETWEEN ? AND ?"
-    likes = "".join(f" AND {search_index.text_expr('m')} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    text = text_sql or search_index.text_expr('m')
+    likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
@@ -284,6 +311,7 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
                f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
         rows = list(conn.execute(sql, params))
+    rows = _long_snippets(conn, rows, p.terms, text_sql)
     return [SearchHit._of(sid, mid, role, ts, snip or "", title, state, via, score)
             for mid, sid, role, ts, state, title, snip, score in rows]
 
@@ -304,23 +332,47 @@ def scan_snippet(text: str, terms: list[str]) -> str:
 
 
 def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
-          offset: int, via: str) -> list[SearchHit]:
+          offset: int, via: str) -> "SearchResults":
+    """LIKE over the SCAN_WINDOW most recent rows that pass the filters,
+    within SCAN_BUDGET_S: past it, SQLite is interrupted and the hits found
+    so far (newest first) come back flagged partial."""
     where, args = filters.sql()
     likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
-    direction = "ASC" if order == "oldest" else "DESC"
-    sql = (f"SELECT * FROM (SELECT {_COLS}, {search_index.text_expr('m')} AS body"
-           f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
-           f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}) WHERE {likes}"
-           f" ORDER BY id {direction} LIMIT ? OFFSET ?")
-    rows = conn.execute(sql, (*args, *p.likes, limit, offset))
-    return [SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state, via)
-            for mid, sid, role, ts, state, title, body in rows]
+    inner = (f"SELECT {_COLS}, {search_index.text_expr('m')} AS body"
+             f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
+             f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}")
+    if order == "oldest":  # the whole window must be matched before the first page
+        sql = f"SELECT * FROM ({inner}) WHERE {likes} ORDER BY id ASC LIMIT ? OFFSET ?"
+        params: tuple = (*args, *p.likes, limit, offset)
+    else:  # streams newest first: stops at the page's end
+        sql, params = f"SELECT * FROM ({inner}) WHERE {likes}", (*args, *p.likes)
+    rows: list[tuple] = []
+    reason = None
+    deadline = time.monotonic() + SCAN_BUDGET_S
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 2_000)
+    try:
+        for i, row in enumerate(conn.execute(sql, params)):
+            if order == "oldest" or i >= offset:
+                rows.append(row)
+            if order != "oldest" and len(rows) >= limit:
+                break
+    except apsw.InterruptError:
+        reason = (f"the scan stopped after {SCAN_BUDGET_S:g}s; older rows were not "
+                  "searched (narrow the search with filters)")
+    finally:
+        conn.set_progress_handler(None)
+    hits = [SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state,
+                          via) for mid, sid, role, ts, state, title, body in rows]
+    return SearchResults.of(hits, reason)
 
 
-def _any_match(conn: apsw.Connection, table: str, match: str | None) -> bool:
+def _any_match(conn: apsw.Connection, table: str, match: str | None,
+               exclude_changed: bool = False) -> bool:
     """Whether the index holds any document for ``match`` (no filters): the
     cheapest FTS5 query, so every page of a query takes the same path."""
-    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? LIMIT 1",
+    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
+            if exclude_changed else "")
+    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ?{skip} LIMIT 1",
                         (match,)).fetchone() is not None
 
 
@@ -334,50 +386,140 @@ def fallback_plan(p: Plan) -> Plan:
     return Plan("scan", likes=[like_pattern(t) for t in p.terms], terms=p.terms)
 
 
-def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
-        offset: int) -> list[SearchHit]:
-    """Execute ``p`` on a healthy index."""
-    if p.kind == "scan":
-        return _scan(conn, p, filters, order, limit, offset, "scan")
-    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+class SearchResults(list):
+    """The hits of one search (a list), and whether they may be incomplete:
+    ``partial`` is True when a bound cut the search short (``reason`` says
+    which); the hits found are all real."""
+
+    partial: bool = False
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, hits: list[SearchHit], reason: str | None = None) -> "SearchResults":
+        out = cls(hits)
+        out.partial, out.reason = reason is not None, reason
+        return out
+
+
+def _on(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
+        limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
     try:
-        hits = _indexed(conn, p, table, filters, order, limit, offset)
+        return _indexed(conn, p, table, filters, order, limit, offset, text_sql)
     except apsw.SQLError as e:
         if p.kind == "raw":  # FTS5 reports syntax errors as SQLITE_ERROR
             raise InvalidQuery(f"not a valid FTS5 query: {e}") from None
         raise
+
+
+def _order_key(order: str):  # type: ignore[no-untyped-def]
+    if order == "newest":
+        return lambda h: -h.message_id
+    if order == "oldest":
+        return lambda h: h.message_id
+    return lambda h: (h.score if h.score is not None else 0.0, -h.message_id)
+
+
+def _merged(conn: apsw.Connection, tail: search_tail.Tail, p: Plan, table: str,
+            filters: Filters, order: str, limit: int, offset: int) -> list[SearchHit] | None:
+    """The page over the index (without changed rows) and the tail together:
+    the best ``offset + limit`` of each, merged in the query's order."""
+    want = offset + limit
+    main = _on(conn, p, table, replace(filters, exclude_changed=tail.changed), order, want, 0)
+    extra = _on(tail.conn, p, table, filters, order, want, 0, "m.body")
+    if main is None and not extra:
+        return None
+    hits = sorted([*(main or []), *(extra or [])], key=_order_key(order))
+    return hits[offset:want]
+
+
+def _any_anywhere(conn: apsw.Connection, tail: search_tail.Tail | None,
+                  match: str | None) -> bool:
+    table = search_index.FTS_TABLE
+    if tail is None:
+        return _any_match(conn, table, match)
+    return _any_match(conn, table, match, tail.changed) or _any_match(tail.conn, table, match)
+
+
+def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+        offset: int, tail: search_tail.Tail | None = None) -> list[SearchHit]:
+    """Execute ``p`` on a healthy index (plus the not-yet-indexed ``tail``)."""
+    if p.kind == "scan":
+        return _scan(conn, p, filters, order, limit, offset, "scan")
+    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+    if tail is None:
+        hits = _on(conn, p, table, filters, order, limit, offset)
+    else:
+        hits = _merged(conn, tail, p, table, filters, order, limit, offset)
     # Words the word index does not hold at all run as substrings. Checked
     # only when the page is empty (a hit proves the index holds a match),
     # and on the whole index, so every page of a query takes the same path.
-    if p.alt is not None and (hits is None or not hits and not _any_match(
-            conn, search_index.FTS_TABLE, p.match)):
-        return run(conn, p.alt, filters, order, limit, offset)
+    if p.alt is not None and (hits is None or not hits and not _any_anywhere(
+            conn, tail, p.match)):
+        return run(conn, p.alt, filters, order, limit, offset, tail)
     return hits or []
 
 
+def _too_long(backlog: search_index.Backlog | None) -> bool:
+    return (backlog is not None and backlog.work
+            and backlog.tail + backlog.changes > search_tail.TAIL_ROWS)
+
+
+def _catch_up(db: "SessionDB") -> None:
+    """Index a backlog longer than the tail bound before searching (see
+    search_tail); a failure leaves the search to cover part of it."""
+    try:
+        db.catch_up_index()
+    except StorageError as e:
+        log.info("could not catch the search index up before searching: %s", e)
+
+
+def _run_indexed(conn: apsw.Connection, backlog: search_index.Backlog | None, p: Plan,
+                 filters: Filters, order: str, limit: int, offset: int) -> SearchResults:
+    tail = (search_tail.load(conn, backlog)
+            if backlog is not None and p.kind != "scan" else None)
+    try:
+        hits = run(conn, p, filters, order, limit, offset, tail)
+    finally:
+        if tail is not None:
+            tail.close()
+    reason = getattr(hits, "reason", None)
+    if tail is not None and tail.partial:
+        reason = (f"the index is behind by more than {search_tail.TAIL_ROWS} rows and could "
+                  "not be caught up; newer rows were not searched")
+    return SearchResults.of(hits, reason)
+
+
 def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
-           order: str, raw: bool) -> list[SearchHit]:
-    """Plan, run on the index, and fail open to a bounded scan when it is damaged."""
+           order: str, raw: bool) -> SearchResults:
+    """Plan, run on the index and its tail, and fail open to a bounded scan
+    when the index is damaged."""
     _check_args(filters, limit, offset, order)
     p = make_plan(query, raw=raw)
-    with db._read() as conn:
-        stale = search_index.stale_marker(conn)
-        if stale is None:
-            try:
-                return run(conn, p, filters, order, limit, offset)
-            except search_index.INDEX_DAMAGE_ERRORS as e:
-                if not search_index.is_index_scoped(conn, e):
-                    raise
-                damage: apsw.Error = e
-    if stale is None:
-        mark_stale(db, f"search failed: {damage}", search_index._code(damage))
-    fb = fallback_plan(p)
-    with db._read() as conn:
-        return _scan(conn, fb, filters, order, limit, offset, "fallback")
+    damage: apsw.Error | None = None
+    for attempt in (1, 2):  # the second after indexing a long backlog
+        with db._snapshot() as conn:
+            backlog = search_index.backlog(conn)
+            stale = (backlog.stale if backlog is not None
+                     else search_index.stale_marker(conn) is not None)
+            if stale:
+                break
+            if attempt == 2 or not (_too_long(backlog) and db.can_index_now()):
+                try:
+                    return _run_indexed(conn, backlog, p, filters, order, limit, offset)
+                except search_index.INDEX_DAMAGE_ERRORS as e:
+                    if not search_index.is_index_scoped(conn, e):
+                        raise
+                    damage = e
+                    break
+        _catch_up(db)  # what is still left after it is searched partially
+    if damage is not None:
+        mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
+    with db._snapshot() as conn:
+        return _scan(conn, fallback_plan(p), filters, order, limit, offset, "fallback")
 
 
 def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:
-    """Detach the triggers and set the marker, unless another process did."""
+    """Set the marker, unless another process did."""
     with db.atomic() as conn:
         if search_index.stale_marker(conn) is None:
             search_index.mark_stale(conn, reason, code)

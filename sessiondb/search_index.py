@@ -1,4 +1,4 @@
-"""The derived full-text indexes: schema, sync triggers, fail-open and rebuild.
+"""The derived full-text indexes: schema, change log, catch-up batches, rebuild.
 
 Two FTS5 external-content indexes read their text from the view
 ``messages_search_text``:
@@ -7,18 +7,19 @@ Two FTS5 external-content indexes read their text from the view
 - ``messages_trigram``: trigrams, for substrings and CJK text.
 
 Every message row is indexed whatever its ``state``; state filters apply at
-query time, so archiving or rewinding a row costs no index work and can
-never leave the index out of step. Triggers keep both indexes exact on
-INSERT, DELETE (including session-delete cascades) and on UPDATE of the
-columns the text is derived from.
+query time, so archiving or rewinding a row costs no index work.
 
-Fail-open: when a write hits corruption and the same write succeeds once
-the triggers are gone, the damage was in the index. Then, inside the
-caller's transaction, the triggers are dropped and the durable marker
-``fts_stale`` is written to ``state_meta``; the canonical write is retried
-and commits together with them. Dropping triggers is a schema change, so
-every other connection, in any process, stops writing to the index at its
-next statement. ``rebuild()`` reverses all of it in one transaction.
+The indexes are kept **off the commit**: a canonical write touches only
+canonical tables plus, for an edit or delete of an already indexed row,
+one row of the change log (see below). The indexer (sessiondb/indexer.py)
+brings both indexes up to date in batches in its own transactions, and
+search (sessiondb/search_tail.py) answers over the indexed part plus the
+not-yet-indexed tail, so results are exact the moment a commit returns.
+
+Index damage can never fail a canonical write, since none writes the
+index. The indexer that meets damage marks the index stale (``fts_stale``
+in ``state_meta``) and stops; search then scans canonical rows until
+``rebuild`` (reset: empty indexes, watermark 0, then the indexer refills).
 """
 from __future__ import annotations
 
@@ -26,22 +27,18 @@ import json
 import logging
 import os
 import time
-from typing import Callable, ContextManager, TypeVar
+from dataclasses import dataclass
 
 import apsw
 
-from .errors import Cause, StorageError
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 FTS_TABLE = "messages_fts"
 TRIGRAM_TABLE = "messages_trigram"
 INDEXES = (FTS_TABLE, TRIGRAM_TABLE)
 TEXT_VIEW = "messages_search_text"
 STALE_KEY = "fts_stale"
-TRIGGERS = ("messages_search_ai", "messages_search_ad", "messages_search_au")
 # Tool output can be huge (file dumps, logs); only its head is indexed. The
 # cap is in characters and applies to tool_result blocks and to whole
 # messages with role 'tool'. The fallback scan searches the same text.
@@ -50,10 +47,28 @@ TOOL_TEXT_CAP = 16_384
 # log would otherwise cost seconds of tokenizing and megabytes of trigrams).
 TEXT_CAP = 262_144
 
-_TOKENIZERS = {
+TOKENIZERS = {
     FTS_TABLE: "unicode61 remove_diacritics 2",
     TRIGRAM_TABLE: "trigram remove_diacritics 1",
 }
+
+
+HITS_FUNCTION = "hermes_hits"
+
+
+def _hits(api: apsw.FTS5ExtensionApi, *args: object) -> int:
+    """How many phrase hits the current document has (linear in them)."""
+    return api.inst_count
+
+
+def register_functions(conn: apsw.Connection) -> None:
+    """The FTS5 helper search SQL uses; on every connection that searches.
+    A connection that cannot reach FTS5 (a file too damaged to read its
+    schema) goes without: its searches fail typed, its writes never need it."""
+    try:
+        conn.register_fts5_function(HITS_FUNCTION, _hits)
+    except apsw.Error:
+        log.debug("no FTS5 helper on this connection", exc_info=True)
 
 
 # FTS5 decoding junk in its data blocks may read a garbage size and fail with
@@ -91,57 +106,205 @@ def text_expr(row: str) -> str:
 def _create_tables(conn: apsw.Connection) -> None:
     conn.execute(f"CREATE VIEW IF NOT EXISTS {TEXT_VIEW} AS "
                  f"SELECT m.id AS id, {text_expr('m')} AS text FROM messages AS m")
-    for table, tokenizer in _TOKENIZERS.items():
+    for table, tokenizer in TOKENIZERS.items():
         conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(text, content='{TEXT_VIEW}',"
                      f" content_rowid='id', tokenize='{tokenizer}')")
 
 
 def _fill(conn: apsw.Connection) -> None:
-    """Index every message. FTS5's own 'rebuild' cannot be used: it reads
-    the content view with virtual tables disabled, and the view needs
-    json_each. Recovery and repair code must call `rebuild`, not 'rebuild'."""
+    """Index every message and move the watermark to the last. FTS5's own
+    'rebuild' cannot be used: it reads the content view with virtual tables
+    disabled, and the view needs json_each. Recovery and repair code must
+    call `reset` and let the indexer fill, never FTS5's 'rebuild'."""
     for table in INDEXES:
         conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM {TEXT_VIEW}")
+    (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+    set_watermark(conn, top)
+    if _has_changes_table(conn):
+        conn.execute(f"DELETE FROM {CHANGES}")
 
 
-def _index_ops(op: str, row: str) -> str:
-    if op == "delete":
-        return "".join(f"INSERT INTO {t}({t}, rowid, text) VALUES ('delete', {row}.id,"
-                       f" {text_expr(row)});\n" for t in INDEXES)
-    return "".join(f"INSERT INTO {t}(rowid, text) VALUES ({row}.id, {text_expr(row)});\n"
-                   for t in INDEXES)
+# -- the watermark and the change log ---------------------------------------
+#
+# The index is written after the commit, by the indexer (sessiondb/indexer.py).
+# What it must catch up on is recorded by canonical writes themselves:
+#
+# - inserts: every row with ``id`` above the watermark (``fts_watermark`` in
+#   state_meta) is not indexed yet; no bookkeeping per insert;
+# - updates of the indexed text's sources and deletes of rows at or below
+#   the watermark: one row in ``search_changes`` (the first change of a row
+#   wins: it holds the text the index still has, which a delete needs);
+# - an insert that reuses a rowid at or below the watermark (SQLite reuses
+#   the highest rowid after it is deleted): a row there too.
+#
+# State changes (archive, rewind) need nothing: states filter at query time.
+# The log triggers are plain SQL, so every writer, in any process or tool,
+# keeps the bookkeeping exact.
+
+WATERMARK_KEY = "fts_watermark"
+CHANGES = "search_changes"
+TRIGGERS = ("messages_search_log_ai", "messages_search_log_ad", "messages_search_log_au")
+# The sync triggers of m004, which wrote both indexes inside every commit.
+LEGACY_TRIGGERS = ("messages_search_ai", "messages_search_ad", "messages_search_au")
+_WATERMARK_SQL = f"(SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = '{WATERMARK_KEY}')"
+
+
+def _log_row(row: str, indexed: bool, when: str = "1") -> str:
+    """SQL logging ``row`` unless the log already holds it (its first entry
+    carries what the index has)."""
+    text = text_expr(row) if indexed else "NULL"
+    return (f"INSERT INTO {CHANGES}(message_id, indexed, old_text) SELECT {row}.id, "
+            f"{int(indexed)}, {text} WHERE {when} AND NOT EXISTS "
+            f"(SELECT 1 FROM {CHANGES} WHERE message_id = {row}.id);\n")
 
 
 def attach_triggers(conn: apsw.Connection) -> None:
-    """Create the sync triggers (insert, delete, update of the text's sources)."""
+    """The change-log triggers (the only index work inside a canonical write)."""
     ai, ad, au = TRIGGERS
-    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ai} AFTER INSERT ON messages BEGIN\n"
-                 f"{_index_ops('insert', 'new')}END")
-    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ad} AFTER DELETE ON messages BEGIN\n"
-                 f"{_index_ops('delete', 'old')}END")
+    w = _WATERMARK_SQL
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ai} AFTER INSERT ON messages"
+                 f" WHEN new.id <= {w} BEGIN\n{_log_row('new', False)}END")
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ad} AFTER DELETE ON messages"
+                 f" WHEN old.id <= {w} BEGIN\n{_log_row('old', True)}END")
     conn.execute(f"CREATE TRIGGER IF NOT EXISTS {au} AFTER UPDATE OF id, content,"
-                 f" content_kind, role ON messages BEGIN\n"
-                 f"{_index_ops('delete', 'old')}{_index_ops('insert', 'new')}END")
+                 f" content_kind, role ON messages WHEN old.id <= {w} OR new.id <= {w} BEGIN\n"
+                 f"{_log_row('old', True, f'old.id <= {w}')}"
+                 f"{_log_row('new', False, f'new.id <> old.id AND new.id <= {w}')}END")
 
 
 def drop_triggers(conn: apsw.Connection) -> None:
-    for name in TRIGGERS:
+    for name in TRIGGERS + LEGACY_TRIGGERS:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
 def triggers_attached(conn: apsw.Connection) -> bool:
-    """True when every sync trigger exists (a schema-table read, no FTS I/O)."""
+    """True when every change-log trigger exists (a schema-table read, no FTS I/O)."""
     marks = ",".join("?" * len(TRIGGERS))
     (n,) = conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
                         f"AND name IN ({marks})", TRIGGERS).fetchone()
     return n == len(TRIGGERS)
 
 
+def watermark(conn: apsw.Connection) -> int | None:
+    """The highest message id the indexes cover (None: no index bookkeeping)."""
+    row = conn.execute("SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = ?",
+                       (WATERMARK_KEY,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_watermark(conn: apsw.Connection, value: int) -> None:
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                 " DO UPDATE SET value = excluded.value", (WATERMARK_KEY, str(int(value))))
+
+
+def _has_changes_table(conn: apsw.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (CHANGES,)).fetchone() is not None
+
+
+def install_changelog(conn: apsw.Connection) -> None:
+    """Migration body (m006): the sync triggers go, the watermark and the
+    change log come. An index the sync triggers kept covers every row, so
+    the watermark starts at the highest id (a stale index stays stale)."""
+    for name in LEGACY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {CHANGES} (id INTEGER PRIMARY KEY,"
+                 " message_id INTEGER NOT NULL, indexed INTEGER NOT NULL, old_text TEXT)")
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {CHANGES}_by_message ON {CHANGES}(message_id)")
+    if watermark(conn) is None:
+        (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+        set_watermark(conn, top)
+    attach_triggers(conn)
+
+
 def install(conn: apsw.Connection) -> None:
-    """Migration body: view, both indexes filled from existing rows, triggers."""
+    """Migration body (m004): view and both indexes, filled from existing rows."""
     _create_tables(conn)
     _fill(conn)
-    attach_triggers(conn)
+
+
+# -- catching up (the indexer's batches) --------------------------------------
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the index has not caught up on: rows above the watermark (an
+    upper bound: ids may have gaps) and change-log entries."""
+
+    watermark: int
+    top: int
+    changes: int
+    stale: bool = False
+
+    @property
+    def tail(self) -> int:
+        return max(self.top - self.watermark, 0)
+
+    @property
+    def empty(self) -> bool:
+        return self.tail == 0 and self.changes == 0
+
+    @property
+    def work(self) -> bool:
+        """Whether the indexer has something to do (never while stale)."""
+        return not self.stale and not self.empty
+
+
+_BACKLOG = (f"SELECT (SELECT CAST(value AS INTEGER) FROM state_meta WHERE key ="
+            f" '{WATERMARK_KEY}'), (SELECT coalesce(max(id), 0) FROM messages),"
+            f" (SELECT count(*) FROM {CHANGES}),"
+            f" EXISTS (SELECT 1 FROM state_meta WHERE key = '{STALE_KEY}')")
+
+
+def backlog(conn: apsw.Connection) -> Backlog | None:
+    """One statement (three seeks and a count of a tiny table); None
+    without bookkeeping (a store from before m006)."""
+    try:
+        w, top, changes, stale = conn.execute(_BACKLOG).fetchone()
+    except apsw.SQLError:  # no change log yet: migrations pending on a read-only file
+        return None
+    return None if w is None else Backlog(w, top, changes, bool(stale))
+
+
+def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
+    for table in INDEXES:
+        conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
+
+
+def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
+    entries = conn.execute(f"SELECT id, message_id, indexed, old_text FROM {CHANGES}"
+                           " ORDER BY id LIMIT ?", (limit,)).fetchall()
+    for eid, mid, indexed, old in entries:
+        if indexed:
+            for table in INDEXES:
+                conn.execute(f"INSERT INTO {table}({table}, rowid, text) VALUES ('delete', ?, ?)",
+                             (mid, old))
+        row = conn.execute(f"SELECT text FROM {TEXT_VIEW} WHERE id = ?", (mid,)).fetchone()
+        if row is not None and mid <= w:
+            _put(conn, [(mid, row[0])])
+        conn.execute(f"DELETE FROM {CHANGES} WHERE id = ?", (eid,))
+    return len(entries)
+
+
+def _index_new(conn: apsw.Connection, w: int, limit: int) -> int:
+    rows = conn.execute(f"SELECT id, text FROM {TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
+                        (w, limit)).fetchall()
+    if rows:
+        _put(conn, rows)
+        set_watermark(conn, rows[-1][0])
+    return len(rows)
+
+
+def index_batch(conn: apsw.Connection, limit: int) -> int:
+    """Apply up to ``limit`` change-log entries, then index up to the rest of
+    ``limit`` new rows, in the caller's write transaction; returns how much
+    was done (0: caught up, or no bookkeeping, or the index is stale)."""
+    w = watermark(conn)
+    if w is None or stale_marker(conn) is not None:
+        return 0
+    done = _apply_changes(conn, w, limit)
+    if done < limit:
+        done += _index_new(conn, w, limit - done)
+    return done
 
 
 # -- the stale marker --------------------------------------------------------
@@ -159,115 +322,17 @@ def stale_marker(conn: apsw.Connection) -> dict | None:
 
 
 def mark_stale(conn: apsw.Connection, reason: str, sqlite_code: int | None) -> None:
-    """Detach the triggers and record why, in the caller's transaction."""
-    drop_triggers(conn)
+    """Record why the index is not trusted, in the caller's transaction. The
+    indexer stops and search scans canonical rows until a rebuild."""
     record = {"since": time.time(), "reason": reason, "pid": os.getpid(),
               "sqlite_code": sqlite_code}
     conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
                  (STALE_KEY, json.dumps(record, sort_keys=True)))
 
 
-def flush(conn: apsw.Connection) -> None:
-    """Write FTS5's pending in-memory changes now, so index damage surfaces
-    at this statement (inside the guard) and not at COMMIT."""
-    for table in INDEXES:
-        conn.execute(f"INSERT INTO {table}({table}) VALUES ('flush')")
-
-
-def _code(exc: BaseException) -> int | None:
+def code_of(exc: BaseException | None) -> int | None:
     code = getattr(exc, "extendedresult", None)
     return code if isinstance(code, int) else None
-
-
-def guarded_write(conn: apsw.Connection, fn: Callable[[], T]) -> T:
-    """Run ``fn`` (a canonical write that may fire the sync triggers) so that
-    index damage cannot fail it.
-
-    Must run inside a write transaction. ``fn`` must be re-runnable: it is
-    called again after a rollback to the guard's savepoint. If the retry
-    without triggers also hits corruption, the damage is not (only) in the
-    index: the detach is rolled back and the first error is raised.
-    """
-    if not triggers_attached(conn):
-        return fn()
-    conn.execute("SAVEPOINT fts_guard")
-    try:
-        result = fn()
-        flush(conn)
-    except INDEX_DAMAGE_ERRORS as first:
-        _rollback_to(conn)
-        if isinstance(first, apsw.NoMemError) and not fts_structures_damaged(conn):
-            _rollback_to(conn, release=True)
-            raise
-        return _retry_detached(conn, fn, first)
-    except BaseException:
-        _rollback_to(conn, release=True)
-        raise
-    conn.execute("RELEASE fts_guard")
-    return result
-
-
-def _rollback_to(conn: apsw.Connection, *, release: bool = False) -> None:
-    if conn.get_autocommit():
-        return  # SQLite already rolled the whole transaction back
-    conn.execute("ROLLBACK TO fts_guard")
-    if release:
-        conn.execute("RELEASE fts_guard")
-
-
-def _retry_detached(conn: apsw.Connection, fn: Callable[[], T], first: apsw.Error) -> T:
-    if conn.get_autocommit():
-        raise first
-    try:
-        mark_stale(conn, f"write failed: {first}", _code(first))
-        result = fn()
-    except apsw.CorruptError:
-        _rollback_to(conn, release=True)
-        raise first from None
-    except BaseException:
-        _rollback_to(conn, release=True)
-        raise
-    conn.execute("RELEASE fts_guard")
-    log.warning("full-text index damaged (%s); triggers detached, search falls back to "
-                "scanning until `hermes sessions reindex`", first)
-    return result
-
-
-def write_fail_open(atomic: Callable[[], ContextManager[apsw.Connection]],
-                    body: Callable[[apsw.Connection], T], *, nested: bool) -> T:
-    """Run ``body`` in its own transaction; if it fails with corruption, in a
-    fresh transaction detach the triggers, write the marker and run ``body``
-    again, committing all three together.
-
-    This is the outer half of fail-open. `guarded_write` handles FTS5-level
-    damage (SQLITE_CORRUPT_VTAB) inside the caller's transaction, but damage
-    at the b-tree level poisons the whole transaction for further writes,
-    so only a new transaction can retry. If the retry also hits corruption,
-    everything rolls back (triggers and marker included) and that error is
-    raised: the damage was not only in the index. Inside someone else's
-    transaction (``nested``) no retry is possible; the inner guard is all.
-
-    Only a failure the store's containment guard scoped to the index
-    (cause ``fts_index``: every canonical table checks clean) is retried.
-    Structural corruption has already quarantined the handle; it is raised
-    as it is, never retried against a file the guard refuses to write.
-    """
-    if nested:
-        with atomic() as conn:
-            return body(conn)
-    try:
-        with atomic() as conn:
-            return body(conn)
-    except StorageError as e:
-        if e.cause is not Cause.FTS_INDEX or not isinstance(e.__cause__, INDEX_DAMAGE_ERRORS):
-            raise
-        first = e
-    with atomic() as conn:
-        if triggers_attached(conn):
-            mark_stale(conn, f"write failed: {first}", _code(first.__cause__))
-            log.warning("full-text index damaged (%s); triggers detached, search falls back "
-                        "to scanning until `hermes sessions reindex`", first)
-        return body(conn)
 
 
 def corruption_is_index_only(conn: apsw.Connection) -> bool:
@@ -317,23 +382,25 @@ def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
         return fts_structures_damaged(conn)
     if not isinstance(exc, apsw.CorruptError):
         return False
-    if _code(exc) == apsw.SQLITE_CORRUPT_VTAB:
+    if code_of(exc) == apsw.SQLITE_CORRUPT_VTAB:
         return True
     return corruption_is_index_only(conn)
 
 
 # -- rebuild -----------------------------------------------------------------
 
-def rebuild(conn: apsw.Connection) -> dict[str, int]:
-    """Drop and recreate both indexes from canonical rows, reattach the
-    triggers and clear the marker. Runs in the caller's transaction."""
-    drop_triggers(conn)
+def reset(conn: apsw.Connection) -> dict[str, int]:
+    """Drop and recreate both indexes empty, watermark 0, change log empty,
+    marker cleared, in the caller's transaction; the indexer then fills them
+    from canonical rows (`index_batch`)."""
     for table in INDEXES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
     conn.execute(f"DROP VIEW IF EXISTS {TEXT_VIEW}")  # the text rules may have changed
     _create_tables(conn)
-    _fill(conn)
-    attach_triggers(conn)
+    install_changelog(conn)
+    conn.execute(f"DELETE FROM {CHANGES}")
+    set_watermark(conn, 0)
     conn.execute("DELETE FROM state_meta WHERE key = ?", (STALE_KEY,))
     (rows,) = conn.execute("SELECT count(*) FROM messages").fetchone()
     return {"messages": rows}
+

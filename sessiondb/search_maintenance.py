@@ -1,5 +1,11 @@
 """Looking after the search index: guarded rebuild, health report, open-time repair.
 
+A rebuild is a reset (empty indexes, watermark 0, change log cleared, in
+one transaction) followed by the indexer's catch-up batches, run here in
+the caller's thread so the rebuild returns with a full index. A crash
+between batches leaves a consistent, partly filled index that the next
+open (or a search over the long tail) keeps filling.
+
 Rebuild is refused while another process holds the store open (seen in the
 kernel's lock table, see `holders`): the rebuild holds the write lock for
 as long as it takes to re-tokenize every message (seconds on large stores),
@@ -40,8 +46,9 @@ class SearchHealth:
     """The search index's state: stale marker, triggers, per-index checks."""
 
     stale: dict | None
-    triggers_attached: bool
+    triggers_attached: bool  # the change-log triggers that keep the index exact
     indexes: list[IndexHealth] = field(default_factory=list)
+    pending: int = 0  # rows and change-log entries the indexer has not caught up on
 
     @property
     def ok(self) -> bool:
@@ -68,13 +75,15 @@ def check_alone(db: "SessionDB", *, force: bool = False) -> None:
 
 
 def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
-    """Rebuild both indexes, reattach triggers, clear ``fts_stale``."""
+    """Reset both indexes (and the change-log triggers, and ``fts_stale``),
+    then fill them from canonical rows in batches."""
     check_alone(db, force=force)
     started = time.monotonic()
     try:
         with db.atomic() as conn:
             was_stale = search_index.stale_marker(conn) is not None
-            stats = search_index.rebuild(conn)
+            stats = search_index.reset(conn)
+        db.catch_up_index()
     except SearchIndexCorrupt as e:
         # Damage in the index's b-tree pages (the store's guard checked that
         # every canonical table is clean, so nothing was quarantined): SQLite
@@ -109,16 +118,20 @@ def rebuild_on_open(db: "SessionDB") -> dict[str, Any] | None:
 
 def _integrity(conn: apsw.Connection, table: str) -> str:
     """FTS5's integrity-check of the index's own structures, then coverage:
-    every message has exactly one document in the index. (FTS5's comparison
-    against the content, rank=1, cannot read a view that uses json_each.)"""
+    every message up to the watermark and not in the change log has exactly
+    one document in the index, and no other document is there. (FTS5's
+    comparison against the content, rank=1, cannot read a view that uses
+    json_each.)"""
     try:
         conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+        top, logged = _covered(conn)
         (missing,) = conn.execute(
-            f"SELECT count(*) FROM messages AS m WHERE NOT EXISTS"
-            f" (SELECT 1 FROM {table}_docsize AS d WHERE d.id = m.id)").fetchone()
+            f"SELECT count(*) FROM messages AS m WHERE m.id <= ? AND NOT EXISTS"
+            f" (SELECT 1 FROM {table}_docsize AS d WHERE d.id = m.id){logged % 'm.id'}",
+            (top,)).fetchone()
         (extra,) = conn.execute(
             f"SELECT count(*) FROM {table}_docsize AS d WHERE NOT EXISTS"
-            f" (SELECT 1 FROM messages AS m WHERE m.id = d.id)").fetchone()
+            f" (SELECT 1 FROM messages AS m WHERE m.id = d.id){logged % 'd.id'}").fetchone()
     except apsw.Error as e:
         return f"{type(e).__name__}: {e}"
     if missing or extra:
@@ -126,10 +139,23 @@ def _integrity(conn: apsw.Connection, table: str) -> str:
     return "ok"
 
 
+def _covered(conn: apsw.Connection) -> tuple[int, str]:
+    """(highest id the index should hold, an SQL clause with one ``%s`` for
+    an id column that leaves out rows the change log holds). A store from
+    before m006 has neither: every row should be indexed."""
+    w = search_index.watermark(conn)
+    if w is None:
+        return 2 ** 62, ""
+    return w, (f" AND NOT EXISTS (SELECT 1 FROM {search_index.CHANGES} AS c"
+               " WHERE c.message_id = %s)")
+
+
 def _probe_words(conn: apsw.Connection) -> tuple[int, str, str] | None:
-    """A recent message and a word and a substring it contains."""
+    """A recent indexed message and a word and a substring it contains."""
+    top, logged = _covered(conn)
     row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id = "
-                       "(SELECT max(id) FROM messages)").fetchone()
+                       f"(SELECT max(m.id) FROM messages AS m WHERE m.id <= ?"
+                       f"{logged % 'm.id'})", (top,)).fetchone()
     if row is None or not row[1]:
         return None
     word = next((w for w in "".join(c if c.isalnum() else " " for c in row[1]).split()), None)
@@ -174,4 +200,6 @@ def health_on(conn: apsw.Connection) -> SearchHealth:
         target = None
     checks = [IndexHealth(t, _integrity(conn, t), _probe(conn, t, target))
               for t in search_index.INDEXES]
-    return SearchHealth(stale, attached, checks)
+    backlog = search_index.backlog(conn)
+    pending = 0 if backlog is None else backlog.tail + backlog.changes
+    return SearchHealth(stale, attached, checks, pending)

@@ -310,8 +310,8 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
         present = _present_uids(conn, session_id, uids)
         db.insert_encoded(conn, session_id, [e for e in encoded if e.uid not in present])
         return len(present)
-    # a damaged search index must not block the import
-    return db.index_safe_write(body)
+    with db.atomic() as conn:
+        return body(conn)
 
 
 def _trim(path: Path) -> None:

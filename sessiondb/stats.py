@@ -60,22 +60,15 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
 def store_stats(db: SessionDB) -> dict[str, Any]:
     """One document describing the store (keys documented in docs/cli.md)."""
     path = Path(db.path)
-    with db._read() as conn:
-        own = conn.get_autocommit()
-        if own:
-            conn.execute("BEGIN")  # one snapshot for every count below
-        try:
-            (sessions,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
-            by_state = dict.fromkeys(STATES, 0)
-            by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))
-            pages = {"page_size": _pragma(conn, "page_size"),
-                     "page_count": _pragma(conn, "page_count"),
-                     "freelist_count": _pragma(conn, "freelist_count")}
-            fts = _fts_size(conn)
-            spent = usage.summary(usage.totals(conn))
-        finally:
-            if own:
-                conn.execute("COMMIT")
+    with db._snapshot() as conn:  # one snapshot for every count below
+        (sessions,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+        by_state = dict.fromkeys(STATES, 0)
+        by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))
+        pages = {"page_size": _pragma(conn, "page_size"),
+                 "page_count": _pragma(conn, "page_count"),
+                 "freelist_count": _pragma(conn, "freelist_count")}
+        fts = _fts_size(conn)
+        spent = usage.summary(usage.totals(conn))
     return {
         "path": str(path), "sessions": sessions, "messages": sum(by_state.values()),
         "messages_by_state": by_state, "pages": pages, "fts": fts, "usage": spent,

@@ -1,32 +1,33 @@
-"""SessionDB: the store object. Owns its connections and its transactions.
+"""SessionDB: the public face of a store. Its connections, transactions and
+background threads belong to the store core (sessiondb/core.py); this class
+delegates to it and holds the store's operations.
 
 One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
 per-call patience deadline. Reads go through a read-only connection so they
-never wait on a writer in WAL mode.
+never wait on a writer in WAL mode. The search index is written after the
+commit, by the core's indexer (see sessiondb/indexer.py).
 """
 from __future__ import annotations
 
 import logging
 import os
-import random
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import apsw
 
-from . import (compaction, containment, leases, maintenance, messages, migrations, pages,
-               paths, policy, search, search_index, search_maintenance, sessions, spool, txn,
-               usage)
+from . import (compaction, leases, maintenance, messages, migrations, pages, paths, policy,
+               search, search_index, search_maintenance, sessions, spool, usage)
 from . import checkpointer, identify
-from .checkpointer import Checkpointer, CheckpointStats
+from .checkpointer import CheckpointStats
 from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
                     new_uid)
+from .core import Atomic, StoreCore
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
-                     StoreLocked, StoreNotFound, connection_errno, from_apsw)
+                     StoreLocked, StoreNotFound, from_apsw)
+from .indexer import IndexerStats
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ class SessionDB:
     ``journal_mode`` is ``"wal"`` (default) or ``"delete"`` for filesystems
     where WAL cannot work; a WAL file is never downgraded. In WAL mode a
     background thread checkpoints once the WAL passes ``checkpoint_pages``
-    (see checkpointer.py); commits never do.
+    (see checkpointer.py); commits never do. Another thread keeps the search
+    index up to date after commits; ``background_index=False`` leaves that
+    to searches over a long backlog, ``catch_up_index()`` and close.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: str = "wal",
@@ -49,7 +52,7 @@ class SessionDB:
                  home: Path | None = None, profile: str | None = None,
                  vfs: str | None = None,
                  checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES,
-                 create: bool = True) -> None:
+                 background_index: bool = True, create: bool = True) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
@@ -58,15 +61,7 @@ class SessionDB:
         self.home, self.profile = home, profile
         self.patience = patience
         self.clock = clock
-        self._vfs = vfs
-        self._lock = threading.RLock()
-        self._depth = 0
-        self._reader_conn: apsw.Connection | None = None
-        self._closed = False
-        self._index_covered = False  # set while index_safe_write covers a write
         self._tail: tuple[str, int, int] | None = None  # see _known_start
-        self._checkpointer: Checkpointer | None = None
-        self._guard = containment.Guard(self.path, lambda: (self._writer, self._reader_conn))
         if self.path.is_dir():
             raise InvalidInput(f"{self.path} is a directory, not a database file",
                                path=str(self.path))
@@ -74,21 +69,21 @@ class SessionDB:
         # and without ``create`` a missing store is not made (see identify.py).
         self.identity = identify.check_before_open(self.path, create=create, home=home,
                                                    profile=profile)
-        self._writer = self._open_writer(journal_mode)
+        self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,
+                                      vfs=vfs)
         try:
-            self._guard.attach(self._writer)
+            core.guard.attach(core.writer)
             self._migrate()
-            self._guard.establish(self._writer, self.atomic)
+            core.guard.establish(core.writer, self.atomic)
         except BaseException:
-            self._writer.close()
-            self._guard.release()
+            core.abandon()
             raise
-        if journal_mode == "wal" and not self._writer.readonly("main"):
-            self._checkpointer = checkpointer.for_writer(
-                self._writer, self._guard, str(self.path), vfs, checkpoint_pages)
+        core.start_threads(checkpoint_pages, background_index, self.index_backlog)
         # A stale search index is rebuilt here only if no other process holds the file.
         self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
-        if home is not None and not self._writer.readonly("main"):
+        if core.indexer is not None:
+            core.indexer.notify()  # catch up on what earlier handles left
+        if home is not None and not core.writer.readonly("main"):
             spool.reserve_for(self.path)  # a home's spool takes space while there is some
 
     @classmethod
@@ -105,54 +100,32 @@ class SessionDB:
         directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
         return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
 
-    # -- connections -------------------------------------------------------
+    # -- the core's state, read-only views (tests and benches look at them) --
 
-    def _check_path(self) -> None:
-        if self.path.is_dir():
-            raise InvalidInput(f"{self.path} is a directory, not a database file",
-                               path=str(self.path))
-        paths.ensure_private_dir(self.path.parent)
-        paths.create_private_file(self.path)
+    @property
+    def _writer(self) -> apsw.Connection:
+        return self._core.writer
 
-    def _connect(self, flags: int) -> apsw.Connection:
-        try:
-            if self._vfs:
-                return apsw.Connection(str(self.path), flags=flags, vfs=self._vfs)
-            return apsw.Connection(str(self.path), flags=flags)
-        except apsw.Error as e:
-            raise from_apsw(e, path=str(self.path), context=f"cannot open {self.path}") from e
+    @property
+    def _guard(self):  # type: ignore[no-untyped-def]
+        return self._core.guard
 
-    def _open_writer(self, journal_mode: str) -> apsw.Connection:
-        self._check_path()
-        conn = self._connect(apsw.SQLITE_OPEN_READWRITE)
-        chosen = policy.WRITER_POLICY_WAL if journal_mode == "wal" else policy.WRITER_POLICY_DELETE
-        try:
-            policy.apply_policy(conn, chosen)
-        except apsw.Error as e:
-            err = from_apsw(e, path=str(self.path), context=f"cannot use {self.path}",
-                            system_errno=connection_errno(conn))
-            conn.close()
-            raise err from e
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    @property
+    def _indexer(self):  # type: ignore[no-untyped-def]
+        return self._core.indexer
+
+    @property
+    def _checkpointer(self):  # type: ignore[no-untyped-def]
+        return self._core.checkpointer
 
     @property
     def checkpoint_stats(self) -> CheckpointStats | None:
         """What the background checkpointer did (None: it does not run here)."""
-        return self._checkpointer.stats if self._checkpointer else None
-
-    def _reader(self) -> apsw.Connection:
-        if self._reader_conn is None:
-            conn = self._connect(apsw.SQLITE_OPEN_READONLY)
-            policy.apply_policy(conn, policy.READER_POLICY)
-            self._guard.prepare(conn)
-            self._reader_conn = conn
-        return self._reader_conn
+        ckpt = self._core.checkpointer
+        return ckpt.stats if ckpt else None
 
     def _migrate(self) -> None:
-        conn = self._writer
+        conn = self._core.writer
         try:
             newer = migrations.unknown(conn)
             if newer:
@@ -160,13 +133,14 @@ class SessionDB:
                                    f"{', '.join(newer)}; upgrade hermes-state",
                                    path=str(self.path))
             if migrations.pending(conn):
-                migrations.apply_pending(conn, lambda: self._begin_immediate(self.patience))
+                migrations.apply_pending(conn, lambda: self._core.begin_immediate(self.patience))
             self._record_meta("sqlite_version", self.sqlite_version)
         except apsw.Error as e:
             raise from_apsw(e, path=str(self.path), context="cannot prepare schema") from e
 
     def _record_meta(self, key: str, value: str) -> None:
-        row = self._writer.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
+        row = self._core.writer.execute("SELECT value FROM state_meta WHERE key = ?",
+                                        (key,)).fetchone()
         if row is None or row[0] != value:
             with self.atomic() as conn:
                 conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
@@ -180,31 +154,12 @@ class SessionDB:
 
     def close(self) -> None:
         """Close both connections; safe to call more than once."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._checkpointer is not None:
-                self._checkpointer.close()  # joined, its connection closed first
-            failure: apsw.Error | None = None
-            for conn in (self._reader_conn, self._writer):
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except apsw.Error as e:  # e.g. the checkpoint at close failed
-                        # apsw has closed the connection anyway; close the
-                        # other one and release the header descriptor too.
-                        failure = failure or e
-            self._reader_conn = None
-            self._guard.release()  # only after SQLite let go of its locks
-            if failure is not None:
-                raise from_apsw(failure, path=str(self.path),
-                                context=f"closing {self.path}") from failure
+        self._core.close()
 
     @property
     def quarantined(self) -> bool:
         """True once this handle refuses writes (corruption or a replaced file)."""
-        return self._guard.quarantine is not None
+        return self._core.guard.quarantine is not None
 
     def __enter__(self) -> "SessionDB":
         return self
@@ -213,58 +168,29 @@ class SessionDB:
         self.close()
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise StorageError("this store handle is closed", path=str(self.path))
+        self._core.check_open()
 
     # -- transactions ------------------------------------------------------
 
-    def _begin_immediate(self, patience: float) -> None:
-        """BEGIN IMMEDIATE, retrying lock errors with jittered backoff."""
-        deadline = time.monotonic() + patience
-        delay = 0.002
-        while True:
-            try:
-                self._writer.execute("BEGIN IMMEDIATE")
-                return
-            except (apsw.BusyError, apsw.LockedError) as e:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StoreLocked(
-                        f"another process held the write lock on {self.path} for "
-                        f"{patience:.1f}s", path=str(self.path),
-                        sqlite_code=getattr(e, "extendedresult", None)) from e
-                time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
-                delay = min(delay * 2, 0.1)
-
-    def atomic(self, *, patience: float | None = None) -> txn.Atomic:
+    def atomic(self, *, patience: float | None = None) -> Atomic:
         """The one transaction primitive: BEGIN IMMEDIATE, or a SAVEPOINT when nested.
 
         Yields the writer connection. Any exception rolls back everything
         done inside the block; apsw errors are re-raised as StorageError.
         Before BEGIN and inside it, the containment guard checks that the
-        file is still ours (see sessiondb/txn.py and containment.py).
+        file is still ours (see sessiondb/core.py and containment.py).
         """
-        return txn.Atomic(self, patience)
+        return self._core.write(patience=patience)
 
-    @staticmethod
-    def _rollback(conn: apsw.Connection) -> None:
-        if not conn.get_autocommit():
-            try:
-                conn.execute("ROLLBACK")
-            except apsw.Error:
-                log.warning("rollback failed; SQLite rolls back on close", exc_info=True)
-
-    @contextmanager
-    def _read(self) -> Iterator[apsw.Connection]:
+    def _read(self):  # type: ignore[no-untyped-def]
         """A connection for reading: the writer inside a transaction (to see
         its own uncommitted rows), otherwise the read-only connection."""
-        self._check_open()
-        with self._lock:
-            conn = self._writer if self._depth else self._reader()
-            try:
-                yield conn
-            except apsw.Error as e:
-                raise from_apsw(e, path=str(self.path)) from e
+        return self._core.read()
+
+    def _snapshot(self):  # type: ignore[no-untyped-def]
+        """`_read` in one read transaction, so several statements see one
+        commit (search reads the watermark, the index and the tail)."""
+        return self._core.snapshot()
 
     def checkpoint(self, *, patience: float | None = None) -> tuple[int, int]:
         """A PASSIVE checkpoint: (WAL frames, frames copied back).
@@ -272,21 +198,7 @@ class SessionDB:
         SQLite answers SQLITE_BUSY at once while another connection is
         checkpointing (its busy handler is not used for PASSIVE); that is
         waited out like a write lock, up to the patience, then `locked`."""
-        self._check_open()
-        deadline = time.monotonic() + (self.patience if patience is None else patience)
-        delay = 0.002
-        while True:
-            with self._lock:
-                self._guard.before_write()  # a checkpoint writes the database file
-                try:
-                    return policy.checkpoint_passive(self._writer)
-                except apsw.BusyError as e:
-                    if time.monotonic() >= deadline:
-                        raise from_apsw(e, path=str(self.path)) from e
-                except apsw.Error as e:
-                    raise from_apsw(e, path=str(self.path)) from e
-            time.sleep(delay * random.uniform(0.5, 1.5))
-            delay = min(delay * 2, 0.1)
+        return self._core.checkpoint(patience)
 
     def quick_check(self) -> list[str]:
         """SQLite's ``quick_check`` lines; ``["ok"]`` when healthy."""
@@ -350,7 +262,8 @@ class SessionDB:
 
     def delete_session(self, session_id: str) -> int:
         """Delete a session and its messages; returns how many messages went."""
-        return self.index_safe_write(lambda conn: sessions.delete(conn, session_id))
+        with self.atomic() as conn:
+            return sessions.delete(conn, session_id)
 
     def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
                      cache_read_tokens: int = 0, cache_write_tokens: int = 0,
@@ -411,14 +324,14 @@ class SessionDB:
 
     def session_write(self, session_id: str,
                       body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
-        """Write one session's rows in `index_safe_write`: ``body(conn, start)``
+        """Write one session's rows in one transaction: ``body(conn, start)``
         gets the session's next position (the session exists; an unknown one
         raises the typed not-found error first) and returns (result, next
         position after its writes). The position query is skipped while
         nothing was committed since this handle's last such write to the
         same session (see `_known_start`)."""
-        with self._lock:  # the version read after COMMIT must be this commit's
-            owned = not self._depth  # our own transaction: the tail may be used and kept
+        with self._core.lock:  # the version read after COMMIT must be this commit's
+            owned = not self._core.depth  # our own transaction: the tail may be used and kept
             tail, self._tail = self._tail, None  # forgotten unless this write commits
             end: list[int] = []
 
@@ -429,9 +342,10 @@ class SessionDB:
                                      if start is None else start)
                 end[:] = [after]
                 return result
-            result = self.index_safe_write(run)
+            with self.atomic() as conn:
+                result = run(conn)
             if owned:
-                self._tail = (session_id, end[0], self._writer.data_version())
+                self._tail = (session_id, end[0], self._core.writer.data_version())
             return result
 
     @staticmethod
@@ -463,8 +377,7 @@ class SessionDB:
     def insert_encoded(self, conn: apsw.Connection, session_id: str,
                        encoded: list[EncodedMessage], *, holder: str | None = None,
                        kind: str = "message") -> list[int]:
-        """Insert inside the caller's transaction; counters move with the rows.
-        Damage to the search index cannot fail it (see `index_safe_write`)."""
+        """Insert inside the caller's transaction; counters move with the rows."""
         paths.validate_session_id(session_id)
         position = self._start_position(conn, session_id)
         return self._insert_held(conn, session_id, encoded, holder, kind, position)[0]
@@ -476,11 +389,7 @@ class SessionDB:
         position after them)."""
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
-        def insert() -> tuple[list[int], int]:
-            return self._insert_rows(conn, session_id, encoded, kind, position)
-        # Inside index_safe_write the index is already covered; a caller's own
-        # transaction needs the in-place guard.
-        return insert() if self._index_covered else self.index_guarded(conn, insert)
+        return self._insert_rows(conn, session_id, encoded, kind, position)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,
                      encoded: list[EncodedMessage], kind: str,
@@ -592,50 +501,11 @@ class SessionDB:
 
     # -- search ------------------------------------------------------------
 
-    @staticmethod
-    def index_guarded(conn: apsw.Connection, fn: Callable[[], Any]) -> Any:
-        """Run a write that fires the search triggers (insert, delete, or
-        update of message content/role) inside the caller's transaction so
-        that damage to the search index cannot fail it: the index is
-        detached and marked stale, and ``fn`` is run again. ``fn`` must be
-        safe to re-run after a rollback to the guard's savepoint."""
-        return search_index.guarded_write(conn, fn)
-
-    def write_fail_open(self, body: Callable[[apsw.Connection], Any]) -> Any:
-        """Run ``body(conn)`` in one write transaction that damage to the
-        search index cannot fail: on index-scoped corruption the index is
-        detached and marked stale in a fresh transaction and ``body`` runs
-        again there (see search_index.write_fail_open)."""
-        return search_index.write_fail_open(self.atomic, body, nested=bool(self._depth))
-
-    def index_safe_write(self, body: Callable[[apsw.Connection], Any]) -> Any:
-        """The transaction for writes of message rows: search index damage,
-        at the FTS5 or the b-tree level, never fails ``body(conn)``.
-
-        In its own transaction, damage met anywhere (a statement or FTS5's
-        flush at COMMIT) fails the whole transaction, and `write_fail_open`
-        runs ``body`` again in a fresh one with the index detached; no
-        savepoint guard is needed on the common path (one costs a flush
-        about as much again: the index pages then go through a statement
-        journal). Inside a caller's transaction no retry is possible, so
-        the in-place guard runs. ``body`` must be safe to run again.
-        """
-        def covered(conn: apsw.Connection) -> Any:
-            outer, self._index_covered = self._index_covered, True
-            try:
-                return body(conn)
-            finally:
-                self._index_covered = outer
-        if self._depth:
-            return self.write_fail_open(
-                lambda conn: self.index_guarded(conn, lambda: covered(conn)))
-        return self.write_fail_open(covered)
-
     def search(self, query: str, *, session_id: str | None = None, role: str | None = None,
                source: str | None = None, since: float | None = None,
                until: float | None = None, limit: int = 20, offset: int = 0,
                order: str = "rank", include_archived: bool = False,
-               raw: bool = False, archived_sessions: bool = True) -> list[search.SearchHit]:
+               raw: bool = False, archived_sessions: bool = True) -> search.SearchResults:
         """Search message text; see sessiondb/search.py and docs/search.md.
 
         ``include_archived`` adds archived (compacted) and rewound rows,
@@ -649,6 +519,31 @@ class SessionDB:
                                  archived_sessions)
         return search.search(self, query, filters=filters, limit=limit, offset=offset,
                              order=order, raw=raw)
+
+    def index_backlog(self) -> search_index.Backlog | None:
+        """What the search index has not caught up on (None: no index)."""
+        with self._read() as conn:
+            return search_index.backlog(conn)
+
+    def catch_up_index(self, max_rows: int | None = None) -> int:
+        """Bring the search index up to date now, in this thread (the
+        background indexer normally does it within milliseconds of a commit);
+        returns the rows indexed or change-log entries applied."""
+        self._check_open()
+        ix = self._core.indexer
+        return ix.catch_up(max_rows) if ix is not None else 0
+
+    def can_index_now(self) -> bool:
+        """Whether this thread may run index batches now (a writable, open,
+        unquarantined handle, outside a transaction of its own)."""
+        core = self._core
+        return (core.indexer is not None and not core.closed and not self.quarantined
+                and not core.in_transaction)
+
+    @property
+    def indexer_stats(self) -> IndexerStats | None:
+        """What the indexer did (None: a read-only handle has none)."""
+        return self._core.indexer.stats if self._core.indexer else None
 
     def search_index_stale(self) -> dict | None:
         """The ``fts_stale`` record while search runs on the fallback scan."""

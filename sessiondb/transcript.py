@@ -181,7 +181,7 @@ class TranscriptWriter:
             return self._apply(conn, plan, start)
         # As appends: the session check and the position seek are one statement,
         # skipped while nothing else committed since this handle's last write to
-        # the session; search index damage never fails a flush.
+        # the session.
         return self.db.session_write(self.session_id, body)
 
     def _apply(self, conn: apsw.Connection, plan: list[_Write],
@@ -299,9 +299,8 @@ class TranscriptWriter:
                 if holder is not None:
                     leases.check(conn, self.session_id, holder, self.db.now())
                 rows.rewind_uids(conn, self.session_id, uids)
-            # a state change fires no index trigger; fail-open still covers
-            # index damage met on the way (a retry in a fresh transaction)
-            self.db.write_fail_open(body)
+            with self.db.atomic() as conn:
+                body(conn)
         self._pull_back(messages, len(messages) - count)
         del messages[len(messages) - count:]
         for m in tail:

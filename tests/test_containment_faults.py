@@ -276,7 +276,8 @@ def test_corrupt_messages_page_quarantines(hermes_home: Path, tmp_path: Path) ->
 def test_fts_only_damage_is_fts_index_without_quarantine(hermes_home: Path) -> None:
     """Junk over a search-index page: the guard scopes the corruption to the
     index (every canonical table checks clean), so nothing is quarantined;
-    the search fail-open then detaches the index and the append lands."""
+    the append never touches the index and lands; the indexer meets the
+    damage and marks the index stale."""
     path = hermes_home / "state.db"
     acked = new_store(path, 4)
     root, size = page_of(path, "messages_fts_data")
@@ -289,8 +290,9 @@ def test_fts_only_damage_is_fts_index_without_quarantine(hermes_home: Path) -> N
         assert not db.quarantined
         assert db.search_index_stale() is None
         retry = msg(4)
-        db.append_message("s1", retry)  # fails open: no error, no spool
+        db.append_message("s1", retry)  # the index is not written: no error, no spool
         assert not db.quarantined
+        db.catch_up_index()
         stale = db.search_index_stale()
         assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
         assert rows(db) == public(acked + [retry])

@@ -184,7 +184,8 @@ def test_page1_zeroed_inspect_estimates_and_carve_recovers(source, tmp_path):
     assert res.exit_code == 3 and "verdict: structural" in res.output
     line = next(x for x in res.output.splitlines() if x.startswith("carving estimate: "))
     assert line.startswith("carving estimate: messages 120, migrations ")
-    assert ", sessions 2, state_meta 2; 0 cells unattributed (schema page unreadable: " \
+    # state_meta: sqlite_version, generation, fts_watermark
+    assert ", sessions 2, state_meta 3; 0 cells unattributed (schema page unreadable: " \
         "found by shape)" in line
     res = run("--source", str(source), "--output", str(tmp_path / "n.db"), "--lane", "carve",
               "--json")

@@ -81,7 +81,7 @@ def test_backups_are_deduplicated_and_bounded(hermes_home: Path) -> None:
 
 def test_missing_triggers_and_stale_marker(hermes_home: Path) -> None:
     path = fill_home(hermes_home)
-    raw_sql(path, "DROP TRIGGER messages_search_ai")
+    raw_sql(path, "DROP TRIGGER messages_search_log_ai")  # a change-log trigger
     res = repair("--no-backup", "--json")
     doc = json.loads(res.output)
     assert res.exit_code == 0 and doc["problems"] == ["search sync triggers missing"]

@@ -1,5 +1,7 @@
-"""Fail-open: a damaged search index never costs a write, search falls back,
-the marker is durable and shared, and a guarded rebuild restores exact results."""
+"""Fail-open: a damaged search index never costs a write (no canonical write
+touches it: the indexer does, after the commit), the indexer that meets the
+damage marks the index stale, search falls back, the marker is durable and
+shared, and a guarded rebuild restores exact results."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -20,10 +22,18 @@ def fill(path, n: int = 300) -> None:
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
     with SessionDB(path) as db:
         db.create_session("shared", source="test", title="Damage")
-        db.append_messages("shared", [
-            {"role": "user" if i % 2 else "assistant",
-             "content": " ".join(words[(i * k) % len(words)] for k in range(1, 6)) + f" n{i}"}
-            for i in range(n)])
+        for start in range(0, n, 10):  # indexed in several batches: several segments
+            db.append_messages("shared", [
+                {"role": "user" if i % 2 else "assistant",
+                 "content": " ".join(words[(i * k) % len(words)] for k in range(1, 6)) + f" n{i}"}
+                for i in range(start, min(start + 10, n))])
+            db.catch_up_index()
+
+
+def indexing_stopped(db: SessionDB) -> bool:
+    """The indexer met the damage: the marker is set and it indexes no more."""
+    backlog = db.index_backlog()
+    return backlog is not None and backlog.stale and not backlog.work
 
 
 def results(db: SessionDB) -> dict[str, list[int]]:
@@ -50,10 +60,11 @@ def test_on_disk_block_damage_fails_open_then_rebuild_is_exact(tmp_path, open_st
     assert junk_fts_blocks(path) > 0
     db = open_store(path)
     rid = db.append_message("shared", {"role": "user", "content": "alpha after the damage"})
+    assert db.search_index_stale() is None  # the append never touched the index
+    db.catch_up_index()                     # the indexer meets the damage
     stale = db.search_index_stale()
-    assert stale is not None and stale["reason"].startswith("write failed")
-    with db._read() as conn:
-        assert not triggers_attached(conn)
+    assert stale is not None and stale["reason"].startswith("indexing failed")
+    assert indexing_stopped(db)
     assert db.get_messages("shared")[-1]["content"] == "alpha after the damage"
     hits = db.search("alpha", limit=1000)
     assert hits and all(h.fallback and h.via == "fallback" for h in hits)
@@ -83,9 +94,9 @@ def test_leaf_damage_is_found_by_search_and_detaches(tmp_path, open_store):
     assert hits and all(h.fallback for h in hits)
     stale = db.search_index_stale()
     assert stale is not None and stale["reason"].startswith("search failed")
-    with db._read() as conn:
-        assert not triggers_attached(conn)
+    assert indexing_stopped(db)
     rid = db.append_message("shared", {"role": "user", "content": "zulu after detach"})
+    db.catch_up_index()
     with db._read() as conn:
         (n,) = conn.execute("SELECT count(*) FROM messages_fts_docsize WHERE id = ?",
                             (rid,)).fetchone()
@@ -103,6 +114,7 @@ def test_fallback_keeps_filters_and_shape(tmp_path, open_store):
     db = open_store(path)
     db.create_session("other", source="elsewhere", title="Other")
     db.append_message("other", {"role": "user", "content": "alpha elsewhere", "timestamp": 5})
+    db.catch_up_index()
     assert db.search_index_stale() is not None
     hits = db.search("alpha", source="elsewhere")
     assert [(h.session_id, h.session_title, h.role, h.timestamp) for h in hits] == [
@@ -122,6 +134,7 @@ def test_btree_page_damage_fails_open_and_rebuild_leaves_it_to_recovery(tmp_path
     junk_pages(path, "messages_fts_data")
     db = open_store(path)
     rid = db.append_message("shared", {"role": "user", "content": "alpha despite pages"})
+    db.catch_up_index()
     stale = db.search_index_stale()
     assert stale is not None and stale["sqlite_code"] == apsw.SQLITE_CORRUPT
     hits = db.search("alpha", limit=1000)
@@ -130,8 +143,7 @@ def test_btree_page_damage_fails_open_and_rebuild_leaves_it_to_recovery(tmp_path
         db.rebuild_search_index()
     assert not db.quarantined  # the damage is the index's: canonical writes go on
     assert db.search_index_stale() == stale
-    with db._read() as conn:
-        assert not triggers_attached(conn)
+    assert indexing_stopped(db)
     assert len(db.get_messages("shared")) == 301
     db.append_message("shared", {"role": "user", "content": "still writable"})
     assert len(db.get_messages("shared")) == 302
@@ -172,6 +184,7 @@ def test_two_processes_one_detaches_the_other_follows(tmp_path, open_store):
         raw.execute("UPDATE messages_fts_data SET block = randomblob(length(block))")
         raw.close()
         rid = db.append_message("shared", {"role": "user", "content": "alpha from the first"})
+        db.catch_up_index()
         assert db.search_index_stale()["pid"] > 0
         with pytest.raises(SearchRebuildRefused) as refused:
             db.rebuild_search_index()
@@ -198,9 +211,10 @@ def test_two_processes_one_detaches_the_other_follows(tmp_path, open_store):
         assert alone.search_health().ok
 
 
-def test_guard_inside_a_callers_transaction(tmp_path, open_store):
+def test_insert_inside_a_callers_transaction(tmp_path, open_store):
     """insert_encoded in someone else's transaction (compaction, imports):
-    FTS5-level damage is handled in place and the caller's other writes commit."""
+    the damaged index is not touched, the caller's other writes commit, and
+    the indexer marks the index stale afterwards."""
     from sessiondb.codec import encode
     path = tmp_path / "s.db"
     fill(path, 40)
@@ -211,12 +225,15 @@ def test_guard_inside_a_callers_transaction(tmp_path, open_store):
         (rid,) = db.insert_encoded(conn, "shared", [encode({"role": "user",
                                                            "content": "nested alpha"})])
     assert db.meta("caller") == "kept"
+    assert rid in [h.message_id for h in db.search("nested")]
+    db.catch_up_index()
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert rid in [h.message_id for h in db.search("nested")]
 
 
 def test_deletes_and_content_edits_fail_open_too(tmp_path, open_store):
-    """The same wrapper other write paths use (content edits, session deletes)."""
+    """Content edits and session deletes are canonical writes too: they land,
+    and the change log carries them to the indexer, which marks the index stale."""
     path = tmp_path / "s.db"
     fill(path, 40)
     db = open_store(path)
@@ -226,13 +243,11 @@ def test_deletes_and_content_edits_fail_open_too(tmp_path, open_store):
     junk_fts_blocks(path)
     db = open_store(path)
     assert db.delete_session("gone") == 1
+    db.catch_up_index()
     assert db.search_index_stale() is not None
     first = db.get_messages("shared")[0]["_db_persisted"].id
-
-    def edit(conn):
-        return db.index_guarded(conn, lambda: conn.execute(
-            "UPDATE messages SET content = 'edited yankee' WHERE id = ?", (first,)))
-    db.write_fail_open(edit)
+    with db.atomic() as conn:
+        conn.execute("UPDATE messages SET content = 'edited yankee' WHERE id = ?", (first,))
     assert db.get_messages("shared")[0]["content"] == "edited yankee"
     assert [h.message_id for h in db.search("yankee")] == [first]
     db.rebuild_search_index()
@@ -246,8 +261,10 @@ def test_content_edit_on_a_damaged_index_marks_it_stale(tmp_path, open_store):
     junk_fts_blocks(path)
     db = open_store(path)
     first = db.get_messages("shared")[0]["_db_persisted"].id
-    db.write_fail_open(lambda conn: db.index_guarded(conn, lambda: conn.execute(
-        "UPDATE messages SET content = 'edited zebra' WHERE id = ?", (first,))))
+    with db.atomic() as conn:
+        conn.execute("UPDATE messages SET content = 'edited zebra' WHERE id = ?", (first,))
+    assert [h.message_id for h in db.search("zebra")] == [first]  # the change log's row
+    db.catch_up_index()
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert [h.message_id for h in db.search("zebra")] == [first]
 
@@ -258,6 +275,7 @@ def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
     assert junk_fts_blocks(path, table="messages_trigram") > 0
     db = open_store(path)
     rid = db.append_message("shared", {"role": "user", "content": "東京タワー after damage"})
+    db.catch_up_index()
     assert db.search_index_stale() is not None
     hits = db.search("東京タワー")
     assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
@@ -266,16 +284,16 @@ def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
 
 
 def _damage(path, kind: str) -> None:
-    if kind == "blocks":    # FTS5 finds it: SQLITE_CORRUPT_VTAB, handled in the transaction
+    if kind == "blocks":    # FTS5 finds it: SQLITE_CORRUPT_VTAB
         assert junk_fts_blocks(path) > 0
-    else:                   # b-tree pages: plain SQLITE_CORRUPT, retried in a fresh one
+    else:                   # b-tree pages: plain SQLITE_CORRUPT
         assert junk_pages(path, "messages_fts_data")
 
 
 @pytest.mark.parametrize("kind", ["blocks", "pages"])
 def test_transcript_flush_and_compaction_fail_open(tmp_path, open_store, kind):
-    """TranscriptWriter writes through the fail-open too: the flush lands,
-    nothing is spooled or quarantined, and the fallback search finds it."""
+    """A TranscriptWriter flush on a damaged index: the flush lands, nothing
+    is spooled or quarantined, and the fallback search finds it."""
     from sessiondb import TranscriptWriter
     path = tmp_path / "s.db"
     fill(path, 40)
@@ -288,8 +306,9 @@ def test_transcript_flush_and_compaction_fail_open(tmp_path, open_store, kind):
     result = writer.flush(msgs)
     assert result.inserted == 2 and writer.unwritten == ()
     assert not db.quarantined and not (tmp_path / "spool").exists()
+    db.catch_up_index()
     stale = db.search_index_stale()
-    assert stale is not None and stale["reason"].startswith("write failed")
+    assert stale is not None and stale["reason"].startswith("indexing failed")
     assert writer.verify(msgs) == []
     new_ids = [m["_db_persisted"].id for m in msgs[-2:]]
     hits = db.search("xylophone", limit=10)
@@ -320,6 +339,7 @@ def test_import_fails_open(tmp_path, open_store, kind):
     db = open_store(path)
     result = import_export_file(db, export)
     assert result.messages_added == 7
+    db.catch_up_index()
     assert not db.quarantined and db.search_index_stale() is not None
     assert [m["content"] for m in db.get_messages("incoming")] == [
         f"walrus number {i}" for i in range(7)]
@@ -350,9 +370,11 @@ def test_spool_import_and_session_delete_fail_open(tmp_path, open_store, op):
     if op == "import-spool":
         report = import_spool(db)
         assert report.imported == 3 and report.problems == []
+        db.catch_up_index()
         assert [h.via for h in db.search("narwhal", limit=10)] == ["fallback"] * 3
     else:
         assert db.delete_session("doomed") == 1
+        db.catch_up_index()
         assert db.search("deleted") == [] and len(db.get_messages("shared")) == 40
     assert not db.quarantined and db.search_index_stale() is not None
 
@@ -374,8 +396,8 @@ def test_search_on_index_and_canonical_damage_writes_nothing(tmp_path, open_stor
 
 
 def test_flush_inside_a_callers_transaction_on_a_damaged_index(tmp_path, open_store):
-    """No fresh transaction is possible inside the caller's: the in-place
-    guard handles FTS5-level damage and the caller's other writes commit."""
+    """A flush inside the caller's transaction on a damaged index: the
+    caller's other writes commit; the indexer marks the index stale later."""
     from sessiondb import TranscriptWriter
     path = tmp_path / "s.db"
     fill(path, 40)
@@ -387,13 +409,14 @@ def test_flush_inside_a_callers_transaction_on_a_damaged_index(tmp_path, open_st
         conn.execute("INSERT INTO state_meta(key, value) VALUES ('caller', 'kept')")
         assert writer.flush(msgs).inserted == 1
     assert db.meta("caller") == "kept" and writer.verify(msgs) == []
+    db.catch_up_index()
     assert db.search_index_stale()["sqlite_code"] == apsw.SQLITE_CORRUPT_VTAB
     assert [h.via for h in db.search("ocelot")] == ["fallback"]
 
 
 def test_fts_junk_that_reads_as_out_of_memory_fails_open(tmp_path, open_store):
     """FTS5 decoding junk blocks can read a garbage size and report SQLITE_NOMEM
-    instead of corruption; the write must still fail open, not fail."""
+    instead of corruption; the indexer must still mark the index stale."""
     import random
     path = tmp_path / "s.db"
     with SessionDB(path) as db:
@@ -411,6 +434,7 @@ def test_fts_junk_that_reads_as_out_of_memory_fails_open(tmp_path, open_store):
     raw.close()
     db = open_store(path)
     rid = db.append_message("s", {"role": "user", "content": "gamma after the junk"})
+    db.catch_up_index()
     assert db.search_index_stale() is not None
     assert not db.quarantined
     hits = db.search("gamma")

@@ -52,7 +52,10 @@ def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_si
     ``before_delete`` gets a checkpointed copy of the file from before that."""
     init_file(path, page_size, auto_vacuum)
     ids = []
-    with SessionDB(path) as db:
+    # Indexing at fixed points (not by the background thread) keeps the layout
+    # the same from build to build; deleted sessions pass through the change
+    # log, which the close applies, so their pages end up free.
+    with SessionDB(path, background_index=False) as db:
         for s in range(sessions):
             sid = db.create_session(f"20250101_0000{s:02d}_abcd{s:04d}", source="test",
                                     model="m", title=f"title {s}")
@@ -60,11 +63,13 @@ def build_store(path: Path, *, sessions: int = 4, per_session: int = 60, page_si
                                                 else 0)) for i in range(per_session)]
             db.append_messages(sid, batch)
             ids.append(sid)
+        db.catch_up_index()
         db.checkpoint()
         if before_delete is not None:
             shutil.copyfile(path, before_delete)
         for sid in ids[:delete_sessions]:
             db.delete_session(sid)
+        db.catch_up_index()
         db.checkpoint()
     return ids
 

@@ -50,7 +50,9 @@ def build_store(path: Path, *, sessions: int = 6, per_session: int = 50,
     os.chmod(path, 0o600)
     truth = Truth(path, [])
     clock = {"clock": lambda: 1_700_000_000.25} if deterministic else {}
-    with SessionDB(path, **clock) as db:
+    # Indexed after each session, not by the background thread: its batches
+    # would land at moments that differ between builds, and the layout with them.
+    with SessionDB(path, background_index=False, **clock) as db:
         for s in range(sessions):
             sid = db.create_session(f"s{s}", source="test", title=f"session {s}")
             truth.sessions.append(sid)
@@ -61,6 +63,7 @@ def build_store(path: Path, *, sessions: int = 6, per_session: int = 50,
                     m["_db_uid"] = f"{s:04d}-{i:06d}"
             for rid in db.append_messages(sid, batch):
                 truth.messages[rid] = sid
+            db.catch_up_index()  # index pages between the sessions' pages, as users' files
             truth.texts += [m["content"] for m in batch]
     return truth
 

@@ -88,7 +88,7 @@ def build_wal_bundle(directory: Path, commits: int = 8) -> WalBundle:
     damage.build_store(src, sessions=3, per_session=40, deterministic=True)
     checkpointed = set(texts_of(src))
     bundle = WalBundle(directory / "bundle", {}, checkpointed)
-    with SessionDB(src) as db:
+    with SessionDB(src, background_index=False) as db:  # only these commits in the -wal
         db._writer.execute("PRAGMA wal_autocheckpoint=0")  # keep every commit in the -wal
         for c in range(commits):
             batch = [{"role": "user", "content": f"wal commit {c} row {i} " + "z" * 150}

@@ -177,8 +177,12 @@ def zero_range(start_frac: float, count: int, label: str) -> Callable[[Ctx, Path
         n = damage.page_count(path)
         first = max(2, int(n * start_frac))
         bad = set(range(first, min(n, first + count - 1) + 1)) - _schema_pages(c.pristine.path)
+        canonical = bad & _canonical_pages(c.pristine.path)
         for pg in bad:
             write_at(path, (pg - 1) * PAGE_SIZE, bytes(PAGE_SIZE))
+        if not canonical:  # the range fell on the full-text index's pages only
+            return Expect(frozenset({"fts_only"}), RECOVERED, c.pristine.texts,
+                          c.pristine.texts, "derived index rebuilt")
         return _pages(c.pristine, bad)
     case.__name__ = f"zero_range_{label}"
     return case

@@ -77,7 +77,7 @@ def seeded(path: Path) -> None:
 def test_api_takes_any_message_or_session_id(tmp_path: Path):
     path = tmp_path / "state.db"
     seeded(path)
-    db = SessionDB(path)
+    db = SessionDB(path, background_index=False)  # only the calls under test write
     outcomes: Counter = Counter()
 
     @FUZZ
@@ -107,7 +107,8 @@ def test_api_takes_any_message_or_session_id(tmp_path: Path):
 
     try:
         check()
-        assert db.quick_check() == ["ok"]
+        db.catch_up_index()
+        assert db.quick_check() == ["ok"] and db.search_health().ok
         assert outcomes["ok"] and outcomes["refused"] > 10, outcomes
     finally:
         db.close()
@@ -211,7 +212,7 @@ def test_search_takes_any_query_and_filters(tmp_path: Path):
     anything else, and the store untouched."""
     path = tmp_path / "state.db"
     seeded(path)
-    db = SessionDB(path)
+    db = SessionDB(path, background_index=False)  # only the calls under test write
     outcomes: Counter = Counter()
     before = digest(path)
 

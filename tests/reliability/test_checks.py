@@ -23,7 +23,7 @@ def test_fts_out_of_step_with_its_content_is_found(tmp_path: Path):
     assert conn_rows == [("messages_fts",)]
     # Delete a row behind the index's back (the helper's index has no trigger).
     damage.sql(path, "PRAGMA foreign_keys=OFF")
-    damage.sql(path, "DROP TRIGGER IF EXISTS messages_search_ad")  # the search branch's
+    damage.sql(path, "DROP TRIGGER IF EXISTS messages_search_log_ad")  # the change log's
     damage.sql(path, "DELETE FROM messages WHERE id = 3")
     found = store_findings(path)
     assert any(f.startswith("messages_fts: 20 indexed documents for 19 message rows")
