@@ -463,6 +463,10 @@ class _Carver:
                 self.stats.derived_records += 1
             elif score_of[id(record)] == 0.0:
                 self._lose(pgno, cell, record, f"does not fit {layout.table}", lane, wal)
+            elif lane == FREELIST and layout.self_check(record.values) is False:
+                # a free page's overflow chain may since hold other data (the
+                # indexer or a later insert reused the pages): not the deleted row
+                self._lose(pgno, cell, record, "deleted row whose pages were reused", lane, wal)
             else:
                 self._keep(layout, cell, record, RowOrigin(
                     pgno, cell.index, cell.rowid, lane, wal,

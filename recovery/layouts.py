@@ -147,6 +147,13 @@ class Layout:
             passed += _message_fingerprint_ok(self, values)
         return unknown * (0.5 + 0.5 * (passed / total if total else 1.0)), passed
 
+    def self_check(self, values: list[Any]) -> bool | None:
+        """Whether a record proves its own content (our messages carry a
+        fingerprint of it); None for layouts that have no such check."""
+        if self.table == "messages" and self.fmt == "hermes-state":
+            return _message_fingerprint_ok(self, values)
+        return None
+
     def _loose_score(self, values: list[Any], classes: list[str]) -> float:
         """Layouts parsed from unknown schema SQL only know declared types;
         they score at most 0.4 so a known layout that fits always wins."""
