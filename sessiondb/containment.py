@@ -34,6 +34,7 @@ from .errors import (Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, Stor
                      from_apsw)
 from .paths import FILE_MODE, create_private_file
 from .search_index import corruption_is_index_only, fts_structures_damaged
+from .rows import one
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def stamp_generation(conn: apsw.Connection, generation: int | None = None) -> in
 
 def read_stamp(conn: apsw.Connection) -> tuple[int, str | None]:
     """(application_id, state_meta generation) as SQLite sees them."""
-    (app_id,) = conn.execute("PRAGMA application_id").fetchone()
+    (app_id,) = one(conn.execute("PRAGMA application_id"))
     row = conn.execute("SELECT value FROM state_meta WHERE key = ?",
                        (GENERATION_KEY,)).fetchone()
     return int(app_id), (row[0] if row else None)
@@ -174,7 +175,7 @@ class Guard:
     @staticmethod
     def _app_id(conn: apsw.Connection) -> int | None:
         try:
-            return int(conn.execute("PRAGMA application_id").fetchone()[0])
+            return int(one(conn.execute("PRAGMA application_id"))[0])
         except apsw.Error:
             return None
 
@@ -194,7 +195,7 @@ class Guard:
         disk = disk_application_id(self._fd) if self._fd is not None else app_id
         self._disk_zero_ok = disk == 0
         self.generation = app_id
-        self._wal_mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+        self._wal_mode = str(one(conn.execute("PRAGMA journal_mode"))[0]).lower() == "wal"
         self._remember_wal()
 
     def _remember_wal(self) -> None:

@@ -36,6 +36,7 @@ from .checkpointer import Checkpointer
 from .containment import Guard
 from .errors import InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw
 from .indexer import Indexer
+from .rows import one
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class StoreCore:
         with self.lock:
             level = 0
             if not self.depth and self.journal_mode_wanted == "wal":
-                (level,) = self.writer.execute("PRAGMA synchronous").fetchone()
+                (level,) = one(self.writer.execute("PRAGMA synchronous"))
             if level > 1:
                 self.writer.execute("PRAGMA synchronous=NORMAL")
             try:
@@ -342,12 +343,14 @@ class Atomic:
             elif exc is not None:
                 self._fail(exc)  # re-raised by the with statement unless typed here
             else:
+                conn = self.conn
+                assert conn is not None  # set by __enter__
                 try:
-                    self.conn.execute("COMMIT")  # type: ignore[union-attr]
+                    conn.execute("COMMIT")
                 except BaseException as e:
                     self._fail(e)
                     raise
-                core.guard.committed(self.conn)
+                core.guard.committed(conn)
                 if core.indexer is not None:
                     core.indexer.notify()  # the index catches up off the commit
         finally:

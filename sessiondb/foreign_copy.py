@@ -40,7 +40,7 @@ class CopyNoSpace(StorageError):
 
 
 def _fingerprint(path: Path) -> tuple:
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for p in (path, Path(f"{path}-wal")):
         try:
             st = p.stat()

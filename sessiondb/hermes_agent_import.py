@@ -35,7 +35,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from . import usage
 from .codec import ROLES, encode
@@ -291,7 +291,7 @@ def _write_usage(db: SessionDB, conn: sqlite3.Connection) -> int:
 
 def _ledger_row(c: Any, sid: str, r: sqlite3.Row) -> int:
     keys = set(r.keys())
-    get = (lambda k: r[k] if k in keys else None)
+    get: Callable[[str], Any] = (lambda k: r[k] if k in keys else None)
     cost = get("actual_cost_usd") or get("estimated_cost_usd") or None
     last = get("last_seen") or get("first_seen") or 0.0
     task, provider = ledger_task(get("task")), get("billing_provider") or ""

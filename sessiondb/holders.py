@@ -137,7 +137,7 @@ def open_holders(files: list[Path], proc: Path = PROC) -> list[Holder]:
 
 
 def _holders_of(pid_dir: Path, wanted: dict[tuple[int, int], str]) -> list[Holder]:
-    found = []
+    found: list[Holder] = []
     try:
         fds = list((pid_dir / "fd").iterdir())
     except OSError:

@@ -44,6 +44,7 @@ from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
+from .rows import one
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -500,7 +501,8 @@ def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
     """The checked records back from the spill (see import_spill.py)."""
     for rec in spilled:
         if rec[0] == "m":
-            yield MessageIn(*rec[1:7], None, rec[8], encoded_from(rec[7]))
+            yield MessageIn(rec[1], rec[2], rec[3], rec[4], rec[5], rec[6], None, rec[8],
+                            encoded_from(rec[7]))
         elif rec[0] == "s":
             yield SessionIn(rec[1], rec[2], tuple(rec[3]))
         else:
@@ -514,7 +516,7 @@ def _defer_index(db: SessionDB, plan: ImportResult) -> bool:
     if plan.messages_added == 0 or holders.other_holders(db.path) != []:
         return False
     with db.atomic() as conn:
-        (stored,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+        (stored,) = one(conn.execute("SELECT count(*) FROM messages"))
         if stored > plan.messages_added or search_index.stale_marker(conn) is not None:
             return False
         search_index.mark_stale(conn, "bulk import: the index is built once at the end", None)

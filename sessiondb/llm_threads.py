@@ -52,7 +52,8 @@ def thread_ids(conn: sqlite3.Connection) -> list[str]:
 
 def _chain(conn: sqlite3.Connection, tip: str | None) -> list[str]:
     """Hashes from the root to ``tip``."""
-    out, seen = [], set()
+    out: list[str] = []
+    seen: set[str] = set()
     while tip is not None and tip not in seen and len(out) < _MAX_CHAIN:
         seen.add(tip)
         out.append(tip)

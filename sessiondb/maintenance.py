@@ -33,6 +33,7 @@ import apsw
 
 from . import holders, sessions
 from .errors import Cause, InvalidInput, StorageError
+from .rows import one
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -194,7 +195,8 @@ _PAYLOAD = ("coalesce(sum(octet_length(content) + coalesce(octet_length(tool_cal
 
 
 def _candidates(conn: apsw.Connection, f: PruneFilter, now: float) -> list[tuple[str, int]]:
-    where, args = [], []
+    where: list[str] = []
+    args: list[Any] = []
     if f.older_than_s is not None:
         where.append("coalesce(s.ended_at, s.updated_at) < ?")
         args.append(now - f.older_than_s)
@@ -265,8 +267,8 @@ def _sizes(conn: apsw.Connection, ids: list[str]) -> dict[str, tuple[int, int]]:
     """id -> (messages, payload bytes); octet_length reads no overflow pages."""
     out = {}
     for sid in ids:
-        n, payload = conn.execute(f"SELECT count(*), {_PAYLOAD} FROM messages"
-                                  " WHERE session_id = ?", (sid,)).fetchone()
+        n, payload = one(conn.execute(f"SELECT count(*), {_PAYLOAD} FROM messages"
+                                  " WHERE session_id = ?", (sid,)))
         out[sid] = (n, payload)
     return out
 
@@ -274,10 +276,10 @@ def _sizes(conn: apsw.Connection, ids: list[str]) -> dict[str, tuple[int, int]]:
 def _scale(conn: apsw.Connection) -> float:
     """Used file bytes per payload byte: what removing one payload byte gives
     back once optimized (row overhead, indexes, both search indexes)."""
-    (payload,) = conn.execute(f"SELECT {_PAYLOAD} FROM messages").fetchone()
-    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-    used = (conn.execute("PRAGMA page_count").fetchone()[0]
-            - conn.execute("PRAGMA freelist_count").fetchone()[0]) * page_size
+    (payload,) = one(conn.execute(f"SELECT {_PAYLOAD} FROM messages"))
+    page_size = one(conn.execute("PRAGMA page_size"))[0]
+    used = (one(conn.execute("PRAGMA page_count"))[0]
+            - one(conn.execute("PRAGMA freelist_count"))[0]) * page_size
     return used / payload if payload else 1.0
 
 

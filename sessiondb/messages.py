@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import apsw
 
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode
+from .rows import one
 
 ACTIVE = "active"
 ARCHIVED = "archived"
@@ -44,8 +45,8 @@ def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position
     # both are cheaper than RETURNING, which buffers a result set.
     if conn.changes():
         return conn.last_insert_rowid(), True
-    (existing,) = conn.execute("SELECT id FROM messages WHERE session_id = ? AND uid = ?",
-                               (session_id, enc.uid)).fetchone()
+    (existing,) = one(conn.execute("SELECT id FROM messages WHERE session_id = ? AND uid = ?",
+                               (session_id, enc.uid)))
     return existing, False
 
 
@@ -110,7 +111,7 @@ def count(conn: apsw.Connection, session_id: str, *, include_archived: bool = Fa
     sql = "SELECT count(*) FROM messages WHERE session_id = ?"
     if not include_archived:
         sql += " AND state = 'active'"
-    return int(conn.execute(sql, (session_id,)).fetchone()[0])
+    return int(one(conn.execute(sql, (session_id,)))[0])
 
 
 def load_range(conn: apsw.Connection, session_id: str, *, include_archived: bool = False,
@@ -120,7 +121,8 @@ def load_range(conn: apsw.Connection, session_id: str, *, include_archived: bool
     ``_db_position``: the first ``limit`` after position ``after``, or, when
     only ``before`` is given, the last ``limit`` before it (``before`` and
     ``after`` both: the first ``limit`` strictly between them)."""
-    sql, args = (_LOAD if include_archived else _LOAD + " AND state = 'active'"), [session_id]
+    sql = _LOAD if include_archived else _LOAD + " AND state = 'active'"
+    args: list[Any] = [session_id]
     sql = sql.replace("SELECT id,", "SELECT position, id,", 1)
     if after is not None:
         sql += " AND position > ?"

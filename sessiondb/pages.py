@@ -17,6 +17,7 @@ import apsw
 from .codec import decode
 from . import sessions
 from .sessions import Session
+from .rows import one
 
 SessionKey = tuple[float, str]
 MessageKey = tuple[int, int]
@@ -53,7 +54,8 @@ _MESSAGES = ("SELECT position, id, uid, timestamp, state, compaction_id, kind, r
 def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | None,
                  limit: int, include_archived: bool = True) -> list[StoredMessage]:
     """Up to ``limit`` messages of a session in order, strictly after ``after``."""
-    sql, args = _MESSAGES, [session_id]
+    sql = _MESSAGES
+    args: list[Any] = [session_id]
     if not include_archived:
         sql += " AND state = 'active'"
     if after is not None:
@@ -80,7 +82,8 @@ def last_page(conn: apsw.Connection, session_id: str, *, before: int | None, lim
               include_archived: bool = True) -> list[StoredMessage]:
     """The last ``limit`` messages of a session before position ``before``
     (None: the newest), in order."""
-    sql, args = _MESSAGES, [session_id]
+    sql = _MESSAGES
+    args: list[Any] = [session_id]
     if not include_archived:
         sql += " AND state = 'active'"
     if before is not None:
@@ -110,8 +113,8 @@ def window(conn: apsw.Connection, session_id: str, *, limit: int, before: int | 
     """The first ``limit`` rows after position ``after``, else the last
     ``limit`` before ``before`` (None: the newest), in one read."""
     state = "" if include_archived else " AND state = 'active'"
-    (total,) = conn.execute(f"SELECT count(*) FROM messages WHERE session_id = ?{state}",
-                            (session_id,)).fetchone()
+    (total,) = one(conn.execute(f"SELECT count(*) FROM messages WHERE session_id = ?{state}",
+                            (session_id,)))
     if after is not None:
         rows = message_page(conn, session_id, after=(after, END), limit=limit,
                             include_archived=include_archived)
@@ -150,10 +153,10 @@ def message_window(conn: apsw.Connection, session_id: str, message_id: int, *, c
 def count_messages(conn: apsw.Connection, session_ids: list[str] | None) -> int:
     """How many message rows these sessions (``None``: all) hold, for a progress total."""
     if session_ids is None:
-        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+        return int(one(conn.execute("SELECT count(*) FROM messages"))[0])
     total = 0
     for sid in session_ids:
-        (n,) = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
-                            (sid,)).fetchone()
+        (n,) = one(conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
+                            (sid,)))
         total += n
     return total

@@ -13,6 +13,7 @@ from typing import Callable
 import apsw
 
 from .errors import StorageError, UnsafeSQLiteVersion
+from .rows import one
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ def check_sqlite_version() -> str:
 
 def file_says_wal(conn: apsw.Connection) -> bool:
     """Whether the database header records WAL mode (read through SQLite)."""
-    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    mode = one(conn.execute("PRAGMA journal_mode"))[0]
     return str(mode).lower() == "wal"
 
 
@@ -80,7 +81,7 @@ def set_page_size(conn: apsw.Connection) -> None:
 
 def set_journal_wal(conn: apsw.Connection) -> None:
     """WAL lets readers run beside the one writer and makes commits cheap."""
-    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    mode = one(conn.execute("PRAGMA journal_mode=WAL"))[0]
     if str(mode).lower() != "wal":
         raise StorageError(
             f"could not enable WAL mode (SQLite kept {mode!r}); use "

@@ -206,7 +206,8 @@ class Pages:
 
     def table_rows(self, root: int) -> Iterator[tuple[int, list[Any]]]:
         """(rowid, values) of every row of the table b-tree at ``root``."""
-        stack, seen = [root], set()
+        stack = [root]
+        seen: set[int] = set()
         while stack:
             pgno = stack.pop()
             if pgno in seen or len(seen) > _MAX_PAGES_VISITED:

@@ -28,6 +28,7 @@ import apsw
 from . import search_index, search_tail
 from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
+from .rows import one
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -183,9 +184,9 @@ def _long_snippets(conn: apsw.Connection, rows: list[tuple], terms: list[str],
 def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int | None:
     """The oldest rowid among the RANK_WINDOW most recent matches in the
     index (any state), for the joined re-rank of `_rank_unjoined`."""
-    (floor,) = conn.execute(f"SELECT min(id) FROM (SELECT rowid AS id FROM {table}"
+    (floor,) = one(conn.execute(f"SELECT min(id) FROM (SELECT rowid AS id FROM {table}"
                             f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
-                            (match,)).fetchone()
+                            (match,)))
     return floor
 
 
@@ -275,8 +276,8 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
     """The rowid range a session's messages occupy, so FTS5 seeks inside it
     instead of walking every match of a common term to find the session's
     few (None when the session has no messages)."""
-    lo, hi = conn.execute("SELECT min(id), max(id) FROM messages WHERE session_id = ?",
-                          (session_id,)).fetchone()
+    lo, hi = one(conn.execute("SELECT min(id), max(id) FROM messages WHERE session_id = ?",
+                          (session_id,)))
     return None if lo is None else (lo, hi)
 
 
@@ -285,11 +286,13 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
     """One page of hits from ``table``; None when the ranked path saw that
     the index holds no match for ``p.match`` at all."""
     where, args = filters.sql()
-    span, bounds = "", ()
+    span = ""
+    bounds: tuple[int, ...] = ()
     if filters.session_id is not None:
-        bounds = _session_bounds(conn, filters.session_id)
-        if bounds is None:
+        found = _session_bounds(conn, filters.session_id)
+        if found is None:
             return []
+        bounds = found
         span = " AND f.rowid BETWEEN ? AND ?"
     text = text_sql or search_index.text_expr('m')
     likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
@@ -298,6 +301,7 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
     params = [p.match, *bounds, *args, *p.likes]
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
+    rows: list[tuple[Any, ...]] | None
     if order == "rank":
         if filters.narrowing or p.likes:
             rows = _with_snippets(conn, table, p.match,

@@ -28,8 +28,11 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import apsw
+
+from .rows import one
 
 
 log = logging.getLogger(__name__)
@@ -118,7 +121,7 @@ def _fill(conn: apsw.Connection) -> None:
     call `reset` and let the indexer fill, never FTS5's 'rebuild'."""
     for table in INDEXES:
         conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM {TEXT_VIEW}")
-    (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+    (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
     set_watermark(conn, top)
     if _has_changes_table(conn):
         conn.execute(f"DELETE FROM {CHANGES}")
@@ -180,8 +183,8 @@ def drop_triggers(conn: apsw.Connection) -> None:
 def triggers_attached(conn: apsw.Connection) -> bool:
     """True when every change-log trigger exists (a schema-table read, no FTS I/O)."""
     marks = ",".join("?" * len(TRIGGERS))
-    (n,) = conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
-                        f"AND name IN ({marks})", TRIGGERS).fetchone()
+    (n,) = one(conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                        f"AND name IN ({marks})", TRIGGERS))
     return n == len(TRIGGERS)
 
 
@@ -212,7 +215,7 @@ def install_changelog(conn: apsw.Connection) -> None:
                  " message_id INTEGER NOT NULL, indexed INTEGER NOT NULL, old_text TEXT)")
     conn.execute(f"CREATE INDEX IF NOT EXISTS {CHANGES}_by_message ON {CHANGES}(message_id)")
     if watermark(conn) is None:
-        (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+        (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
         set_watermark(conn, top)
     attach_triggers(conn)
 
@@ -259,7 +262,7 @@ def backlog(conn: apsw.Connection) -> Backlog | None:
     """One statement (three seeks and a count of a tiny table); None
     without bookkeeping (a store from before m006)."""
     try:
-        w, top, changes, stale = conn.execute(_BACKLOG).fetchone()
+        w, top, changes, stale = one(conn.execute(_BACKLOG))
     except apsw.SQLError:  # no change log yet: migrations pending on a read-only file
         return None
     return None if w is None else Backlog(w, top, changes, bool(stale))
@@ -271,8 +274,8 @@ def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
 
 
 def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
-    entries = conn.execute(f"SELECT id, message_id, indexed, old_text FROM {CHANGES}"
-                           " ORDER BY id LIMIT ?", (limit,)).fetchall()
+    entries: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, message_id, indexed, old_text FROM {CHANGES}" " ORDER BY id LIMIT ?", (limit,)).fetchall()
     for eid, mid, indexed, old in entries:
         if indexed:
             for table in INDEXES:
@@ -286,8 +289,9 @@ def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
 
 
 def _index_new(conn: apsw.Connection, w: int, limit: int) -> int:
-    rows = conn.execute(f"SELECT id, text FROM {TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
-                        (w, limit)).fetchall()
+    rows: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, text FROM {TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
+        (w, limit)).fetchall()
     if rows:
         _put(conn, rows)
         set_watermark(conn, rows[-1][0])
@@ -342,7 +346,7 @@ def corruption_is_index_only(conn: apsw.Connection) -> bool:
     quarantine then) and a failing search (which then marks the index stale)
     use, so the two never disagree about whose damage it is."""
     try:
-        rows = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
+        rows: list[tuple[Any, ...]] = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
                             " AND rootpage > 0").fetchall()
         names = [r[0] for r in rows]
         derived = [n for n in names if n.startswith(INDEXES)]
@@ -401,6 +405,6 @@ def reset(conn: apsw.Connection) -> dict[str, int]:
     conn.execute(f"DELETE FROM {CHANGES}")
     set_watermark(conn, 0)
     conn.execute("DELETE FROM state_meta WHERE key = ?", (STALE_KEY,))
-    (rows,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+    (rows,) = one(conn.execute("SELECT count(*) FROM messages"))
     return {"messages": rows}
 

@@ -25,6 +25,7 @@ import apsw
 
 from . import holders, search_index
 from .errors import SearchIndexCorrupt, SearchRebuildRefused, StorageError
+from .rows import one
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -125,13 +126,13 @@ def _integrity(conn: apsw.Connection, table: str) -> str:
     try:
         conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
         top, logged = _covered(conn)
-        (missing,) = conn.execute(
+        (missing,) = one(conn.execute(
             f"SELECT count(*) FROM messages AS m WHERE m.id <= ? AND NOT EXISTS"
             f" (SELECT 1 FROM {table}_docsize AS d WHERE d.id = m.id){logged % 'm.id'}",
-            (top,)).fetchone()
-        (extra,) = conn.execute(
+            (top,)))
+        (extra,) = one(conn.execute(
             f"SELECT count(*) FROM {table}_docsize AS d WHERE NOT EXISTS"
-            f" (SELECT 1 FROM messages AS m WHERE m.id = d.id){logged % 'd.id'}").fetchone()
+            f" (SELECT 1 FROM messages AS m WHERE m.id = d.id){logged % 'd.id'}"))
     except apsw.Error as e:
         return f"{type(e).__name__}: {e}"
     if missing or extra:

@@ -14,6 +14,7 @@ import apsw
 
 from .errors import SessionNotFound
 from .paths import validate_session_id
+from .rows import one
 
 _COLUMNS = ("id", "parent_session_id", "source", "model", "title", "started_at",
             "updated_at", "ended_at", "end_reason", "message_count", "tool_call_count",
@@ -149,7 +150,7 @@ def add_usage(conn: apsw.Connection, session_id: str, now: float, *, input_token
 def delete(conn: apsw.Connection, session_id: str) -> int:
     """Delete a session and (by cascade) its messages; returns messages removed."""
     require(conn, session_id)
-    (count,) = conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
-                            (session_id,)).fetchone()
+    (count,) = one(conn.execute("SELECT count(*) FROM messages WHERE session_id = ?",
+                            (session_id,)))
     conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
     return count

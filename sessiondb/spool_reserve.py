@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from typing import Literal
 import errno
 import logging
 import os
@@ -29,7 +30,7 @@ RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 256 << 10
 _FALLOC_FL_KEEP_SIZE = 1
 
-_libc = None
+_libc: ctypes.CDLL | Literal[False] | None = None  # False: looked, unavailable
 
 
 def _fallocate_keep_size(fd: int, length: int) -> bool:

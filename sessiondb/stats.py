@@ -17,6 +17,7 @@ import apsw
 
 from . import usage
 from .search_index import INDEXES
+from .rows import one
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -54,7 +55,7 @@ def _fts_size(conn: apsw.Connection) -> dict[str, Any]:
 
 
 def _pragma(conn: apsw.Connection, name: str) -> int:
-    return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+    return int(one(conn.execute(f"PRAGMA {name}"))[0])
 
 
 def store_stats(db: SessionDB) -> dict[str, Any]:

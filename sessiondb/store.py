@@ -28,6 +28,7 @@ from .core import Atomic, StoreCore
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
                      StoreLocked, StoreNotFound, from_apsw)
 from .indexer import IndexerStats
+from .rows import one
 
 log = logging.getLogger(__name__)
 
@@ -439,8 +440,8 @@ class SessionDB:
 
     @staticmethod
     def _position_of(conn: apsw.Connection, message: dict[str, Any]) -> int:
-        return conn.execute("SELECT position FROM messages WHERE id = ?",
-                            (message[MARKER_KEY].id,)).fetchone()[0]
+        return one(conn.execute("SELECT position FROM messages WHERE id = ?",
+                            (message[MARKER_KEY].id,)))[0]
 
     def _check_loadable(self, conn: apsw.Connection, session_id: str,
                         include_archived: bool) -> None:
