@@ -130,7 +130,7 @@ class LocalModelServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{str(host)}:{port}"  # str already; typeshed allows bytes
 
     def start(self) -> "LocalModelServer":
         self._thread.start()

@@ -7,6 +7,7 @@ wrote without the user saying so.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import secrets
 from dataclasses import asdict, dataclass
@@ -74,11 +75,11 @@ class PendingChanges:
             self._write([*self._read(), change])
         return change
 
-    def _take(self, ids: list[str] | None) -> list[PendingChange]:
+    def _take(self, ids: builtins.list[str] | None) -> builtins.list[PendingChange]:
         """Remove the chosen changes (all when ``ids`` is None) and return them."""
         with homefiles.locked(self.store.dir):
             changes = self._read()
-            unknown = set(ids or ()) - {c.id for c in changes}
+            unknown: set[str] = set(ids or ()) - {c.id for c in changes}
             if unknown:
                 raise MemoryEditError(f"no pending change {sorted(unknown)[0]!r}")
             chosen = [c for c in changes if ids is None or c.id in ids]
@@ -86,10 +87,10 @@ class PendingChanges:
                 self._write([c for c in changes if c not in chosen])
             return chosen
 
-    def discard(self, ids: list[str] | None = None) -> list[PendingChange]:
+    def discard(self, ids: builtins.list[str] | None = None) -> builtins.list[PendingChange]:
         return self._take(ids)
 
-    def apply(self, ids: list[str] | None = None) -> list[dict[str, Any]]:
+    def apply(self, ids: builtins.list[str] | None = None) -> builtins.list[dict[str, Any]]:
         """Apply chosen changes; one that no longer applies is reported, not raised."""
         results = []
         for c in self._take(ids):

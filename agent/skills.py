@@ -9,6 +9,7 @@ beside SKILL.md, the newest ``PROVENANCE_KEEP`` records.
 """
 from __future__ import annotations
 
+import builtins
 import json
 import re
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class SkillStore:
         return folder / SKILL_FILE
 
     def list(self) -> list[SkillInfo]:
-        out = []
+        out: list[SkillInfo] = []
         if not self.dir.is_dir():
             return out
         for sub in sorted(self.dir.iterdir()):
@@ -118,7 +119,7 @@ class SkillStore:
             raise SkillError(f"no skill named {name!r}")
         return text
 
-    def provenance(self, name: str) -> list[dict[str, Any]]:
+    def provenance(self, name: str) -> builtins.list[dict[str, Any]]:
         raw = homefiles.read_text(self.path(name).parent / PROVENANCE_FILE)
         try:
             return list(json.loads(raw)) if raw.strip() else []

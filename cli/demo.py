@@ -16,6 +16,7 @@ import apsw
 import click
 
 from sessiondb import SessionDB
+from sessiondb.rows import one
 
 HISTORY_SESSION = "demo-history"
 TOPICS = ("SQLite write-ahead logging", "checkpoint starvation", "FTS5 tokenizers",
@@ -42,7 +43,7 @@ def damage_copy(store: Path, target_dir: Path) -> tuple[Path, int]:
     copy.chmod(0o600)
     conn = apsw.Connection(str(copy), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        page_size = one(conn.execute("PRAGMA page_size"))[0]
         leaves = [r[0] for r in conn.execute(
             "SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf' "
             "ORDER BY pageno")]

@@ -62,8 +62,10 @@ class HermesCommand(click.Command):
             # '-foo' may well be text; '--bogus' is a mistyped option.
             if not given.startswith("--") and any(isinstance(p, click.Argument)
                                                   for p in self.params):
-                e.message += (f" To pass an argument that starts with '-', put '--' "
-                              f"before it: {ctx.command_path} -- {given}")
+                # click types message Final; amended in place to keep the error's type and fields
+                e.message += (  # type: ignore[misc]
+                    f" To pass an argument that starts with '-', put '--' "
+                    f"before it: {ctx.command_path} -- {given}")
             raise
 
 

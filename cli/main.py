@@ -75,7 +75,7 @@ class HermesGroup(SectionedGroup):
 
 def _escaped(e: click.ClickException) -> click.ClickException:
     """The same exception with control characters in its message made visible."""
-    e.message = escape_controls(e.message)
+    e.message = escape_controls(e.message)  # type: ignore[misc]  # click: Final, set in place
     return e
 
 

@@ -120,10 +120,9 @@ def fit_rows(rows: list[list[Any]], headers: list[str],
         return rows, headers
     floors = [max([_longest_word(h) + HEADER_PAD, *(_longest_word(r[i]) for r in rows), 1])
               for i, h in enumerate(headers)]
-    cap = column_cap(widths, budget, floors)
-    broken = cap is None
-    if broken:
-        cap = column_cap(widths, budget) or MIN_COLUMN
+    fitted = column_cap(widths, budget, floors)
+    broken = fitted is None
+    cap = (column_cap(widths, budget) or MIN_COLUMN) if fitted is None else fitted
     return ([[_wrap(v, cap, broken) for v in r] for r in rows],
             [_wrap(h, cap - HEADER_PAD, broken) if len(h) + HEADER_PAD > cap else h
              for h in headers])

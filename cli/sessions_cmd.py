@@ -33,6 +33,10 @@ def sessions() -> None:
     """
 
 
+# --archived / --all / neither -> the archived filter of list_sessions
+_ARCHIVED: dict[str | None, bool | None] = {"archived": True, "all": None}
+
+
 @sessions.command("list")
 @click.option("--source", help="Only sessions from this source (cli, agent, ...).")
 @click.option("--since", type=When(), help="Only sessions started at or after DATE "
@@ -54,7 +58,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     """
     with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since,
-                                 archived={"archived": True, "all": None}.get(which, False))
+                                 archived=_ARCHIVED.get(which, False))
     if as_json:
         emit_json({"count": len(found), "sessions": [s.to_dict() for s in found]})
         return
