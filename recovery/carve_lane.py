@@ -108,7 +108,7 @@ def _gaps_after(ctx: LaneContext, state: TableState, rows: list[dict],
     if listed is not None:  # an intact index names every row that existed
         info["exact"] = True
         return runs(listed), info
-    known = found | {r.get(ROWID_KEY) for r in state.rows.values()} - {None}
+    known = found | {r[ROWID_KEY] for r in state.rows.values() if r.get(ROWID_KEY) is not None}
     info["exact"] = False
     if not known:
         return [], info

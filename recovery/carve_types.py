@@ -126,7 +126,7 @@ class CarveResult:
                 continue
             if not isinstance(ts, (int, float)):
                 out.setdefault(sid, None)
-            elif out.get(sid) is None or ts < out[sid]:
+            elif (prev := out.get(sid)) is None or ts < prev:
                 out[sid] = float(ts)
         return out
 

@@ -491,7 +491,7 @@ class _Carver:
             if top[0] > 0 and vec.count(top) == 1:  # a tie between tables votes for neither
                 best = vec.index(top)
                 if top[0] >= self.layouts[best].orphan_min:
-                    totals[best] += top[0]
+                    totals[best] += top[0]  # type: ignore[assignment]  # float weights
         if not totals:
             return None, []
         best = totals.most_common(1)[0][0]

@@ -109,7 +109,7 @@ def quote(name: str) -> str:
 
 
 def _is_virtual(sql: str | None) -> bool:
-    return bool(sql) and re.match(r"\s*create\s+virtual\s+table", sql, re.I) is not None
+    return bool(sql and re.match(r"\s*create\s+virtual\s+table", sql, re.I))
 
 
 def is_shadow(name: str, sql: str | None, virtual: set[str]) -> bool:
@@ -131,7 +131,7 @@ def _kind(name: str, sql: str | None, virtual: set[str], ours: bool) -> str:
 
 
 def _columns(conn: apsw.Connection, spec: TableSpec) -> None:
-    info = conn.execute(f"PRAGMA table_info({quote(spec.name)})").fetchall()
+    info: list[tuple[Any, ...]] = conn.execute(f"PRAGMA table_info({quote(spec.name)})").fetchall()
     spec.columns = [r[1] for r in info]
     spec.rowid = not re.search(r"without\s+rowid", spec.sql, re.I)
     alias = [r for r in info if r[5]]
@@ -213,6 +213,10 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
     return cat
 
 
+def _begin_immediate(conn: apsw.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+
+
 def reference_catalog() -> Catalog:
     """Our current schema (every migration applied to an in-memory database):
     the tables to look for when a file's own schema cannot be read."""
@@ -220,7 +224,7 @@ def reference_catalog() -> Catalog:
 
     conn = apsw.Connection(":memory:")
     try:
-        migrations.apply_pending(conn, lambda: conn.execute("BEGIN IMMEDIATE"))
+        migrations.apply_pending(conn, lambda: _begin_immediate(conn))
         cat = read_catalog(conn)
     finally:
         conn.close()

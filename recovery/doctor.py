@@ -53,7 +53,7 @@ class Finding:
     data: dict[str, Any] | None = None  # a check's figures (the size report)
 
     def to_dict(self) -> dict[str, Any]:
-        doc = {"id": self.check, "check": self.check, "severity": self.severity,
+        doc: dict[str, Any] = {"id": self.check, "check": self.check, "severity": self.severity,
                "message": self.message, "fix": self.fix, "fix_available": self.fixable}
         if self.data is not None:
             doc["data"] = self.data
@@ -198,7 +198,7 @@ def check_store(t: Target) -> list[Finding]:
     return out + _schema(t, diag) + _search(t, diag)
 
 
-def _journal(mode: str) -> Finding:
+def _journal(mode: object) -> Finding:  # the PRAGMA journal_mode value
     if mode == "wal":
         return Finding("journal_mode", "ok", "WAL mode")
     return Finding("journal_mode", "info", f"journal mode is {mode}, not WAL (chosen for "

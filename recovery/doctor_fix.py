@@ -90,11 +90,11 @@ def _store_fixes(t: doctor.Target, wanted: set[str]) -> list[str]:
             frames, copied = db.checkpoint()
             done.append(f"PASSIVE checkpoint ({copied} of {frames} WAL frames copied back)")
     if pages_damaged:
-        report = repair(t.home, t.profile)
-        if report.status == "repaired":
+        rebuilt = repair(t.home, t.profile)
+        if rebuilt.status == "repaired":
             done.append("rebuilt the store from its canonical tables (search index pages "
                         f"were damaged); backup of the damaged file: "
-                        f"{(report.backup or {}).get('path', 'none')}")
+                        f"{(rebuilt.backup or {}).get('path', 'none')}")
     return done
 
 

@@ -56,7 +56,7 @@ def write_lock_holder(db: Path) -> LockHolder | None:
         text = holders.PROC_LOCKS.read_text()
     except OSError:
         return None
-    targets = {}
+    targets: dict[int, int] = {}
     for suffix, byte in (("-shm", WAL_WRITE_LOCK), ("", RESERVED_BYTE)):
         try:
             targets[os.stat(f"{db}{suffix}").st_ino] = byte
@@ -71,8 +71,8 @@ def write_lock_holder(db: Path) -> LockHolder | None:
             start, end = int(f[6]), (int(f[7]) if f[7] != "EOF" else 1 << 62)
         except (ValueError, IndexError):
             continue
-        byte = targets.get(ino)
-        if byte is not None and start <= byte <= end and pid != os.getpid():
+        held = targets.get(ino)
+        if held is not None and start <= held <= end and pid != os.getpid():
             return LockHolder(pid, liveread._cmdline(pid))
     return None
 
@@ -228,7 +228,7 @@ def deleted_wal_holders(db: Path, proc: Path = holders.PROC) -> list[DeletedWal]
     descriptor (``/proc/PID/fd/N -> .../state.db-wal (deleted)``) is then the
     only copy of the transactions in it."""
     wanted = f"{os.path.abspath(db)}-wal (deleted)"
-    found = []
+    found: list[DeletedWal] = []
     try:
         entries = [e for e in proc.iterdir() if e.name.isdigit()]
     except OSError:

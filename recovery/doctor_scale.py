@@ -38,6 +38,7 @@ from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, 
                      liveread_bundle)
 from .headers import read_db_header
 from .layouts import is_without_rowid
+from sessiondb.rows import one
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table
@@ -145,7 +146,7 @@ def _fast(t: Target, size: int) -> list[Finding]:
 
 def _rowid_bounds(conn: apsw.Connection, table: str) -> tuple[int, int] | None:
     quoted = f'"{table}"'
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {quoted}").fetchone()
+    lo, hi = one(conn.execute(f"SELECT min(rowid), max(rowid) FROM {quoted}"))
     return None if lo is None else (lo, hi)
 
 
@@ -169,7 +170,8 @@ def sample_structure(conn: apsw.Connection, *, rows: int = SAMPLE_ROWS,
                 if time.monotonic() > deadline:
                     return read, None
                 got = conn.execute(f'SELECT * FROM "{table}" WHERE rowid >= ? LIMIT 2',
-                                   (rng.randint(*bounds),)).fetchall()
+                                   (rng.randint(*bounds),)  # type: ignore[misc]  # bounds set
+                                   ).fetchall()
                 read += len(got)
                 if table == "messages" and got:
                     conn.execute("SELECT count(*) FROM (SELECT 1 FROM messages INDEXED BY "
@@ -207,9 +209,11 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     try:
         for _ in range(probes if bounds else 0):
             row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id >= ?"
-                               " LIMIT 1", (rng.randint(*bounds),)).fetchone()
+                               " LIMIT 1",
+                               (rng.randint(*bounds),)  # type: ignore[misc]  # bounds set
+                               ).fetchone()
             word = _probe_word(row[1] or "") if row else None
-            if word is None:
+            if row is None or word is None:
                 continue
             checked += 1
             for table, needle in ((search_index.FTS_TABLE, word),
@@ -256,9 +260,9 @@ def size_report(db_path: Path, *, full: bool = False) -> dict[str, Any]:
     wal = Path(f"{db_path}-wal")
     conn = liveread.open_readonly(db_path)
     try:
-        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-        free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+        page_size = int(one(conn.execute("PRAGMA page_size"))[0])
+        pages = int(one(conn.execute("PRAGMA page_count"))[0])
+        free = int(one(conn.execute("PRAGMA freelist_count"))[0])
         by_name, method = _dbstat(conn, float("inf") if full else SIZE_BUDGET_S)
     finally:
         conn.close()

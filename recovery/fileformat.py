@@ -481,7 +481,8 @@ def read_overflow(cell: Cell, read_page: PageReader, usable: int,
                   page_count: int) -> OverflowResult:
     """Follow ``cell``'s overflow chain; bounded by the pages the payload
     needs, with cycle detection. A broken chain returns what was read."""
-    parts, pages = [cell.local], []
+    parts = [cell.local]
+    pages: list[int] = []
     remaining = cell.payload_size - len(cell.local)
     nxt = cell.overflow_page
     seen: set[int] = set()

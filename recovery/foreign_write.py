@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import apsw
 
@@ -60,7 +60,7 @@ def _create_exclusive(path: Path) -> None:
 
 
 def _virtual(sql: str | None) -> bool:
-    return bool(sql) and re.match(r"\s*create\s+virtual\s+table", sql, re.I) is not None
+    return bool(sql and re.match(r"\s*create\s+virtual\s+table", sql, re.I))
 
 
 def _entries(cat: Catalog, kind: str) -> list[tuple[str, str, str, str]]:
@@ -152,7 +152,7 @@ def _sequence(conn: apsw.Connection, sequence: dict[str, int]) -> None:
 
 
 def write_foreign(path: Path, cat: Catalog, rows: dict[str, list[dict]], head: HeaderValues,
-                  *, lost_and_found: list[tuple[str, dict]] = (),
+                  *, lost_and_found: Sequence[tuple[str, dict]] = (),
                   fts_rows: dict[str, list[dict]] | None = None,
                   sequence: dict[str, int] | None = None) -> ForeignWrite:
     """Create ``path`` (exclusively, 0600) in ``cat``'s schema holding ``rows``."""

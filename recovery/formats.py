@@ -162,14 +162,16 @@ def _reconciled(columns_sql: str, v1: tuple[str, ...]) -> tuple[str, ...]:
     return v1 + tuple(n for n in _names(columns_sql) if n not in v1)
 
 
-_SESSION_CHECKS = {"id": hermes_id, "source": non_empty, "started_at": timestamp_shape,
-                   "ended_at": timestamp_shape, "parent_session_id": hermes_id,
-                   "model_config": json_object, "message_count": non_negative,
-                   "tool_call_count": non_negative, "input_tokens": non_negative,
-                   "output_tokens": non_negative}
-_MESSAGE_CHECKS = {"session_id": hermes_id, "role": ROLES, "timestamp": timestamp_shape,
-                   "tool_calls": json_shape, "token_count": non_negative,
-                   "active": one_of(0, 1), "compacted": one_of(0, 1)}
+_SESSION_CHECKS: dict[str, Check] = {
+    "id": hermes_id, "source": non_empty, "started_at": timestamp_shape,
+    "ended_at": timestamp_shape, "parent_session_id": hermes_id,
+    "model_config": json_object, "message_count": non_negative,
+    "tool_call_count": non_negative, "input_tokens": non_negative,
+    "output_tokens": non_negative}
+_MESSAGE_CHECKS: dict[str, Check] = {
+    "session_id": hermes_id, "role": ROLES, "timestamp": timestamp_shape,
+    "tool_calls": json_shape, "token_count": non_negative,
+    "active": one_of(0, 1), "compacted": one_of(0, 1)}
 
 HERMES_AGENT = Format(
     "hermes-agent", "Hermes Agent state.db",

@@ -19,6 +19,7 @@ from pathlib import Path
 import apsw
 
 from sessiondb.search_index import INDEXES, TEXT_VIEW, TRIGGERS
+from sessiondb.rows import one
 
 FTS5_SHADOWS = ("data", "idx", "docsize", "config", "content")
 
@@ -60,8 +61,8 @@ def strip_search_index(copy: Path) -> int:
         conn.execute("PRAGMA writable_schema=ON")
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(f"DELETE FROM sqlite_master WHERE name IN ({marks})", names)
-        (gone,) = conn.execute("SELECT changes()").fetchone()
-        (version,) = conn.execute("PRAGMA schema_version").fetchone()
+        (gone,) = one(conn.execute("SELECT changes()"))
+        (version,) = one(conn.execute("PRAGMA schema_version"))
         conn.execute(f"PRAGMA schema_version={int(version) + 1}")  # others reload it
         conn.execute("COMMIT")
         conn.execute("PRAGMA writable_schema=OFF")

@@ -14,7 +14,7 @@ import bisect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import apsw
 
@@ -80,6 +80,17 @@ class LaneContext:
     progress: Progress | None = None
     lost_and_found: list[tuple[str, dict]] = field(default_factory=list)  # (lane, item)
     include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
+
+    @property
+    def live(self) -> apsw.Connection:
+        """``conn`` for the lane steps their lane entered only after ruling
+        out None (the checker cannot follow that; nothing is checked here)."""
+        return cast(apsw.Connection, self.conn)
+
+    @property
+    def live_catalog(self) -> Catalog:
+        """``catalog``, on the same terms as ``live``."""
+        return cast(Catalog, self.catalog)
 
     def report_progress(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:
@@ -220,13 +231,14 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
     the whole range was read."""
     op, order = (">=", "ASC") if forward else ("<=", "DESC")
     bound = ">=" if not forward else "<="
-    last, cursor = None, start
+    last: int | None = None
+    cursor = start
     sql = (f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid {op} ? "
            f"AND rowid {bound} ? ORDER BY rowid {order} LIMIT ?")
     while True:
         got = 0
         try:
-            for r in ctx.conn.execute(sql, (cursor, stop, ctx.chunk)):
+            for r in ctx.live.execute(sql, (cursor, stop, ctx.chunk)):
                 rows.append(spec.row_dict(r))
                 last, got = r[0], got + 1
         except READ_ERRORS:
@@ -234,7 +246,7 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
         ctx.report_progress(f"copying {spec.name}", len(rows), 0)
         if got < ctx.chunk:
             return None
-        cursor = last + 1 if forward else last - 1
+        cursor = last + 1 if forward else last - 1  # type: ignore[operator]  # full chunk: set
 
 
 def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict]) -> list[Range]:
@@ -291,7 +303,7 @@ def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> list[int] | 
         return None
     for index in ctx.catalog.indexes(spec.name):
         try:
-            return [r[0] for r in ctx.conn.execute(
+            return [r[0] for r in ctx.live.execute(
                 f"SELECT rowid FROM {spec.quoted()} INDEXED BY {quote(index)} "
                 "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", gap)]
         except READ_ERRORS:
@@ -316,7 +328,7 @@ def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> li
     if not budget.take():
         return None
     try:
-        return [spec.row_dict(r) for r in ctx.conn.execute(
+        return [spec.row_dict(r) for r in ctx.live.execute(
             f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
     except UnicodeDecodeError:
         return _lookup_raw(ctx, spec, rowid)
@@ -327,7 +339,7 @@ def _lookup(ctx: LaneContext, spec: TableSpec, rowid: int, budget: Budget) -> li
 def _lookup_raw(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | None:
     """The row whose text is not valid UTF-8, read as bytes and decoded leniently."""
     try:
-        return [spec.raw_row_dict(r) for r in ctx.conn.execute(
+        return [spec.raw_row_dict(r) for r in ctx.live.execute(
             f"SELECT {spec.raw_select_list()} FROM {spec.quoted()} WHERE rowid = ?", (rowid,))]
     except READ_ERRORS:
         return None
@@ -340,7 +352,7 @@ def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
         return lo
     last = lo - 1
     try:
-        for r in ctx.conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()} "
+        for r in ctx.live.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()} "
                                   "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)):
             rows.append(spec.row_dict(r))
             last = r[0]
@@ -442,15 +454,15 @@ def index_lane(ctx: LaneContext) -> LaneResult:
 def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[int, dict]:
     """rowid -> {column: value} from every index that reads cleanly."""
     found: dict[int, dict] = {}
-    for index in ctx.catalog.indexes(spec.name):
-        cols = [r[2] for r in ctx.conn.execute(f"PRAGMA index_info({quote(index)})")]
+    for index in ctx.live_catalog.indexes(spec.name):
+        cols = [r[2] for r in ctx.live.execute(f"PRAGMA index_info({quote(index)})")]
         if not cols or any(c is None for c in cols):
             continue  # expression index: its values are not columns
         sql = (f"SELECT rowid, {', '.join(quote(c) for c in cols)} FROM {spec.quoted()} "
                f"INDEXED BY {quote(index)} WHERE rowid BETWEEN ? AND ?")
         for gap in gaps:
             try:
-                for r in ctx.conn.execute(sql, gap):
+                for r in ctx.live.execute(sql, gap):
                     found.setdefault(r[0], {}).update(zip(cols, r[1:]))
             except READ_ERRORS:
                 continue

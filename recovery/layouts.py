@@ -18,7 +18,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import AbstractSet, Any, Callable
 
 import apsw
 
@@ -61,7 +61,7 @@ def json_object_shape(v: Any) -> bool:
     return json_shape(v) and v.lstrip().startswith("{")
 
 
-def one_of(*values: str) -> Check:
+def one_of(*values: object) -> Check:
     allowed = frozenset(values)
     return lambda v: v in allowed
 
@@ -300,12 +300,13 @@ SHADOW_SUFFIXES = ("data", "idx", "content", "docsize", "config", "segments", "s
                    "stat", "node", "rowid", "parent")
 
 
-def is_shadow_name(table: str, virtual_tables: set[str]) -> bool:
+def is_shadow_name(table: str, virtual_tables: AbstractSet[str]) -> bool:
     return any(table.startswith(v + "_") and table[len(v) + 1:] in SHADOW_SUFFIXES
                for v in virtual_tables)
 
 
-def is_derived(table: str, virtual_tables: set[str] = frozenset(), ours: bool = True) -> bool:
+def is_derived(table: str, virtual_tables: AbstractSet[str] = frozenset(),
+               ours: bool = True) -> bool:
     """FTS shadow tables (ours by name, any virtual table's by module suffix)."""
     if ours and table.startswith(DERIVED_PREFIXES):
         return True
@@ -365,7 +366,7 @@ def _deny_attach(op: int, *_: Any) -> int:
     return apsw.SQLITE_DENY if op == apsw.SQLITE_ATTACH else apsw.SQLITE_OK
 
 
-def layout_from_sql(table: str, sql: str) -> Layout | None:
+def layout_from_sql(table: str, sql: str | None) -> Layout | None:
     """A layout from a CREATE TABLE statement found in sqlite_schema.
 
     The statement is run in a private in-memory database so SQLite itself

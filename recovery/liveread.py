@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -82,7 +83,8 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     if not all(classify_text(line) == Cause.FTS_INDEX or
                any(t in line for t in search_index.INDEXES) for line in check):
         return True
-    rows = conn.execute("SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'"
+    rows: list[tuple[Any, ...]] = conn.execute(
+        "SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'"
                         ).fetchall()
     virtual = {n for n, root, sql in rows if not root and str(sql or "").upper().startswith(
         "CREATE VIRTUAL")}

@@ -41,6 +41,7 @@ from . import liveread
 # repair's verification and promotion, reused as they are (one promotion path).
 from .repair import _promote as promote_copy, _verify_copy as verify_copy
 from .snapshot import check_space, source_bytes
+from sessiondb.rows import one
 
 Seam = Callable[[str], None]
 
@@ -71,14 +72,14 @@ def _bundle_bytes(db_path: Path) -> int:
 
 
 def _pragma(conn: apsw.Connection, name: str) -> int:
-    return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
+    return int(one(conn.execute(f"PRAGMA {name}"))[0])
 
 
 def _search_bytes(conn: apsw.Connection) -> int | None:
     try:
-        (n,) = conn.execute(
+        (n,) = one(conn.execute(
             "SELECT sum(pgsize) FROM dbstat WHERE aggregate = 1 AND ("
-            + " OR ".join(f"name LIKE '{t}%'" for t in search_index.INDEXES) + ")").fetchone()
+            + " OR ".join(f"name LIKE '{t}%'" for t in search_index.INDEXES) + ")"))
     except apsw.SQLError:  # no dbstat in this build
         return None
     return n or 0

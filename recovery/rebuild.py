@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import apsw
 
@@ -213,9 +213,9 @@ def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
 
 
 def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[dict]], *,
-                lost_and_found: list[tuple[str, dict]] = (), vfs: str | None = None,
+                lost_and_found: Sequence[tuple[str, dict]] = (), vfs: str | None = None,
                 progress: Callable[[str, int, int], None] | None = None,
-                marked: list[tuple[str, Any, str]] = ()) -> WriteStats:
+                marked: Sequence[tuple[str, Any, str]] = ()) -> WriteStats:
     """Create ``path`` with the current schema and insert the recovered rows,
     plus the (lane, item) pairs no lane could attribute to a table and the
     (table, rowid, mark) of rows that were not live data (deleted rows from
@@ -239,7 +239,7 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
                 _extra_table(w, spec, rows.get(name, []))
             _lost_and_found(w, specs, lost_and_found)
             _marked(w, marked)
-            stats.per_session = dict(conn.execute(
+            stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
                 "SELECT session_id, count(*) FROM messages GROUP BY session_id").fetchall())
         try:  # the index is written after the commit: fill it before verify
             db.catch_up_index()
@@ -249,7 +249,7 @@ def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[di
 
 
 def _lost_and_found(w: Writer, specs: dict[str, TableSpec],
-                    items: list[tuple[str, dict]]) -> None:
+                    items: Sequence[tuple[str, dict]]) -> None:
     """Unattributed finds, one JSON document each (bytes as hex), never dropped."""
     if not items:
         return
@@ -267,7 +267,7 @@ def _lost_and_found(w: Writer, specs: dict[str, TableSpec],
     w.stats.table(name).inserted = len(items)
 
 
-def _marked(w: Writer, marked: list[tuple[str, Any, str]]) -> None:
+def _marked(w: Writer, marked: Sequence[tuple[str, Any, str]]) -> None:
     """Which recovered rows were not live data, so a reader can tell them apart."""
     if not marked:
         return

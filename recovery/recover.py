@@ -147,7 +147,7 @@ def _upgrade_partial(state: TableState, lane: str, keys: list[tuple], row: dict)
 
 
 def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
-    seen = {name: set() for name in ctx.states}
+    seen: dict[str, set] = {name: set() for name in ctx.states}
     for name in names:
         if not ctx.pending():
             break
@@ -196,7 +196,8 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
                    report: RecoveryReport) -> None:
     for name, state in states.items():
         health = insp.table(name)
-        used = max(state.by_lane, key=state.by_lane.get) if state.by_lane else None
+        used = (max(state.by_lane, key=lambda lane: state.by_lane[lane]) if state.by_lane
+                else None)
         exact, unproven = _exact(report, name)
         carved, from_wal = _carved_counts(state)
         report.tables[name] = TableReport(
@@ -281,7 +282,7 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     try:
         if foreign:
             written, verification = recover_foreign.write_and_verify(
-                tmp, ctx.catalog, rows, ctx.copy_path, ctx.lost_and_found, extras,
+                tmp, ctx.live_catalog, rows, ctx.copy_path, ctx.lost_and_found, extras,
                 _readable(report))
         else:
             stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,

@@ -12,7 +12,7 @@ file's own: no SQL lane reads the file through it).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import apsw
 
@@ -28,7 +28,7 @@ from .layouts import KNOWN_LAYOUTS, Layout, layout_for_schema
 _ORDER = {"table": 0, "index": 1, "view": 2, "trigger": 3}
 
 
-def catalog_from_statements(statements: list[tuple[str, str, str, str | None]],
+def catalog_from_statements(statements: Sequence[tuple[str, str, str, str | None]],
                             source: str) -> Catalog:
     """A catalog of the schema these (type, name, tbl_name, sql) rows make,
     built by SQLite in a private in-memory database; a statement SQLite
@@ -40,7 +40,7 @@ def catalog_from_statements(statements: list[tuple[str, str, str, str | None]],
                       key=lambda r: _ORDER.get(r[0], 9))
         for kind, name, _t, sql in rows:
             try:
-                conn.execute(sql)
+                conn.execute(sql)  # type: ignore[arg-type]  # rows without sql left out above
             except apsw.Error as e:
                 bad.append(f"{kind} {name!r}: {type(e).__name__}")
         cat = read_catalog(conn)
@@ -62,7 +62,8 @@ def catalog_from_template(path: Path) -> Catalog:
         try:
             conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
             try:
-                rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"
+                rows: list[tuple[Any, ...]] = conn.execute(
+                    "SELECT type, name, tbl_name, sql FROM sqlite_master"
                                     ).fetchall()
             finally:
                 conn.close()
@@ -79,7 +80,8 @@ def catalog_from_template(path: Path) -> Catalog:
 
 def _split_sql(text: str) -> list[tuple[str, str, str, str]]:
     """Statements of a .sql schema as schema rows (SQLite says where each ends)."""
-    out, rest = [], text
+    out: list[tuple[str, str, str, str]] = []
+    rest = text
     while rest.strip():
         end = _statement_end(rest)
         stmt, rest = rest[:end].strip().rstrip(";"), rest[end:]

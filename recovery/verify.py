@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import AbstractSet, Any
 
 import apsw
 
@@ -17,6 +17,7 @@ from sessiondb import migrations
 
 from .catalog import quote, read_catalog
 from .inspect import fts_health
+from sessiondb.rows import one
 
 
 @dataclass
@@ -67,7 +68,7 @@ def _fts(conn: apsw.Connection, v: Verification) -> None:
 def _counts(conn: apsw.Connection, v: Verification, expected: dict[str, int]) -> None:
     found = {}
     for table, want in expected.items():
-        (have,) = conn.execute(f"SELECT count(*) FROM {quote(table)}").fetchone()
+        (have,) = one(conn.execute(f"SELECT count(*) FROM {quote(table)}"))
         found[table] = have
         if have != want:
             v.findings.append(f"table {table}: {have} rows in the output, {want} written")
@@ -138,7 +139,7 @@ def _same_schema(conn: apsw.Connection, v: Verification, want: list[tuple]) -> N
 
 def verify_foreign(path: Path, entries: list[tuple], expected: dict[str, int],
                    readable: dict[str, int] | None = None, *,
-                   allowed_missing: set[str] = frozenset()) -> Verification:
+                   allowed_missing: AbstractSet[str] = frozenset()) -> Verification:
     """`verify_output` for a file in its own (foreign) schema: integrity,
     the source's schema present (``entries``, less what could not be
     created and is reported as such), FTS, counts; foreign keys counted."""

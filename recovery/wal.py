@@ -263,13 +263,13 @@ class DatabaseImage:
         info.wal = wal
         if forced:
             info.page_size, info.page_size_source = forced, "given"
-        elif not problems:
+        elif header is not None and not problems:  # no problems: a header was read
             info.page_size, info.page_size_source = header.page_size, "header"
         elif wal and wal.page_size:
             info.page_size, info.page_size_source = wal.page_size, "wal"
         if wal and info.page_size and wal.page_size and wal.page_size != info.page_size:
             wal.problem = f"WAL page size {wal.page_size} differs from the database's"
-        if wal and wal.page_size and not wal.problem:
+        if wal and wal_path and wal.page_size and not wal.problem:  # a wal: scanned at wal_path
             self._wal_fd = os.open(wal_path, os.O_RDONLY)
             self._wal_map = {fr.pgno: fr.data_offset for fr in wal.committed}
         self._settle_header(header, problems)
