@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,8 +20,17 @@ PACKAGES = {"sessiondb", "recovery", "agent", "hermes_cli"}
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One wheel built from the checkout, as `pip install .` builds it (~4 s)."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools leaves build/ and *.egg-info in the tree
+    # it builds, and a test never writes into the checkout.
+    src = tmp_path_factory.mktemp("src") / "hermes-state"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("sessiondb", "recovery", "agent", "cli"):
+        shutil.copytree(ROOT / name, src / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                          "-w", str(out), str(ROOT)], capture_output=True, text=True,
+                          "-w", str(out), str(src)], capture_output=True, text=True,
                          cwd=out, timeout=300)
     assert run.returncode == 0, run.stderr
     (whl,) = out.glob("hermes_state-*.whl")
