@@ -21,6 +21,9 @@ class Cause(str, enum.Enum):
     CORRUPT = "corrupt"
     FTS_INDEX = "fts_index"
     LOCKED = "locked"
+    #: A search-index rebuild refused because another process has the store
+    #: open: nothing is damaged or busy, the rebuild needs the store alone.
+    REBUILD_REFUSED = "rebuild_refused"
     DISK_FULL = "disk_full"
     READONLY = "readonly"
     IO_ERROR = "io_error"
@@ -176,7 +179,7 @@ class SessionTooLong(StorageError):
 class SearchRebuildRefused(StorageError):
     """Rebuilding the search index is unsafe now: another process holds the store."""
 
-    cause = Cause.LOCKED
+    cause = Cause.REBUILD_REFUSED
 
     def __init__(self, message: str, *, holders: list[int] | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
