@@ -51,12 +51,10 @@ class StorageError(Exception):
     concerns_store: bool = True
 
     def __init__(self, message: str, *, path: str | None = None,
-                 sqlite_code: int | None = None, hint: str | None = None,
-                 cause: Cause | None = None) -> None:
+                 sqlite_code: int | None = None, cause: Cause | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.sqlite_code = sqlite_code
-        self.hint = hint
         if cause is not None:
             self.cause = cause
 
