@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 import sessiondb
-from sessiondb import SessionDB, StorageError
+from sessiondb import StorageError
 from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
