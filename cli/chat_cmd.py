@@ -13,7 +13,8 @@ from typing import Any, Iterator
 
 import click
 
-from .main import AppContext, cli
+from .context import AppContext
+from .groups import HermesCommand
 from .output import shorten
 
 
@@ -97,7 +98,7 @@ def run_one(agent: Any, text: str, unsaved_to: Path | None = None) -> Any:
     return result
 
 
-@cli.command()
+@click.command(cls=HermesCommand)
 @click.option("-q", "--query", "query", help="Run one turn with this text and exit.")
 @click.option("--resume", "resume", metavar="ID", help="Continue an existing session.")
 @click.option("--model", default=None, help="Model name (default: the agent's default).")

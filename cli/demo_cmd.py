@@ -6,10 +6,11 @@ from pathlib import Path
 
 import click
 
-from .main import AppContext, cli
+from .context import AppContext
+from .groups import HermesCommand
 
 
-@cli.command()
+@click.command(cls=HermesCommand)
 @click.option("--home", "demo_home", type=click.Path(file_okay=False, path_type=Path),
               help="Run in this (new or empty) directory instead of a fresh temp home.")
 @click.pass_obj
@@ -28,7 +29,7 @@ def demo(app: AppContext, demo_home: Path | None) -> None:
     from sessiondb.paths import ensure_private_dir
 
     from .demo import run_tour
-    from .main import cli as root
+    root = click.get_current_context().find_root().command
     home = demo_home or Path(tempfile.mkdtemp(prefix="hermes-demo-"))
     if home.exists() and any(home.iterdir()):
         raise click.UsageError(f"{home} is not empty; the demo needs a new or empty directory")

@@ -7,7 +7,8 @@ from recovery.doctor import Finding, run_doctor, worst
 from recovery.doctor_fix import fix
 from recovery.errors import RecoveryError
 
-from .main import AppContext, cli
+from .context import AppContext
+from .groups import HermesCommand
 from .output import emit_json, plural, stderr_is_tty, table
 
 # Exit status from the worst finding (docs/state-db-recovery.md): 0 ok/info,
@@ -35,7 +36,7 @@ def summary_line(findings: list[Finding]) -> str:
             + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; worst: {worst(findings)}")
 
 
-@cli.command()
+@click.command(cls=HermesCommand)
 @click.option("--fix", "do_fix", is_flag=True,
               help="Apply the safe fixes, then check again (refused while another "
                    "process holds the store).")

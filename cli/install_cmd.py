@@ -8,10 +8,10 @@ import click
 from recovery.errors import RecoveryError
 from recovery.install import InstallReport, install_recovered
 
+from .context import AppContext
 from .doctor_cmd import EXIT_BY_SEVERITY
-from .main import AppContext
+from .groups import HermesCommand
 from .output import emit_json
-from .sessions_cmd import sessions
 
 
 def _print(r: InstallReport) -> None:
@@ -30,7 +30,7 @@ def _print(r: InstallReport) -> None:
     click.echo(f"doctor: worst finding {r.worst}")
 
 
-@sessions.command("install-recovered")
+@click.command("install-recovered", cls=HermesCommand)
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj

@@ -2,39 +2,19 @@
 from __future__ import annotations
 
 import logging
-import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
 import sessiondb
-from sessiondb import SessionDB, StorageError
+from sessiondb import StorageError
 from sessiondb.errors import Cause, InvalidInput
 from sessiondb.explain import describe_error
 
+from .context import AppContext
 from .groups import LEAF_KEY, SectionedGroup
 from .terminal import escape_controls, safe_streams
-
-
-@dataclass
-class AppContext:
-    """What every command needs: where the store is. Resolved at call time."""
-
-    home: Path
-    profile: str | None
-
-    def open_store(self, *, create: bool = True) -> SessionDB:
-        """The home's store. Reading commands pass ``create=False``: a missing
-        store is then "no store at PATH" and nothing is created."""
-        return SessionDB.open(self.home, self.profile, create=create)
-
-    def command(self, *args: str) -> str:
-        """A hermes command line pinned to this home and profile, ready to paste."""
-        words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
-                                                         if self.profile else []), *args]
-        return shlex.join(words)
 
 
 def _one_line(e: BaseException) -> str:
@@ -165,8 +145,20 @@ def main() -> None:
     cli(prog_name="hermes")
 
 
-# Command modules register themselves on `cli`; import them last.
-from . import (chat_cmd, demo_cmd, doctor_cmd, recover_cmd, repair_cmd,  # noqa: E402,F401
-               search_cmd, sessions_cmd, spool_cmd, transfer_cmd, maintain_cmd)
-from . import memory_cmd  # noqa: E402,F401
-from . import install_cmd  # noqa: E402,F401
+def register_commands(root: click.Group) -> None:
+    """Every command, added by name. Command modules never import this one
+    (they take `AppContext` from `context`), so any of them imports first."""
+    from . import (chat_cmd, demo_cmd, doctor_cmd, install_cmd, maintain_cmd, memory_cmd,
+                   recover_cmd, repair_cmd, search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+    for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
+                    memory_cmd.memory, memory_cmd.skills):
+        root.add_command(command)
+    for command in (search_cmd.search_cmd, search_cmd.reindex_cmd, transfer_cmd.export_cmd,
+                    transfer_cmd.import_cmd, maintain_cmd.prune_cmd, maintain_cmd.optimize_cmd,
+                    maintain_cmd.pin_cmd, maintain_cmd.unpin_cmd, maintain_cmd.archive_cmd,
+                    maintain_cmd.unarchive_cmd, repair_cmd.repair_cmd, spool_cmd.import_spool_cmd,
+                    recover_cmd.recover_cmd, install_cmd.install_recovered_cmd):
+        sessions_cmd.sessions.add_command(command)
+
+
+register_commands(cli)

@@ -12,16 +12,16 @@ from sessiondb import maintenance
 from sessiondb.errors import InvalidInput
 from sessiondb.maintenance import PruneFilter, PrunePlan
 
-from .main import AppContext
+from .context import AppContext
+from .groups import HermesCommand
 from .output import emit_json, human_bytes, table
 from .params import SessionId
-from .sessions_cmd import sessions
 
 SHOWN = 20  # sessions listed by a human prune report
 
 
-def _flag_command(name: str, fn: Callable, done: str, doc: str) -> None:
-    @sessions.command(name, help=doc)
+def _flag_command(name: str, fn: Callable, done: str, doc: str) -> click.Command:
+    @click.command(name, cls=HermesCommand, help=doc)
     @click.argument("session_ids", nargs=-1, required=True, metavar="ID...", type=SessionId())
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
     @click.pass_obj
@@ -32,23 +32,24 @@ def _flag_command(name: str, fn: Callable, done: str, doc: str) -> None:
             emit_json({name: ids})
         else:
             click.echo(f"{done} {len(ids)} session(s): {', '.join(ids)}.")
+    return command
 
 
-_flag_command("pin", maintenance.pin, "Pinned", """Pin sessions: prune never removes them.
+pin_cmd = _flag_command("pin", maintenance.pin, "Pinned", """Pin sessions: prune never removes them.
 
     Safe while other processes use the store. JSON: {"pin": [ID, ...]}.
 
     \b
     Example:
       hermes sessions pin 20260101_120000_ab12cd34""")
-_flag_command("unpin", maintenance.unpin, "Unpinned", """Unpin sessions.
+unpin_cmd = _flag_command("unpin", maintenance.unpin, "Unpinned", """Unpin sessions.
 
     JSON: {"unpin": [ID, ...]}.
 
     \b
     Example:
       hermes sessions unpin 20260101_120000_ab12cd34""")
-_flag_command("archive", maintenance.archive, "Archived", """Archive sessions: hidden from
+archive_cmd = _flag_command("archive", maintenance.archive, "Archived", """Archive sessions: hidden from
     `list` and `search` (see their --archived-sessions/--all flags), every
     message kept. Safe while other processes use the store.
 
@@ -57,7 +58,7 @@ _flag_command("archive", maintenance.archive, "Archived", """Archive sessions: h
     \b
     Example:
       hermes sessions archive 20260101_120000_ab12cd34""")
-_flag_command("unarchive", maintenance.unarchive, "Unarchived", """Unarchive sessions.
+unarchive_cmd = _flag_command("unarchive", maintenance.unarchive, "Unarchived", """Unarchive sessions.
 
     JSON: {"unarchive": [ID, ...]}.
 
@@ -102,7 +103,7 @@ def _print_plan(plan: PrunePlan) -> None:
                    "back to the filesystem.")
 
 
-@sessions.command("prune")
+@click.command("prune", cls=HermesCommand)
 @click.option("--older-than", callback=_age, metavar="AGE",
               help="Last activity longer ago than AGE (90d, 12h, 2w).")
 @click.option("--source", help="Only sessions from this source.")
@@ -143,7 +144,7 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
         _print_plan(plan)
 
 
-@sessions.command("optimize")
+@click.command("optimize", cls=HermesCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def optimize_cmd(app: AppContext, as_json: bool) -> None:

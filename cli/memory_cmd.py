@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import click
 
-from .main import AppContext, cli
+from .context import AppContext
 from .output import emit_json, shorten, table, terminal_width
 
 
@@ -30,7 +30,7 @@ def _call(fn: Callable[[], Any]) -> Any:
         raise click.ClickException(" ".join(str(e).split())) from e
 
 
-@cli.group()
+@click.group()
 def memory() -> None:
     """Show memories (MEMORY.md, USER.md) and apply or discard staged changes.
 
@@ -164,7 +164,7 @@ def discard_cmd(app: AppContext, ids: tuple[str, ...], every: bool, as_json: boo
         click.echo(f"Discarded {len(dropped)} pending change(s).")
 
 
-@cli.group()
+@click.group()
 def skills() -> None:
     """List and read the skill library (<home>/skills/NAME/SKILL.md).
 

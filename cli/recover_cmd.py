@@ -17,8 +17,8 @@ from recovery.errors import RecoveryError, RecoveryUsageError
 from recovery.install import next_after_recover
 from recovery.report import INSPECT_EXIT
 
+from .groups import HermesCommand
 from .output import emit_json, human_bytes, table
-from .sessions_cmd import sessions
 from .terminal import raw_stderr
 
 
@@ -156,7 +156,7 @@ def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool
     return report.exit_code
 
 
-@sessions.command("recover")
+@click.command("recover", cls=HermesCommand)
 @click.option("--source", required=True, type=click.Path(path_type=Path),
               help="The damaged database file (never opened with SQLite, only copied).")
 @click.option("--inspect-only", is_flag=True, help="Only describe the store and give a verdict.")

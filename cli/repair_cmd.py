@@ -6,9 +6,9 @@ import click
 from recovery.errors import RecoveryError
 from recovery.repair import RepairReport, repair
 
-from .main import AppContext
+from .context import AppContext
+from .groups import HermesCommand
 from .output import emit_json
-from .sessions_cmd import sessions
 
 # Exit codes (docs/state-db-recovery.md): 0 healthy or repaired, 1 refused or
 # failed (store unchanged), 3 derived damage found by --check-only, 4 structural.
@@ -34,7 +34,7 @@ def _print(r: RepairReport) -> None:
                 "repaired": f"status: repaired and verified in {r.seconds:.2f} s"}[r.status])
 
 
-@sessions.command("repair")
+@click.command("repair", cls=HermesCommand)
 @click.option("--check-only", is_flag=True, help="Diagnose only; change nothing.")
 @click.option("--no-backup", is_flag=True, help="Do not back the store up first.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")

@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import click
 
-from .main import AppContext
+from .context import AppContext
+from .groups import HermesCommand
 from sessiondb.search import MARK_CLOSE, MARK_OPEN
 
 from .output import emit_json, fmt_time, plural, table
 from .params import When
-from .sessions_cmd import sessions
 from .terminal import highlight
 
 
-@sessions.command("search")
+@click.command("search", cls=HermesCommand)
 @click.argument("query")
 @click.option("--session", "session_id", help="Only messages of this session.")
 @click.option("--role", help="Only messages with this role (user, assistant, tool, ...).")
@@ -72,7 +72,7 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
         *(["--archived"] if first.state != "active" else [])))
 
 
-@sessions.command("reindex")
+@click.command("reindex", cls=HermesCommand)
 @click.option("--force", is_flag=True,
               help="Rebuild even where other holders cannot be detected (no /proc/locks).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")

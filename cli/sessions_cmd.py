@@ -9,8 +9,8 @@ from sessiondb.export import message_window
 from sessiondb.render import render_text
 from sessiondb.stats import store_stats
 
+from .context import AppContext
 from .groups import SectionedGroup
-from .main import AppContext, cli
 from .output import (emit_json, fmt_time, human_bytes, paragraph, plural, shorten, table,
                      terminal_width)
 from .params import SessionId, When
@@ -23,7 +23,7 @@ SECTIONS = {
 }
 
 
-@cli.group(cls=SectionedGroup, sections=SECTIONS)
+@click.group(cls=SectionedGroup, sections=SECTIONS)
 def sessions() -> None:
     """Read, search, export and manage stored sessions.
 

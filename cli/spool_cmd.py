@@ -7,9 +7,9 @@ import click
 
 from sessiondb.spool import SpoolFileResult, SpoolImportReport, import_spool
 
-from .main import AppContext
+from .context import AppContext
+from .groups import HermesCommand
 from .output import emit_json, table
-from .sessions_cmd import sessions
 
 
 def _status(f: SpoolFileResult, dry_run: bool) -> str:
@@ -44,7 +44,7 @@ def _print_report(report: SpoolImportReport) -> None:
                    err=True)
 
 
-@sessions.command("import-spool")
+@click.command("import-spool", cls=HermesCommand)
 @click.option("--dry-run", is_flag=True, help="Count what would be imported; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj

@@ -14,10 +14,10 @@ from sessiondb.importer import ImportResult, import_export_file
 from sessiondb.hermes_agent_import import import_hermes_agent
 from sessiondb.llm_import import import_llm_logs
 
-from .main import AppContext
+from .context import AppContext
+from .groups import HermesCommand
 from .output import emit_json, plural, progress, stderr_is_tty, table
 from .params import SessionId
-from .sessions_cmd import sessions
 
 
 def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, force: bool,
@@ -35,7 +35,7 @@ def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, fo
 STDOUT = Path("-")
 
 
-@sessions.command("export")
+@click.command("export", cls=HermesCommand)
 @click.argument("session_ids", nargs=-1, metavar="[ID]...", type=SessionId())
 @click.option("--all", "all_", is_flag=True, help="Export every session, oldest first.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="jsonl",
@@ -117,7 +117,7 @@ _IMPORTERS = {"hermes": import_export_file, "hermes-agent": import_hermes_agent,
               "llm": import_llm_logs}
 
 
-@sessions.command("import")
+@click.command("import", cls=HermesCommand)
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--from", "source", type=click.Choice(sorted(_IMPORTERS)), default="hermes",
               show_default=True,

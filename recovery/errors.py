@@ -11,10 +11,9 @@ class RecoveryError(Exception):
 
     code = "recovery_error"
 
-    def __init__(self, message: str, *, path: str | None = None, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
-        self.hint = hint
 
 
 class RecoveryUsageError(RecoveryError):

@@ -21,6 +21,9 @@ class Cause(str, enum.Enum):
     CORRUPT = "corrupt"
     FTS_INDEX = "fts_index"
     LOCKED = "locked"
+    #: A search-index rebuild refused because another process has the store
+    #: open: nothing is damaged or busy, the rebuild needs the store alone.
+    REBUILD_REFUSED = "rebuild_refused"
     DISK_FULL = "disk_full"
     READONLY = "readonly"
     IO_ERROR = "io_error"
@@ -48,12 +51,10 @@ class StorageError(Exception):
     concerns_store: bool = True
 
     def __init__(self, message: str, *, path: str | None = None,
-                 sqlite_code: int | None = None, hint: str | None = None,
-                 cause: Cause | None = None) -> None:
+                 sqlite_code: int | None = None, cause: Cause | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.sqlite_code = sqlite_code
-        self.hint = hint
         if cause is not None:
             self.cause = cause
 
@@ -176,7 +177,7 @@ class SessionTooLong(StorageError):
 class SearchRebuildRefused(StorageError):
     """Rebuilding the search index is unsafe now: another process holds the store."""
 
-    cause = Cause.LOCKED
+    cause = Cause.REBUILD_REFUSED
 
     def __init__(self, message: str, *, holders: list[int] | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)

@@ -88,6 +88,11 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
         "operation did not happen; doctor names the program that holds it: stop it or let "
         "it finish, then try again.",
         ("doctor",)),
+    Cause.REBUILD_REFUSED: (
+        "Another process holds the session database {db}, so the search index was not "
+        "rebuilt (a rebuild needs the store to itself); stop it or run again when it has "
+        "closed: doctor names the process.",
+        ("doctor",)),
     Cause.DISK_FULL: (
         "The disk holding {db} is full (or a size limit was reached); free space on that "
         "disk, then try again.",

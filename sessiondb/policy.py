@@ -58,8 +58,7 @@ def check_sqlite_version() -> str:
     if in_wal_reset_band(version):
         raise UnsafeSQLiteVersion(
             f"SQLite {version} has the WAL-reset corruption bug; "
-            "upgrade apsw to a build with SQLite >= 3.51.3",
-            hint="pip install -U apsw")
+            "upgrade apsw to a build with SQLite >= 3.51.3 (pip install -U apsw)")
     return version
 
 

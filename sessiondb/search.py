@@ -385,8 +385,7 @@ def fallback_plan(p: Plan) -> Plan:
     if p.kind == "raw":
         raise SearchIndexCorrupt(
             "the full-text index is stale, so raw FTS5 queries cannot run; search without "
-            "raw=True (a bounded scan) or rebuild the index",
-            hint="hermes sessions reindex")
+            "raw=True (a bounded scan) or rebuild the index")
     return Plan("scan", likes=[like_pattern(t) for t in p.terms], terms=p.terms)
 
 

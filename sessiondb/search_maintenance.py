@@ -66,13 +66,13 @@ def check_alone(db: "SessionDB", *, force: bool = False) -> None:
     if pids is None and not force:
         raise SearchRebuildRefused(
             f"cannot tell whether another process has {db.path} open on this platform "
-            "(no /proc/locks); close other hermes processes and pass force=True",
-            path=str(db.path), hint="hermes sessions reindex --force")
+            "(no /proc/locks); close other hermes processes and pass force=True "
+            "(`sessions reindex --force`)", path=str(db.path))
     if pids:
         raise SearchRebuildRefused(
             f"processes {', '.join(map(str, pids))} have {db.path} open; rebuilding the search "
             "index now would hold the write lock against them. Close them and retry",
-            path=str(db.path), holders=pids, hint="hermes sessions reindex")
+            path=str(db.path), holders=pids)
 
 
 def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:

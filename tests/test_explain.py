@@ -133,3 +133,14 @@ def test_runbook_table_matches_the_copy_table() -> None:
         assert f"`{failure.code}`" in row and failure.summary in row
         for action in describe(cause, db_path="H/state.db", home="H").actions:
             assert action.replace("--source H/state.db", "--source DB") in row
+
+
+def test_errors_carry_no_next_step_of_their_own() -> None:
+    """Next steps come only from the copy table, pinned to the home: errors
+    have no `hint` (an unpinned command the CLI never showed)."""
+    from recovery.errors import RecoveryError
+    from sessiondb import StorageError
+    with pytest.raises(TypeError):
+        StorageError("x", hint="hermes sessions reindex")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        RecoveryError("x", hint="hermes doctor")  # type: ignore[call-arg]

@@ -170,6 +170,20 @@ def test_locked_ends_at_stopping_the_holder(hermes_home: Path) -> None:
     assert w.ended.startswith(f"person: stop process {pid}"), w
 
 
+def test_reindex_refused_ends_at_stopping_the_holder(hermes_home: Path) -> None:
+    """A reindex under another holder says so (not "locked", not an inspect
+    of a store that is fine) and doctor names the process to stop."""
+    db = fill_home(hermes_home)
+    with held_by_another_process(db) as pid:
+        res = CliRunner().invoke(cli, ["--home", str(hermes_home), "sessions", "reindex"])
+        assert res.exit_code == 1, res.output
+        assert "Another process holds the session database" in res.output
+        assert "recover" not in res.output and "busy" not in res.output
+        w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "reindex"))
+    assert w.steps[0] == shlex.join(["hermes", "--home", str(hermes_home), "doctor"])
+    assert w.ended.startswith(f"person: stop process {pid}"), w
+
+
 def test_disk_full_ends_at_freeing_space(small_fs: Path) -> None:
     home = small_fs / "home"
     with SessionDB.open(home) as db:
@@ -258,7 +272,8 @@ def test_a_foreign_file_steps_end_with_nothing_to_run(hermes_home: Path) -> None
 
 
 def test_every_cause_with_commands_is_walked() -> None:
-    walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.DISK_FULL, Cause.READONLY,
+    walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.REBUILD_REFUSED,
+              Cause.DISK_FULL, Cause.READONLY,
               Cause.REPLACED, Cause.UNKNOWN, Cause.FOREIGN, *BUILT_ON_A_HEALTHY_STORE}
     with_commands = {c for c in all_causes() if describe(c, db_path="/h/state.db",
                                                          home="/h").actions}

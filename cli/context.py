@@ -1,0 +1,28 @@
+"""What every command needs (the home and profile), apart from the root group
+so command modules import it without importing `main` (no import cycle)."""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from sessiondb import SessionDB
+
+
+@dataclass
+class AppContext:
+    """What every command needs: where the store is. Resolved at call time."""
+
+    home: Path
+    profile: str | None
+
+    def open_store(self, *, create: bool = True) -> SessionDB:
+        """The home's store. Reading commands pass ``create=False``: a missing
+        store is then "no store at PATH" and nothing is created."""
+        return SessionDB.open(self.home, self.profile, create=create)
+
+    def command(self, *args: str) -> str:
+        """A hermes command line pinned to this home and profile, ready to paste."""
+        words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
+                                                         if self.profile else []), *args]
+        return shlex.join(words)
