@@ -150,6 +150,7 @@ def register_commands(root: click.Group) -> None:
     (they take `AppContext` from `context`), so any of them imports first."""
     from . import (chat_cmd, demo_cmd, doctor_cmd, install_cmd, maintain_cmd, memory_cmd,
                    recover_cmd, repair_cmd, search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+    command: click.Command
     for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
                     memory_cmd.memory, memory_cmd.skills):
         root.add_command(command)
