@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import apsw
 
-from .layouts import (ANY, INT, REAL, TEXT, Column, Layout, json_shape, non_empty,
-                      non_negative, one_of, timestamp_shape)
+from .layouts import (ANY, INT, REAL, TEXT, Column, Layout, default_literal, json_shape,
+                      non_empty, non_negative, one_of, timestamp_shape)
 
 Check = Callable[[Any], bool]
 
@@ -411,19 +411,6 @@ def _classes(decl: str) -> tuple[str, ...]:
     return next((classes for needle, classes in _AFFINITY if needle in upper), ANY)
 
 
-def _literal(sql: str | None) -> Any:
-    if sql is None or sql.upper() == "NULL":
-        return None
-    if len(sql) >= 2 and sql[0] == sql[-1] == "'":
-        return sql[1:-1].replace("''", "'")
-    for number in (int, float):
-        try:
-            return number(sql)
-        except ValueError:
-            continue
-    return None
-
-
 @lru_cache(maxsize=256)
 def parse_columns(table: str, sql: str) -> tuple[tuple[str, str, int, Any, int], ...]:
     """(name, declared type, notnull, default SQL, pk) of a CREATE TABLE,
@@ -450,7 +437,7 @@ def _layout(fmt: Format, t: FormatTable, order: tuple[str, ...] | None,
         _n, decl, notnull, dflt, pk = by_name[name]
         columns.append(Column(name, INT if name == alias else _classes(decl),
                               nullable=not (notnull or pk) or name == alias,
-                              check=t.checks.get(name), default=_literal(dflt)))
+                              check=t.checks.get(name), default=default_literal(dflt)))
     return Layout(t.name, tuple(columns), rowid_column=alias, min_columns=min_columns,
                   orphan_min=t.orphan_min, fmt=fmt.kind)
 

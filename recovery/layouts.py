@@ -347,7 +347,7 @@ def _classes_for(decltype: str) -> tuple[str, ...]:
     return ANY
 
 
-def _literal(sql: str | None) -> Any:
+def default_literal(sql: str | None) -> Any:
     """The value of a column's DEFAULT clause when it is a plain literal
     (what rows written before ``ALTER TABLE ... ADD COLUMN`` read as)."""
     if sql is None or sql.upper() == "NULL":
@@ -392,7 +392,7 @@ def layout_from_sql(table: str, sql: str | None) -> Layout | None:
     pks = [c for c in cols if c[2]]
     alias = pks[0][0] if len(pks) == 1 and pks[0][1].upper() == "INTEGER" else None
     columns = tuple(Column(name, _classes_for(decl) if name != alias else INT, True,
-                           default=_literal(dflt))
+                           default=default_literal(dflt))
                     for name, decl, _, dflt in cols)
     return Layout(table, columns, rowid_column=alias, min_columns=1, strict=False,
                   orphan_min=0.1, fmt="sqlite")

@@ -44,7 +44,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -53,6 +52,7 @@ import apsw
 from . import policy
 from .containment import Guard
 from .errors import InvalidInput
+from .forksafe import ForkRegistry
 
 log = logging.getLogger(__name__)
 
@@ -353,28 +353,4 @@ class Checkpointer:
         self._new_process_state()
 
 
-_live: "weakref.WeakSet[Checkpointer]" = weakref.WeakSet()
-_forking: list[Checkpointer] = []
-
-
-def _before_fork() -> None:
-    _forking[:] = list(_live)
-    for c in _forking:
-        c._before_fork()
-
-
-def _after_fork_parent() -> None:
-    for c in reversed(_forking):
-        c._after_fork_parent()
-    _forking.clear()
-
-
-def _after_fork_child() -> None:
-    for c in _forking:
-        c._after_fork_child()
-    _forking.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
-                         after_in_child=_after_fork_child)
+_live: ForkRegistry["Checkpointer"] = ForkRegistry()  # see forksafe.py

@@ -30,7 +30,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
@@ -38,6 +37,7 @@ import apsw
 
 from . import search_index
 from .errors import Cause, StorageError, StoreLocked
+from .forksafe import ForkRegistry
 
 log = logging.getLogger(__name__)
 
@@ -266,28 +266,4 @@ class Indexer:
         self._new_process_state()
 
 
-_live: "weakref.WeakSet[Indexer]" = weakref.WeakSet()
-_forking: list[Indexer] = []
-
-
-def _before_fork() -> None:
-    _forking[:] = list(_live)
-    for ix in _forking:
-        ix._before_fork()
-
-
-def _after_fork_parent() -> None:
-    for ix in reversed(_forking):
-        ix._after_fork_parent()
-    _forking.clear()
-
-
-def _after_fork_child() -> None:
-    for ix in _forking:
-        ix._after_fork_child()
-    _forking.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
-                        after_in_child=_after_fork_child)
+_live: ForkRegistry["Indexer"] = ForkRegistry()  # see forksafe.py

@@ -1,0 +1,53 @@
+"""Fork safety for the store's background threads (checkpointer, indexer).
+
+Each kind keeps a `ForkRegistry` of its live objects. Before a fork every
+object takes its own lock (so the child never inherits one held by a
+thread that does not exist there); after it the parent releases them in
+reverse order and the child resets each object's process state.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Generic, Protocol, TypeVar
+
+
+class ForkAware(Protocol):
+    def _before_fork(self) -> None: ...
+    def _after_fork_parent(self) -> None: ...
+    def _after_fork_child(self) -> None: ...
+
+
+T = TypeVar("T", bound=ForkAware)
+
+
+class ForkRegistry(Generic[T]):
+    """The live objects of one kind, told about every fork of the process."""
+
+    def __init__(self) -> None:
+        self._live: "weakref.WeakSet[T]" = weakref.WeakSet()
+        self._forking: list[T] = []
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=self._before, after_in_parent=self._parent,
+                                after_in_child=self._child)
+
+    def add(self, obj: T) -> None:
+        self._live.add(obj)
+
+    def discard(self, obj: T) -> None:
+        self._live.discard(obj)
+
+    def _before(self) -> None:
+        self._forking[:] = list(self._live)
+        for obj in self._forking:
+            obj._before_fork()
+
+    def _parent(self) -> None:
+        for obj in reversed(self._forking):
+            obj._after_fork_parent()
+        self._forking.clear()
+
+    def _child(self) -> None:
+        for obj in self._forking:
+            obj._after_fork_child()
+        self._forking.clear()
