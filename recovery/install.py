@@ -20,8 +20,8 @@ from typing import Any
 
 import apsw
 
-from sessiondb import SessionDB, holders, migrations, paths
-from sessiondb.errors import StorageError
+from sessiondb import SessionDB, holders, identify, migrations, paths
+from sessiondb.errors import ForeignStore, StorageError
 from sessiondb.outfile import fsync_dir
 from sessiondb.spool import import_spool
 
@@ -150,6 +150,7 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
         raise InstallRefused(f"{db.parent} does not exist; there is no store to replace",
                              path=str(db))
     _check_new(new_path, db)
+    _refuse_foreign(db, root, profile)
     _refuse_if_held(db, new_path)
     aside, moved = _move_aside(db)
     _put_in_place(new_path, db)
@@ -164,6 +165,20 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
     report.findings = [f.to_dict() for f in findings]
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _refuse_foreign(db: Path, root: Path, profile: str | None) -> None:
+    """Another program's file in the store's place is never moved aside (it
+    is that program's live database): ForeignStore. A damaged file of ours
+    may not identify at all; that is what this command replaces."""
+    if not db.exists():
+        return
+    try:
+        identify.check_before_open(db, create=False, home=root, profile=profile)
+    except ForeignStore:
+        raise
+    except StorageError:
+        return
 
 
 def _is_ours(path: Path) -> bool:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import paths, search_index
+from sessiondb import identify, paths, search_index
 from sessiondb.errors import StoreNotFound
 from sessiondb.maintenance import WHY, refuse_if_held
 
@@ -131,6 +131,8 @@ def optimize(home: str | os.PathLike[str] | None = None, profile: str | None = N
     db_path = pdir / paths.STORE_NAME
     if not db_path.is_file():
         raise StoreNotFound(f"no store at {db_path}", path=str(db_path))
+    # another program's file: ForeignStore, before anything reads or copies it
+    identify.check_before_open(db_path, create=False, home=root, profile=profile)
     refuse_if_held(db_path, "optimize", WHY["optimize"])
     check_space({pdir: source_bytes(db_path) * 2})
     before = _bundle_bytes(db_path)

@@ -154,7 +154,10 @@ def _commands(home: Path, export: Path, out: Path) -> list[list[str]]:
             s + ["import", str(export)], s + ["import", "--from", "llm", str(export)],
             s + ["rename", "x1", "new title"], s + ["delete", "x1", "--yes"],
             s + ["reindex"], s + ["repair"], s + ["repair", "--check-only"],
-            s + ["import-spool"], h + ["chat", "--offline", "-q", "hi"]]
+            s + ["import-spool"], h + ["chat", "--offline", "-q", "hi"],
+            s + ["pin", "x1"], s + ["unpin", "x1"], s + ["archive", "x1"],
+            s + ["unarchive", "x1"], s + ["prune", "--older-than", "1d", "--dry-run"],
+            s + ["prune", "--older-than", "1d"], s + ["optimize"]]
 
 
 @pytest.mark.parametrize("kind", KINDS)

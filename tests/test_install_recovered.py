@@ -96,3 +96,20 @@ def test_doctor_points_a_rescued_copy_to_install(hermes_home: Path) -> None:
     res = run(*shlex.split(finding["fix"])[1:])
     assert res.exit_code == 0, res.output
     assert run("doctor").exit_code == 0
+
+
+def test_another_programs_file_in_the_stores_place_is_never_moved(tmp_path: Path) -> None:
+    """A Hermes Agent state.db at the store's path is that program's live
+    database: install-recovered refuses and leaves it where it is."""
+    from tests.helpers.foreign_dbs import build_hermes_agent
+    ours = tmp_path / "ours"
+    _db, new = recovered_store(ours)
+    home = tmp_path / "agent-home"
+    home.mkdir(mode=0o700)
+    build_hermes_agent(home / "state.db", sessions=3, messages=4)
+    before = {p.name: sha(p) for p in home.iterdir()}
+    res = run("--home", str(home), "sessions", "install-recovered", str(new))
+    assert res.exit_code == 1, res.output
+    assert "is Hermes Agent state.db" in res.output and "Traceback" not in res.output
+    assert {p.name: sha(p) for p in home.iterdir()} == before
+    assert new.exists()
