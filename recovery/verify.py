@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import AbstractSet, Any
+from typing import AbstractSet, Any, Callable
 
 import apsw
 
@@ -81,6 +81,9 @@ def source_shortfall(readable: dict[str, int], kept: dict[str, int]) -> list[str
             for t, n in readable.items() if kept.get(t, 0) < n]
 
 
+Check = Callable[[apsw.Connection, "Verification"], None]
+
+
 def verify_output(path: Path, expected: dict[str, int],
                   readable: dict[str, int] | None = None) -> Verification:
     """Run every check on ``path``; a check that cannot run is a finding.
@@ -89,6 +92,16 @@ def verify_output(path: Path, expected: dict[str, int],
     rows the source had readable, which the output must not fall short of
     (rows kept in quarantine count as kept).
     """
+    named: list[tuple[str, Check]] = [
+        (check.__name__.strip("_"), check) for check in (_integrity, _foreign_keys, _schema, _fts)]
+    named.append(("counts", lambda c, v: _counts(c, v, expected)))
+    return _run_checks(path, expected, readable, named)
+
+
+def _run_checks(path: Path, expected: dict[str, int], readable: dict[str, int] | None,
+                checks: list[tuple[str, Check]]) -> Verification:
+    """Open the output once and run ``checks`` on it; a check that raises
+    becomes a finding under its name, and the others still run."""
     v = Verification()
     if readable:
         v.findings += source_shortfall(readable, expected)
@@ -98,15 +111,11 @@ def verify_output(path: Path, expected: dict[str, int],
         v.findings.append(f"cannot open the output: {type(e).__name__}: {e}")
         return v
     try:
-        for check in (_integrity, _foreign_keys, _schema, _fts):
+        for name, check in checks:
             try:
                 check(conn, v)
             except apsw.Error as e:
-                v.findings.append(f"{check.__name__.strip('_')}: {type(e).__name__}: {e}")
-        try:
-            _counts(conn, v, expected)
-        except apsw.Error as e:
-            v.findings.append(f"counts: {type(e).__name__}: {e}")
+                v.findings.append(f"{name}: {type(e).__name__}: {e}")
     finally:
         conn.close()
     return v
@@ -143,22 +152,8 @@ def verify_foreign(path: Path, entries: list[tuple], expected: dict[str, int],
     """`verify_output` for a file in its own (foreign) schema: integrity,
     the source's schema present (``entries``, less what could not be
     created and is reported as such), FTS, counts; foreign keys counted."""
-    v = Verification()
-    if readable:
-        v.findings += source_shortfall(readable, expected)
-    try:
-        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READWRITE)
-    except apsw.Error as e:
-        v.findings.append(f"cannot open the output: {type(e).__name__}: {e}")
-        return v
     want = [e for e in entries if f"{e[0]} {e[1]}" not in allowed_missing]
-    try:
-        for check in (_integrity, _foreign_keys_info, lambda c, v: _same_schema(c, v, want),
-                      _fts, lambda c, v: _counts(c, v, expected)):
-            try:
-                check(conn, v)
-            except apsw.Error as e:
-                v.findings.append(f"check: {type(e).__name__}: {e}")
-    finally:
-        conn.close()
-    return v
+    checks: list[Check] = [_integrity, _foreign_keys_info,
+                           lambda c, v: _same_schema(c, v, want), _fts,
+                           lambda c, v: _counts(c, v, expected)]
+    return _run_checks(path, expected, readable, [("check", c) for c in checks])
