@@ -52,7 +52,7 @@ import apsw
 from . import policy
 from .containment import Guard
 from .errors import InvalidInput
-from .forksafe import ForkRegistry
+from .forksafe import ForkRegistry, ThreadOwner
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def for_writer(writer: apsw.Connection, guard: Guard, path: str, vfs: str | None
     return ckpt
 
 
-class Checkpointer:
+class Checkpointer(ThreadOwner):
     """Background PASSIVE checkpoints for one writer connection.
 
     ``connect`` opens a read-write connection to the same file through the
@@ -217,14 +217,7 @@ class Checkpointer:
         return True
 
     def _signal(self) -> None:
-        if os.getpid() != self._pid:
-            self._new_process_state()  # used after a fork without our at-fork hook
-        with self._state:
-            self._wake.set()
-            if self._thread is None:
-                thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-                self._thread = thread
-                thread.start()
+        self._wake_thread(THREAD_NAME)
 
     # -- the thread --------------------------------------------------------
 

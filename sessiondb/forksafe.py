@@ -8,6 +8,7 @@ reverse order and the child resets each object's process state.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from typing import Generic, Protocol, TypeVar
 
@@ -51,3 +52,34 @@ class ForkRegistry(Generic[T]):
         for obj in self._forking:
             obj._after_fork_child()
         self._forking.clear()
+
+
+class ThreadOwner:
+    """What the checkpointer and the indexer share: one daemon thread per
+    process, started on the first wake-up and woken by an event. The owner
+    sets ``_pid``, ``_state`` (a lock guarding ``_thread`` against lost
+    wake-ups), ``_wake`` and ``_thread``, and defines ``_run`` and
+    ``_new_process_state`` (a fresh start after a fork)."""
+
+    _pid: int
+    _state: threading.Lock
+    _wake: threading.Event
+    _thread: threading.Thread | None
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _new_process_state(self) -> None:
+        raise NotImplementedError
+
+    def _wake_thread(self, name: str) -> None:
+        """Set the wake event, starting the thread if none runs here (after
+        a fork without our at-fork hook the parent's state is reset first)."""
+        if os.getpid() != self._pid:
+            self._new_process_state()
+        with self._state:
+            self._wake.set()
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=name, daemon=True)
+                self._thread = thread
+                thread.start()

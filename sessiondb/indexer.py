@@ -37,7 +37,7 @@ import apsw
 
 from . import search_index
 from .errors import Cause, StorageError, StoreLocked
-from .forksafe import ForkRegistry
+from .forksafe import ForkRegistry, ThreadOwner
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class IndexerStats:
     marked_stale: int = 0
 
 
-class Indexer:
+class Indexer(ThreadOwner):
     """Catch-up batches for one handle; ``write`` is the handle's `atomic`,
     ``lock`` the lock it takes, ``peek`` reads the backlog without a
     transaction."""
@@ -106,14 +106,7 @@ class Indexer:
         self._start()
 
     def _start(self) -> None:
-        if os.getpid() != self._pid:
-            self._new_process_state()
-        with self._state:
-            self._wake.set()
-            if self._thread is None:
-                thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-                self._thread = thread
-                thread.start()
+        self._wake_thread(THREAD_NAME)
 
     def catch_up(self, max_rows: int | None = None) -> int:
         """Run batches in the caller's thread until the index is caught up
