@@ -159,7 +159,11 @@ def _probe_words(conn: apsw.Connection) -> tuple[int, str, str] | None:
                        f"{logged % 'm.id'})", (top,)).fetchone()
     if row is None or not row[1]:
         return None
-    word = next((w for w in "".join(c if c.isalnum() else " " for c in row[1]).split()), None)
+    # A whitespace-separated run of ASCII letters and digits is one token to
+    # unicode61 whatever surrounds it; Python's isalnum() is not its idea of
+    # a token character (marks, some scripts), which made the probe report
+    # an indexed message as missing.
+    word = next((w for w in row[1].split() if w.isascii() and w.isalnum()), None)
     text = row[1].strip()
     if word is None or len(text) < 3:
         return None
