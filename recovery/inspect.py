@@ -232,6 +232,20 @@ def _probe_token(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
     return None
 
 
+def _probe_hits(conn: apsw.Connection, q: str, word: str) -> set[int]:
+    """Rows matching ``word``: as a phrase, or, where the index keeps no
+    positions (our trigram index since m009: ``detail=none``), as the AND
+    of its trigrams, which every row holding the word matches too."""
+    try:
+        return {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
+                                           (f'"{word}"',))}
+    except apsw.SQLError as e:
+        if "detail" not in str(e):
+            raise
+    grams = " AND ".join(f'"{word[i:i + 3]}"' for i in range(len(word) - 2))
+    return {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?", (grams,))}
+
+
 def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
     """integrity-check, then a MATCH for a word of an indexed row must find it."""
     q = quote(name)
@@ -242,11 +256,10 @@ def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
     try:
         probe = _probe_token(conn, name)
         if probe is None:
-            conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1", ('"probe"',))
+            _probe_hits(conn, q, "probe")
             return FtsHealth(name, True, True)
         rowid, word = probe
-        hits = {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
-                                           (f'"{word}"',))}
+        hits = _probe_hits(conn, q, word)
         ok = rowid in hits
         return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
     except READ_ERRORS as e:

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 import apsw
 
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode
+from .errors import InvalidMessage
 from .rows import one
 
 ACTIVE = "active"
@@ -48,6 +49,35 @@ def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position
     (existing,) = one(conn.execute("SELECT id FROM messages WHERE session_id = ? AND uid = ?",
                                (session_id, enc.uid)))
     return existing, False
+
+
+# Past this rowid SQLite may pick random rowids; `insert_fresh` reads them back.
+_CONSECUTIVE_BELOW = 2 ** 62
+
+
+def insert_fresh(conn: apsw.Connection, session_id: str, encoded: list[EncodedMessage],
+                 position: int, kind: str = "message") -> list[int]:
+    """Insert messages whose uids were just generated (so none can exist)
+    in one prepared statement run over the batch (executemany); returns
+    their row ids. New rowids are consecutive (max + 1 each) within the
+    transaction, so the ids come from ``last_insert_rowid`` without a
+    statement per row; when a change-log trigger also wrote (a reused
+    rowid), they are read back by position instead."""
+    n = len(encoded)
+    before = conn.total_changes()
+    conn.executemany(_INSERT, [
+        (session_id, e.uid, position + i, e.role, e.content_kind, e.content, e.tool_calls,
+         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
+         e.fingerprint, kind) for i, e in enumerate(encoded)])
+    last = conn.last_insert_rowid()
+    if conn.total_changes() - before == n and last < _CONSECUTIVE_BELOW:
+        return list(range(last - n + 1, last + 1))
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM messages WHERE session_id = ? AND position BETWEEN ? AND ?"
+        " ORDER BY position", (session_id, position, position + n - 1))]
+    if len(ids) != n:  # a generated uid already stored: 128 random bits collided
+        raise InvalidMessage("a generated message uid is already stored; append again")
+    return ids
 
 
 _INSERT_FULL = (

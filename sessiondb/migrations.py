@@ -141,10 +141,18 @@ def m008_session_flags(conn: apsw.Connection) -> None:
     """)
 
 
+def m009_index_shape(conn: apsw.Connection) -> None:
+    """The trigram index without positions (``detail=none``):
+    a candidate filter that search verifies against the text. A store whose
+    index has the old shape is reset (empty indexes, watermark 0) and the
+    indexer rebuilds it; search stays exact meanwhile (it scans the tail)."""
+    search_index.reshape(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
                                      m006_index_watermark, m007_usage_ledger,
-                                     m008_session_flags)
+                                     m008_session_flags, m009_index_shape)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

@@ -296,14 +296,17 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         span = " AND f.rowid BETWEEN ? AND ?"
     text = text_sql or search_index.text_expr('m')
     likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    # The trigram index only names candidates: each long term is verified
+    # in the text (after the cheaper filters, so only candidates are folded).
+    likes += "".join(f" AND {search_index.CONTAINS_FUNCTION}({text}, ?)" for _ in p.verify)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
-    params = [p.match, *bounds, *args, *p.likes]
+    params = [p.match, *bounds, *args, *p.likes, *p.verify]
     via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
     rows: list[tuple[Any, ...]] | None
     if order == "rank":
-        if filters.narrowing or p.likes:
+        if filters.narrowing or p.likes or p.verify:
             rows = _with_snippets(conn, table, p.match,
                                   _rank_joined(conn, table, base, params, limit, offset))
         else:

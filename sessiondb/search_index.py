@@ -54,9 +54,29 @@ TOKENIZERS = {
     FTS_TABLE: "unicode61 remove_diacritics 2",
     TRIGRAM_TABLE: "trigram remove_diacritics 1",
 }
+# The shape of each index (m009). The word index keeps positions (phrases,
+# NEAR, snippets, bm25 with stored sizes). The trigram index is only a
+# candidate filter: ``detail=none`` stores which documents hold a trigram,
+# not where (a position list per trigram per document was ~85% of its size;
+# its per-document size table stays: bm25 reads it, and the health check
+# counts documents in it). A substring query
+# is the AND of its trigrams, and every candidate is verified against the
+# message text (`contains`), so results stay exact (docs/search.md).
+OPTIONS = {
+    FTS_TABLE: "",
+    TRIGRAM_TABLE: ", detail=none",
+}
+
+
+def fts_ddl(table: str, content: str = "") -> str:
+    """CREATE VIRTUAL TABLE for ``table`` in its indexed shape; ``content``
+    is the external-content clause (empty: the table keeps its own text)."""
+    return (f"CREATE VIRTUAL TABLE {table} USING fts5(text{content},"
+            f" tokenize='{TOKENIZERS[table]}'{OPTIONS[table]})")
 
 
 HITS_FUNCTION = "hermes_hits"
+CONTAINS_FUNCTION = "hermes_contains"
 
 
 def _hits(api: apsw.FTS5ExtensionApi, *args: object) -> int:
@@ -65,13 +85,48 @@ def _hits(api: apsw.FTS5ExtensionApi, *args: object) -> int:
 
 
 def register_functions(conn: apsw.Connection) -> None:
-    """The FTS5 helper search SQL uses; on every connection that searches.
+    """The helpers search SQL uses; on every connection that searches.
     A connection that cannot reach FTS5 (a file too damaged to read its
     schema) goes without: its searches fail typed, its writes never need it."""
     try:
         conn.register_fts5_function(HITS_FUNCTION, _hits)
+        fold = Folder(conn)
+        conn.create_scalar_function(CONTAINS_FUNCTION, fold.contains, 2, deterministic=True)
     except apsw.Error:
         log.debug("no FTS5 helper on this connection", exc_info=True)
+
+
+class Folder:
+    """Text as the trigram tokenizer sees it (case folded, diacritics
+    removed), so a substring check agrees exactly with what a trigram
+    phrase query would match: ``contains(text, term)`` is true when the
+    folded term occurs in the folded text. ASCII folds by ``lower()`` (what
+    the tokenizer does to ASCII); other text is folded by the tokenizer
+    itself, one trigram per character."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        name, *args = TOKENIZERS[TRIGRAM_TABLE].split()
+        self._tokenize = conn.fts5_tokenizer(name, args)
+        self._terms: dict[str, str] = {}  # a query's terms, folded once per search
+
+    def fold(self, text: str) -> str:
+        if text.isascii():
+            return text.lower()
+        grams = self._tokenize(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+                               include_offsets=False, include_colocated=False)
+        if not grams:
+            return text  # under 3 characters: holds no term of 3 or more
+        return grams[0] + "".join(g[-1] for g in grams[1:])
+
+    def contains(self, text: object, term: object) -> bool:
+        if not isinstance(text, str) or not isinstance(term, str):
+            return False
+        folded = self._terms.get(term)
+        if folded is None:
+            if len(self._terms) > 64:
+                self._terms.clear()
+            folded = self._terms[term] = self.fold(term)
+        return folded in self.fold(text)
 
 
 # FTS5 decoding junk in its data blocks may read a garbage size and fail with
@@ -109,9 +164,8 @@ def text_expr(row: str) -> str:
 def _create_tables(conn: apsw.Connection) -> None:
     conn.execute(f"CREATE VIEW IF NOT EXISTS {TEXT_VIEW} AS "
                  f"SELECT m.id AS id, {text_expr('m')} AS text FROM messages AS m")
-    for table, tokenizer in TOKENIZERS.items():
-        conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5(text, content='{TEXT_VIEW}',"
-                     f" content_rowid='id', tokenize='{tokenizer}')")
+    for table in INDEXES:
+        conn.execute(fts_ddl(table, f", content='{TEXT_VIEW}', content_rowid='id'"))
 
 
 def _fill(conn: apsw.Connection) -> None:
@@ -392,6 +446,20 @@ def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
 
 
 # -- rebuild -----------------------------------------------------------------
+
+def has_current_shape(conn: apsw.Connection) -> bool:
+    """Whether both indexes exist as `fts_ddl` creates them today."""
+    rows = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                             f" AND name IN ('{FTS_TABLE}', '{TRIGRAM_TABLE}')"))
+    return all(" ".join((rows.get(t) or "").split()).endswith(
+        f"tokenize='{TOKENIZERS[t]}'{OPTIONS[t]})") for t in INDEXES)
+
+
+def reshape(conn: apsw.Connection) -> None:
+    """Migration body (m009): `reset` unless the indexes have today's shape."""
+    if not has_current_shape(conn):
+        reset(conn)
+
 
 def reset(conn: apsw.Connection) -> dict[str, int]:
     """Drop and recreate both indexes empty, watermark 0, change log empty,

@@ -174,8 +174,9 @@ def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | Non
     """Run a real MATCH; with a target row, it must come back."""
     try:
         if target is None:
+            probe = '"probe"' if table == search_index.FTS_TABLE else '"pro"'  # one trigram
             conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT 1",
-                         ('"probe"',)).fetchall()
+                         (probe,)).fetchall()
             return "ok"
         rid, word, sub = target
         needle = word if table == search_index.FTS_TABLE else sub

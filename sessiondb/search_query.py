@@ -13,8 +13,10 @@ The plan picks one of:
   index holds no match at all, the same terms run as a substring plan
   (so ``onnectio`` finds "connection");
 - ``substring``: the trigram index (``messages_trigram``) for CJK text and
-  for queries with no word characters, terms of 3+ characters AND-ed,
-  shorter terms checked with LIKE on the candidates;
+  for queries with no word characters: the trigrams of every term of 3+
+  characters AND-ed pick candidates (the index keeps no positions), each
+  such term is then verified in the candidate's text (``verify``), shorter
+  terms are checked with LIKE;
 - ``scan``: a bounded LIKE scan over the most recent rows, for queries
   whose every term is shorter than a trigram (e.g. ``a``, ``中文``);
 - ``raw``: the caller's FTS5 expression on the word index.
@@ -50,6 +52,7 @@ class Plan:
     kind: str                       # words | substring | scan | raw
     match: str | None = None        # FTS5 expression for the chosen index
     likes: list[str] = field(default_factory=list)   # LIKE patterns checked on candidates
+    verify: list[str] = field(default_factory=list)  # substrings checked on candidates
     terms: list[str] = field(default_factory=list)   # plain terms, for scan snippets
 
     @property
@@ -137,14 +140,34 @@ def _words_plan(terms: list[Term]) -> Plan:
     return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words])
 
 
+#: A long term is filtered by at most this many of its trigrams (spread over
+#: it, first and last included); verification makes any subset exact.
+MAX_TRIGRAMS = 16
+
+
+def trigrams(term: str) -> list[str]:
+    """The distinct trigrams a candidate for ``term`` must hold (by code
+    point, as the trigram tokenizer splits; it folds case itself)."""
+    grams = list(dict.fromkeys(term[i:i + 3] for i in range(len(term) - 2)))
+    if len(grams) <= MAX_TRIGRAMS:
+        return grams
+    step = (len(grams) - 1) / (MAX_TRIGRAMS - 1)
+    return list(dict.fromkeys(grams[round(i * step)] for i in range(MAX_TRIGRAMS)))
+
+
+def trigram_match(terms: list[str]) -> str:
+    """The candidate filter for substrings: AND of every term's trigrams."""
+    return " AND ".join(fts_string(g) for t in terms for g in trigrams(t))
+
+
 def _substring_plan(pieces: list[str]) -> Plan:
     long = [p for p in pieces if len(p) >= 3]
     likes = [like_pattern(p) for p in pieces]
     if not long:
         return Plan("scan", likes=likes, terms=pieces)
-    match = " AND ".join(fts_string(p) for p in long)
     short = [like_pattern(p) for p in pieces if len(p) < 3]
-    return Plan("substring", match=match, likes=short, terms=pieces)
+    return Plan("substring", match=trigram_match(long), likes=short,
+                verify=[p for p in long if len(p) > 3], terms=pieces)
 
 
 def plan(query: object, *, raw: bool = False) -> Plan:

@@ -35,8 +35,7 @@ _SCHEMA = (
     "CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT, source TEXT);"
     "CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT,"
     " timestamp REAL, state TEXT, body TEXT);"
-    + "".join(f"CREATE VIRTUAL TABLE {t} USING fts5(text, tokenize='{tok}');"
-              for t, tok in search_index.TOKENIZERS.items()))
+    + "".join(search_index.fts_ddl(t) + ";" for t in search_index.INDEXES))
 
 
 @dataclass

@@ -312,10 +312,14 @@ class SessionDB:
         """
         if not isinstance(batch, list):
             raise InvalidMessage("messages must be a list of dicts")
+        # Dicts without a uid get a fresh one, which no stored row can have:
+        # such a batch is inserted in one statement loop (`messages.insert_fresh`).
+        fresh = len(batch) > 1 and all(type(m) is dict and not m.get(UID_KEY) for m in batch)
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
+        fresh = fresh and len({id(m) for m in batch}) == len(batch)  # a dict twice: one row
         try:
             ids = self.session_write(session_id, lambda conn, start: self._insert_held(
-                conn, session_id, encoded, holder, "message", start))
+                conn, session_id, encoded, holder, "message", start, fresh))
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
@@ -385,11 +389,16 @@ class SessionDB:
 
     def _insert_held(self, conn: apsw.Connection, session_id: str,
                      encoded: list[EncodedMessage], holder: str | None, kind: str,
-                     position: int) -> tuple[list[int], int]:
+                     position: int, fresh: bool = False) -> tuple[list[int], int]:
         """The lease check, then the rows from ``position`` on: (row ids, next
-        position after them)."""
+        position after them). ``fresh``: every uid was generated for this write."""
         if holder is not None:
             leases.check(conn, session_id, holder, self.now())
+        if fresh:
+            ids = messages.insert_fresh(conn, session_id, encoded, position, kind)
+            sessions.add_message_counts(conn, session_id, self.now(), len(ids),
+                                        sum(e.tool_call_total for e in encoded))
+            return ids, position + len(ids)
         return self._insert_rows(conn, session_id, encoded, kind, position)
 
     def _insert_rows(self, conn: apsw.Connection, session_id: str,

@@ -8,6 +8,7 @@ import pytest
 from sessiondb import InvalidInput, InvalidQuery, SessionDB, StorageError
 from sessiondb.errors import Cause
 from sessiondb.search_index import TEXT_CAP, TOOL_TEXT_CAP
+from sessiondb.search_query import trigram_match
 
 
 def ids(hits):
@@ -15,12 +16,15 @@ def ids(hits):
 
 
 def trigram_ids(db, substring):
-    """What the trigram index itself holds, once the indexer caught up."""
+    """What the trigram index itself holds, once the indexer caught up: its
+    candidates for ``substring`` (no positions: the AND of its trigrams),
+    verified against the indexed text as search does."""
     db.catch_up_index()
     with db._read() as conn:
         return [r[0] for r in conn.execute(
-            "SELECT rowid FROM messages_trigram WHERE messages_trigram MATCH ?",
-            (f'"{substring}"',))]
+            "SELECT f.rowid FROM messages_trigram AS f JOIN messages_search_text AS t"
+            " ON t.id = f.rowid WHERE messages_trigram MATCH ? AND hermes_contains(t.text, ?)",
+            (trigram_match([substring]), substring))]
 
 
 @pytest.fixture

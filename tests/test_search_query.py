@@ -21,7 +21,7 @@ from sessiondb.search_query import plan, split_terms
     ("a", "scan", None),
     ("(", "scan", None),
     ("東京", "scan", None),
-    ("東京タワー", "substring", '"東京タワー"'),
+    ("東京タワー", "substring", '"東京タ" AND "京タワ" AND "タワー"'),  # its trigrams
     ("東京 タワー", "substring", '"タワー"'),
     (":::", "substring", '":::"'),
 ])
@@ -32,7 +32,8 @@ def test_plans(text, kind, match):
 
 def test_substring_short_terms_become_like_filters():
     p = plan("東京 タワー 100%")
-    assert p.likes == ["%東京%"] and p.match == '"タワー" AND "100%"'
+    assert p.likes == ["%東京%"] and p.match == '"タワー" AND "100" AND "00%"'
+    assert p.verify == ["100%"]  # a 3-character term is its one trigram: exact already
     assert plan("a_b").kind == "words"
     assert plan("_%").likes == ["%\\_\\%%"]
 
@@ -74,6 +75,16 @@ def test_unquoted_text_splits_as_the_quote_aware_scanner_does():
 
 
 def test_substring_alternative_of_word_plans():
-    assert plan("onnectio").alt.match == '"onnectio"' and plan("onnectio").alt.kind == "substring"
+    alt = plan("onnectio").alt
+    assert alt.kind == "substring" and alt.verify == ["onnectio"]
+    assert alt.match == '"onn" AND "nne" AND "nec" AND "ect" AND "cti" AND "tio"'
     assert plan("ab cd").alt is None              # no term of 3+ characters: no trigram plan
     assert plan("東京タワー").alt is None            # not a words plan
+
+
+def test_long_terms_are_filtered_by_a_bounded_spread_of_their_trigrams():
+    from sessiondb.search_query import MAX_TRIGRAMS, trigrams
+    term = "".join(chr(0x4E00 + i) for i in range(60))
+    grams = trigrams(term)
+    assert len(grams) == MAX_TRIGRAMS and grams[0] == term[:3] and grams[-1] == term[-3:]
+    assert trigrams("aaaaaa") == ["aaa"]  # repeats count once
