@@ -16,7 +16,10 @@ FTS5's own ``rank``, each with an FTS5 ``snippet()`` built the way ours is
 
 - ``<index>`` is ``messages_fts`` for words, phrases and prefixes, and
   ``messages_trigram`` for the substring and CJK classes, with the same
-  FTS5 expression our plan builds;
+  FTS5 expression our plan builds; the trigram index keeps no positions
+  (m009), so there the expression is the AND of the terms' trigrams and
+  the floor adds ``AND hermes_contains(text, ?)`` per term longer than a
+  trigram, the plainest exact check (ours runs the same function);
 - ``in session`` writes the session filter the plain way: a join to
   ``messages`` with ``m.session_id = ?`` (FTS5 still streams in rank order);
 - ``order=newest`` uses ``ORDER BY rowid DESC LIMIT 20`` (with snippet);
@@ -65,6 +68,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sessiondb import SessionDB  # noqa: E402
 from sessiondb import search as search_mod  # noqa: E402
+from sessiondb import search_index  # noqa: E402
 from sessiondb.search_index import mark_stale, text_expr  # noqa: E402
 from sessiondb.search_query import plan as make_plan  # noqa: E402
 
@@ -185,31 +189,40 @@ def scan_sql(columns: str) -> str:
             f" WHERE body LIKE ? ESCAPE '\\' ORDER BY id DESC LIMIT {LIMIT}")
 
 
-def floor_sql(kind: str, order: str, in_session: bool) -> str:
+def verify_sql(verify: int) -> str:
+    """The trigram index names candidates (detail=none, since m009); the
+    plainest exact substring answer checks each term in the indexed text."""
+    return "".join(f" AND {search_index.CONTAINS_FUNCTION}(text, ?)" for _ in range(verify))
+
+
+def floor_sql(kind: str, order: str, in_session: bool, verify: int = 0) -> str:
     """The like-for-like floor: the plainest raw FTS5 query that returns what
     our search returns for the class (see the module docstring)."""
     if kind == "scan":
         return scan_sql("id, body")
     t = index_table(kind)
+    check = verify_sql(verify)
     snippet = (f"snippet({t}, 0, '{search_mod.MARK_OPEN}', '{search_mod.MARK_CLOSE}',"
                f" '{search_mod.ELLIPSIS}', {search_mod.SNIPPET_TOKENS})")
     by = "rank" if order == "rank" else "rowid DESC"
     if in_session:
         return (f"SELECT f.rowid, {snippet} FROM {t} AS f JOIN messages AS m ON m.id = f.rowid"
-                f" WHERE {t} MATCH ? AND m.session_id = ? ORDER BY f.{by} LIMIT {LIMIT}")
-    return f"SELECT rowid, {snippet} FROM {t} WHERE {t} MATCH ? ORDER BY {by} LIMIT {LIMIT}"
+                f" WHERE {t} MATCH ? AND m.session_id = ?{check} ORDER BY f.{by} LIMIT {LIMIT}")
+    return (f"SELECT rowid, {snippet} FROM {t} WHERE {t} MATCH ?{check} ORDER BY {by}"
+            f" LIMIT {LIMIT}")
 
 
-def bare_sql(kind: str, in_session: bool) -> str:
+def bare_sql(kind: str, in_session: bool, verify: int = 0) -> str:
     """The old floor, kept as a second column: a bare MATCH (no ranking, no
     snippet), or the bounded scan without its text for the short class."""
     if kind == "scan":
         return scan_sql("id")
     t = index_table(kind)
+    check = verify_sql(verify)
     if in_session:
         return (f"SELECT f.rowid FROM {t} AS f JOIN messages AS m ON m.id = f.rowid"
-                f" WHERE {t} MATCH ? AND m.session_id = ? LIMIT {LIMIT}")
-    return f"SELECT rowid FROM {t} WHERE {t} MATCH ? LIMIT {LIMIT}"
+                f" WHERE {t} MATCH ? AND m.session_id = ?{check} LIMIT {LIMIT}")
+    return f"SELECT rowid FROM {t} WHERE {t} MATCH ?{check} LIMIT {LIMIT}"
 
 
 def timed(fn) -> float:
@@ -245,8 +258,10 @@ def run_class(db: SessionDB, queries: list, order: str, repeats: int,
             p = make_plan(q)
             if p.alt is not None and not search_mod._any_match(conn, "messages_fts", p.match):
                 p = p.alt
-            args = (p.likes[0] if p.kind == "scan" else p.match,) + ((sid,) if sid else ())
-            fsql, bsql = floor_sql(p.kind, order, sid is not None), bare_sql(p.kind, sid is not None)
+            args = ((p.likes[0] if p.kind == "scan" else p.match,) + ((sid,) if sid else ())
+                    + tuple(p.verify))
+            fsql = floor_sql(p.kind, order, sid is not None, len(p.verify))
+            bsql = bare_sql(p.kind, sid is not None, len(p.verify))
             kw = {"limit": LIMIT, "order": order, "session_id": sid}
             # one untimed run of each warms the cache and checks the answer
             ok, same = check_answer(db.search(q, **kw), conn.execute(fsql, args).fetchall(), order)

@@ -243,7 +243,8 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
     for key, value in message.items():
         if not isinstance(key, str):
             raise InvalidMessage(f"message keys must be strings, not {key!r}", index=index)
-        _check_text(key, key, index)
+        if not key.isascii():  # (the call only for keys that could fail: hot path)
+            _check_text(key, key, index)
         if key != "role" and key != "content" and not key.startswith(PRIVATE_PREFIX):
             rest[key] = value
     get = message.get
@@ -257,10 +258,20 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
     # the checks run in the same order, so the first bad field is still named.
     timestamp = time.time() if get("timestamp") is None else _timestamp(message, index)
     token_count = None if get("token_count") is None else _token_count(message, index)
-    tool_call_id = _optional_str(message, "tool_call_id", index)
-    tool_name = _optional_str(message, "name", index)
-    finish_reason = _optional_str(message, "finish_reason", index)
-    kind, content = _content(message, index)
+    tool_call_id, tool_name, finish_reason = get("tool_call_id"), get("name"), get("finish_reason")
+    if tool_call_id is not None and type(tool_call_id) is not str:
+        tool_call_id = _optional_str(message, "tool_call_id", index)
+    if tool_name is not None and type(tool_name) is not str:
+        tool_name = _optional_str(message, "name", index)
+    if finish_reason is not None and type(finish_reason) is not str:
+        finish_reason = _optional_str(message, "finish_reason", index)
+    value = get("content")
+    if type(value) is str and "content" in message:  # the common case, as _content does it
+        kind, content = "text", value
+        if not value.isascii():
+            _check_text(value, "content", index)
+    else:
+        kind, content = _content(message, index)
     tool_calls, total = (None, 0) if get("tool_calls") is None else _tool_calls(message, index)
     if tool_calls is not None:
         del rest["tool_calls"]

@@ -280,6 +280,14 @@ class Guard:
             raise self.contain(self._copied_over(found))
         self._view_version = version if self.generation is not None else None
 
+    def check_other(self, conn: apsw.Connection) -> None:
+        """`check_in_transaction` for another connection of this handle (the
+        indexer's): the header on disk and that connection's view, always
+        asked (the cached view version is the writer's)."""
+        found = self._foreign_generation(conn)
+        if found is not None:
+            raise self.contain(self._copied_over(found))
+
     def forget_view(self) -> None:
         """After a rollback: ask SQLite's view again at the next check."""
         self._view_version = None

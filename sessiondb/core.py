@@ -8,6 +8,8 @@ its methods. Every write transaction of the package starts here:
 
 - `write()` (``SessionDB.atomic``): BEGIN IMMEDIATE after the guard's
   checks, or a SAVEPOINT when nested; commits notify the indexer;
+- `index_write()`: the indexer's batches, in their own transactions on
+  their own connection (derived data only; see indexer.py);
 - `transaction(conn, begin)`: migrations and recovery's private copies,
   which run before a guard exists or on connections no handle owns;
 - `snapshot()` / `read_snapshot(conn)`: one read transaction, so several
@@ -117,12 +119,19 @@ class StoreCore:
         self.path, self.patience, self.vfs = path, patience, vfs
         self.journal_mode_wanted = journal_mode
         self.lock = threading.RLock()
+        # One SQLite writer at a time within the process: the outermost write
+        # transaction and every indexing batch hold the gate, so an append
+        # queues behind at most one short batch instead of polling SQLite's
+        # busy handler, and the indexer never holds the handle's lock (reads
+        # and the writer's state stay free while it tokenizes).
+        self.gate = threading.RLock()
+        self.index_conn: apsw.Connection | None = None
         self.depth = 0
         self.closed = False
         self.reader_conn: apsw.Connection | None = None
         self.checkpointer: Checkpointer | None = None
         self.indexer: Indexer | None = None
-        self.guard = Guard(path, lambda: (self.writer, self.reader_conn))
+        self.guard = Guard(path, lambda: (self.writer, self.reader_conn, self.index_conn))
         self.writer = self._open_writer(journal_mode)
 
     # -- connections -------------------------------------------------------
@@ -166,16 +175,17 @@ class StoreCore:
             self.reader_conn = conn
         return self.reader_conn
 
-    def start_threads(self, checkpoint_pages: int, background_index: bool,
-                      backlog: Callable[[], search_index.Backlog | None]) -> None:
+    def start_threads(self, checkpoint_pages: int, background_index: bool) -> None:
         """After migrations: the checkpointer (WAL) and the indexer (writable)."""
         if self.writer.readonly("main"):
             return
+        conn = self._index_connection()
         if self.journal_mode_wanted == "wal":
             self.checkpointer = checkpointer.for_writer(
                 self.writer, self.guard, str(self.path), self.vfs, checkpoint_pages)
-        self.indexer = Indexer(self.index_write, self.lock, backlog,
-                               background=background_index)
+            self.checkpointer.attach(conn)  # the indexer's commits grow the WAL too
+        self.indexer = Indexer(self.index_write, self.gate, self.index_backlog,
+                               background=background_index, fork_locks=(self.lock, self.gate))
         self.guard.on_quarantine.append(self.indexer.halt)
 
     def check_open(self) -> None:
@@ -201,24 +211,70 @@ class StoreCore:
         """The one transaction primitive (see `SessionDB.atomic`)."""
         return Atomic(self, self.patience if patience is None else patience)
 
+    def _index_connection(self) -> apsw.Connection:
+        """The indexer's read-write connection. Opened with the indexer, right
+        after migrations, and read from at once, so its pager holds the -wal
+        open from a moment the file is known to be ours: a connection whose
+        first read met the file mid-``cp`` (truncated to 0 bytes) would have
+        SQLite delete the -wal, committed frames and all."""
+        if self.index_conn is None:
+            conn = self._connect(apsw.SQLITE_OPEN_READWRITE)
+            try:
+                policy.apply_policy(conn, policy.INDEXER_POLICY)
+                search_index.register_functions(conn)
+                self.guard.prepare(conn)
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            except apsw.Error as e:
+                conn.close()
+                raise from_apsw(e, path=str(self.path)) from e
+            except BaseException:
+                conn.close()
+                raise
+            self.index_conn = conn
+        return self.index_conn
+
+    def index_backlog(self) -> search_index.Backlog | None:
+        """The backlog as the indexer's connection sees it (no handle lock)."""
+        with self.gate:
+            self.check_open()
+            try:
+                return search_index.backlog(self._index_connection())
+            except apsw.Error as e:
+                raise from_apsw(e, path=str(self.path)) from e
+
     @contextmanager
     def index_write(self, *, patience: float | None = None) -> Iterator[apsw.Connection]:
-        """`write` for the indexer's batches: derived data needs no fsync of
-        its own, so in WAL mode a FULL (or EXTRA) writer commits them at
-        NORMAL. A crash loses at most the batch and its watermark together,
-        and the next durable commit's fsync of the -wal covers its frames."""
-        with self.lock:
-            level = 0
-            if not self.depth and self.journal_mode_wanted == "wal":
-                (level,) = one(self.writer.execute("PRAGMA synchronous"))
-            if level > 1:
-                self.writer.execute("PRAGMA synchronous=NORMAL")
+        """One indexing transaction on the indexer's own connection, under
+        the gate and the guard's checks; apsw errors come out typed (index
+        damage as ``fts_index``, without quarantine). Inside this thread's
+        own write transaction it is a savepoint of that one instead (the
+        other connection could not get the write lock)."""
+        if self.in_transaction:
+            with self.write(patience=patience) as conn:
+                yield conn
+            return
+        with self.gate:
+            self.check_open()
+            self.guard.before_write()
+            conn = self._index_connection()
             try:
-                with self.write(patience=patience) as conn:
-                    yield conn
-            finally:
-                if level > 1:
-                    self.writer.execute(f"PRAGMA synchronous={int(level)}")
+                self._begin_index(conn, self.patience if patience is None else patience)
+                yield conn
+                conn.execute("COMMIT")
+            except apsw.Error as e:
+                rollback(conn)
+                raise self.guard.on_error(e, conn) from e
+            except BaseException:
+                rollback(conn)
+                raise
+
+    def _begin_index(self, conn: apsw.Connection, patience: float) -> None:
+        def timeout(e: apsw.Error) -> None:
+            raise StoreLocked(f"another process held the write lock on {self.path} for "
+                              f"{patience:.1f}s", path=str(self.path),
+                              sqlite_code=getattr(e, "extendedresult", None)) from e
+        retry_busy(lambda: begin_immediate(conn), patience, timeout)
+        self.guard.check_other(conn)
 
     @contextmanager
     def read(self) -> Iterator[apsw.Connection]:
@@ -270,7 +326,7 @@ class StoreCore:
             if self.checkpointer is not None:
                 self.checkpointer.close()  # joined, its connection closed first
             failure: apsw.Error | None = None
-            for conn in (self.reader_conn, self.writer):
+            for conn in (self.index_conn, self.reader_conn, self.writer):
                 if conn is not None:
                     try:
                         conn.close()
@@ -278,14 +334,18 @@ class StoreCore:
                         # apsw has closed the connection anyway; close the
                         # other one and release the header descriptor too.
                         failure = failure or e
-            self.reader_conn = None
+            self.reader_conn = self.index_conn = None
             self.guard.release()  # only after SQLite let go of its locks
             if failure is not None:
                 raise from_apsw(failure, path=str(self.path),
                                 context=f"closing {self.path}") from failure
 
     def abandon(self) -> None:
-        """A failed open: close the writer and the header descriptor."""
+        """A failed open: close the connections and the header descriptor."""
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        if self.index_conn is not None:
+            self.index_conn.close()
         self.writer.close()
         self.guard.release()
 
@@ -315,7 +375,12 @@ class Atomic:
                 conn.execute(f"SAVEPOINT {name}")
                 core.depth += 1
                 return conn
-            self._begin(core, conn)
+            core.gate.acquire()  # after the lock: the indexer takes only the gate
+            try:
+                self._begin(core, conn)
+            except BaseException:
+                core.gate.release()
+                raise
             return conn
         except BaseException:
             core.lock.release()
@@ -356,6 +421,7 @@ class Atomic:
         finally:
             if self.savepoint is None:
                 core.depth = 0
+                core.gate.release()
             core.lock.release()
 
     def _release_savepoint(self, failed: bool) -> None:

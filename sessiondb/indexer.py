@@ -5,9 +5,10 @@ above the watermark and entries of the change log are what the index still
 has to catch up on. After every commit the handle calls `notify()`, which
 wakes a daemon thread; the thread reads the backlog (three cheap reads) and,
 when there is work, runs batches of at most ``batch`` rows, each in its own
-write transaction through the handle's one primitive (``write``). Each
-batch holds the handle's lock, so in-process writers queue on that lock
-behind at most one short batch instead of polling SQLite's busy handler.
+write transaction on the indexer's own connection (``write``: the core's
+`index_write`). A batch holds the core's write gate, not the handle's
+lock: in-process writers queue on the gate behind at most one short batch
+(instead of polling SQLite's busy handler), and reads never wait for it.
 
 Search never waits for the thread: it scans the not-yet-indexed tail (see
 search_tail.py). A search that finds the tail longer than its bound runs
@@ -21,8 +22,9 @@ guard's quarantine halts the indexer (`halt()` waits for a batch in flight).
 Errors in the thread are logged, never raised.
 
 Processes: the thread starts on first need and ends after ``IDLE_EXIT_S``
-without work. At a fork every live indexer's handle lock is held (no batch
-in flight); the child forgets the parent's thread and starts its own.
+without work. At a fork every live indexer's handle lock and gate are held
+(no write and no batch in flight); the child forgets the parent's thread
+and starts its own.
 """
 from __future__ import annotations
 
@@ -70,17 +72,19 @@ class IndexerStats:
 
 
 class Indexer(ThreadOwner):
-    """Catch-up batches for one handle; ``write`` is the handle's `atomic`,
-    ``lock`` the lock it takes, ``peek`` reads the backlog without a
-    transaction."""
+    """Catch-up batches for one handle; ``write`` opens one indexing
+    transaction, ``lock`` is the gate it takes, ``peek`` reads the backlog
+    without a transaction, ``fork_locks`` are held across a fork."""
 
     def __init__(self, write: Write, lock: "threading.RLock",
                  peek: Callable[[], search_index.Backlog | None], *,
-                 batch: int = BATCH_ROWS, background: bool = True) -> None:
+                 batch: int = BATCH_ROWS, background: bool = True,
+                 fork_locks: tuple["threading.RLock", ...] = ()) -> None:
         self.batch = batch
         self.background = background
         self.stats = IndexerStats()
         self._write, self._lock, self._peek = write, lock, peek
+        self._fork_locks = fork_locks or (lock,)
         self._halted = self._stopping = self._in_batch = self._paused = False
         self._new_process_state()
         _live.add(self)
@@ -249,13 +253,16 @@ class Indexer(ThreadOwner):
     # -- fork --------------------------------------------------------------
 
     def _before_fork(self) -> None:
-        self._lock.acquire()
+        for lock in self._fork_locks:  # the order every writer takes them in
+            lock.acquire()
 
     def _after_fork_parent(self) -> None:
-        self._lock.release()
+        for lock in reversed(self._fork_locks):
+            lock.release()
 
     def _after_fork_child(self) -> None:
-        self._lock.release()
+        for lock in reversed(self._fork_locks):
+            lock.release()
         self._new_process_state()
 
 

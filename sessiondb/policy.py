@@ -181,6 +181,13 @@ CHECKPOINTER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_synchronous
                        set_journal_size_limit)
 
 
+# The indexer's own connection (core.py): it writes only derived data, so it
+# commits at NORMAL whatever the writer's level (a crash loses at most a batch
+# and its watermark together); it never checkpoints inside a commit either.
+INDEXER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_synchronous_normal,
+                  set_foreign_keys, set_journal_size_limit, set_wal_autocheckpoint_off)
+
+
 def apply_policy(conn: apsw.Connection, policy: tuple) -> None:
     for setting in policy:
         setting(conn)

@@ -121,6 +121,8 @@ class Folder:
     def contains(self, text: object, term: object) -> bool:
         if not isinstance(text, str) or not isinstance(term, str):
             return False
+        if term in text:  # folding maps each character to one: a raw hit is a hit
+            return True
         folded = self._terms.get(term)
         if folded is None:
             if len(self._terms) > 64:

@@ -76,10 +76,10 @@ class SessionDB:
             core.guard.attach(core.writer)
             self._migrate()
             core.guard.establish(core.writer, self.atomic)
+            core.start_threads(checkpoint_pages, background_index)
         except BaseException:
             core.abandon()
             raise
-        core.start_threads(checkpoint_pages, background_index, self.index_backlog)
         # A stale search index is rebuilt here only if no other process holds the file.
         self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
         if core.indexer is not None:
