@@ -294,10 +294,28 @@ def _given_uid(message: dict[str, Any], index: int | None) -> str | None:
     return value
 
 
+_QUOTE = json.encoder.encode_basestring  # what _ENCODER writes for a str (ensure_ascii off)
+
+
+def _ascii_str_fields(fields: dict[str, Any]) -> str | None:
+    """The JSON _ENCODER writes for a dict of ASCII str keys to ASCII str
+    values (e.g. ``{"finish_reason": "stop"}``), built directly: the
+    encoder's Python layers cost more than the text. None otherwise."""
+    parts = []
+    for k, v in fields.items():
+        if type(k) is not str or type(v) is not str or not (k.isascii() and v.isascii()):
+            return None
+        parts.append(_QUOTE(k) + ":" + _QUOTE(v))
+    return "{" + ",".join(parts) + "}"
+
+
 def _dumps_fields(fields: dict[str, Any], index: int | None) -> str:
     """JSON of the remaining keys; on failure, name the key that failed."""
     if not fields:
         return "{}"  # the common case (role + content only): skip the round trip
+    text = _ascii_str_fields(fields)
+    if text is not None:
+        return text
     try:
         return _dumps(fields, "meta", index)
     except InvalidMessage:
