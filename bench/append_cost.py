@@ -26,7 +26,7 @@ def measure(n: int) -> dict:
         db = SessionDB(Path(tmp) / "state.db")
         indexer = getattr(db, "_indexer", None)
         if indexer is not None:
-            indexer.pause()  # its statements run on the same connection
+            indexer.pause()  # no batch between the appends counted here
         db.create_session("s", source="bench")
         for i in range(50):
             db.append_message("s", _message(i))
@@ -52,9 +52,11 @@ def measure(n: int) -> dict:
                "statements_per_append": len(statements) / n}
         if indexer is not None:
             seen: list[str] = []
-            db._writer.exec_trace = lambda _c, sql, _b: seen.append(sql) or True
+            # the indexer's own connection since issue #18 (the writer before)
+            conn = getattr(getattr(db, "_core", None), "index_conn", None) or db._writer
+            conn.exec_trace = lambda _c, sql, _b: seen.append(sql) or True
             done = db.catch_up_index()
-            db._writer.exec_trace = None
+            conn.exec_trace = None
             out["indexer_statements_per_message"] = len(seen) / max(done, 1)
         db.close()
         return out

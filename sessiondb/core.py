@@ -179,11 +179,13 @@ class StoreCore:
         """After migrations: the checkpointer (WAL) and the indexer (writable)."""
         if self.writer.readonly("main"):
             return
-        conn = self._index_connection()
         if self.journal_mode_wanted == "wal":
             self.checkpointer = checkpointer.for_writer(
                 self.writer, self.guard, str(self.path), self.vfs, checkpoint_pages)
-            self.checkpointer.attach(conn)  # the indexer's commits grow the WAL too
+        try:
+            self._index_connection()
+        except StorageError as e:  # derived data never fails the open; the first batch retries
+            log.info("the indexer's connection did not open: %s", e)
         self.indexer = Indexer(self.index_write, self.gate, self.index_backlog,
                                background=background_index, fork_locks=(self.lock, self.gate))
         self.guard.on_quarantine.append(self.indexer.halt)
@@ -223,6 +225,8 @@ class StoreCore:
                 policy.apply_policy(conn, policy.INDEXER_POLICY)
                 search_index.register_functions(conn)
                 self.guard.prepare(conn)
+                if self.checkpointer is not None:
+                    self.checkpointer.attach(conn)  # its commits grow the WAL too
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             except apsw.Error as e:
                 conn.close()
