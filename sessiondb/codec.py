@@ -266,6 +266,8 @@ def encode(message: Any, *, index: int | None = None, uid: str | None = None) ->
     if finish_reason is not None and type(finish_reason) is not str:
         finish_reason = _optional_str(message, "finish_reason", index)
     value = get("content")
+    kind: str
+    content: str | None
     if type(value) is str and "content" in message:  # the common case, as _content does it
         kind, content = "text", value
         if not value.isascii():

@@ -28,7 +28,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import apsw
 
@@ -91,7 +91,8 @@ def register_functions(conn: apsw.Connection) -> None:
     try:
         conn.register_fts5_function(HITS_FUNCTION, _hits)
         fold = Folder(conn)
-        conn.create_scalar_function(CONTAINS_FUNCTION, fold.contains, 2, deterministic=True)
+        conn.create_scalar_function(CONTAINS_FUNCTION, fold.contains,  # type: ignore[arg-type]
+                                    2, deterministic=True)
     except apsw.Error:
         log.debug("no FTS5 helper on this connection", exc_info=True)
 
@@ -112,8 +113,10 @@ class Folder:
     def fold(self, text: str) -> str:
         if text.isascii():
             return text.lower()
-        grams = self._tokenize(text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
-                               include_offsets=False, include_colocated=False)
+        # (without offsets or colocated tokens the tokenizer returns plain strings)
+        grams = cast("list[str]", self._tokenize(
+            text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+            include_offsets=False, include_colocated=False))
         if not grams:
             return text  # under 3 characters: holds no term of 3 or more
         return grams[0] + "".join(g[-1] for g in grams[1:])
