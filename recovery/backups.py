@@ -18,7 +18,7 @@ from typing import Any
 
 import apsw
 
-from sessiondb.paths import ensure_private_dir, own_entries
+from sessiondb.recovery_api import ensure_private_dir, own_entries
 
 from .liveread import copy_live
 from .snapshot import check_space, source_bytes

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb import Cause, StorageError, paths
-from sessiondb.classify import classify
-from sessiondb.explain import RECOVERED_NAME, StorageFailure, describe
-from sessiondb import policy
-from sessiondb.spool import spool_dir_for
+from sessiondb.recovery_api import (RECOVERED_NAME, SIDECARS, STORE_NAME, Cause, StorageError,
+                                    StorageFailure, classify, describe, in_wal_reset_band,
+                                    own_entries, profile_dir, resolve_home, spool_dir_for,
+                                    sqlite_library_version)
 
 from . import backups, doctor_health, liveread
 
@@ -100,7 +99,7 @@ def check_permissions(t: Target) -> list[Finding]:
         if d.is_dir() and _mode(d) & 0o077:
             out.append(Finding("permissions", "warn", f"{d} is mode {_mode(d):o}; other users "
                                "may read it", f"chmod 700 {d}", True))
-    for suffix in ("",) + paths.SIDECARS:
+    for suffix in ("",) + SIDECARS:
         f = Path(f"{t.db}{suffix}")
         if f.exists() and _mode(f) & 0o077:
             out.append(Finding("permissions", "warn", f"{f} is mode {_mode(f):o}; other "
@@ -122,13 +121,13 @@ def check_disk(t: Target) -> list[Finding]:
 
 
 def liveread_bundle(db: Path) -> int:
-    return sum(os.stat(f).st_size for f in [db] + [Path(f"{db}{s}") for s in paths.SIDECARS]
+    return sum(os.stat(f).st_size for f in [db] + [Path(f"{db}{s}") for s in SIDECARS]
                if f.exists())
 
 
 def check_sqlite(t: Target) -> list[Finding]:
-    version = policy.sqlite_library_version()
-    if policy.in_wal_reset_band(version):
+    version = sqlite_library_version()
+    if in_wal_reset_band(version):
         return [Finding("sqlite_version", "error", f"SQLite {version} is in the WAL-reset "
                         "corruption band; hermes refuses to open stores with it",
                         "upgrade apsw (pip install -U apsw)")]
@@ -260,7 +259,7 @@ def _search(t: Target, diag: liveread.Diagnosis) -> list[Finding]:
 
 
 def check_spool(t: Target) -> list[Finding]:
-    spooled = paths.own_entries(spool_dir_for(t.db), "*.jsonl")
+    spooled = own_entries(spool_dir_for(t.db), "*.jsonl")
     if spooled:
         return [Finding("spool", "warn", f"{len(spooled)} spool file(s) with messages not "
                         f"yet in the store", t.command("sessions", "import-spool"), True)]
@@ -270,9 +269,9 @@ def check_spool(t: Target) -> list[Finding]:
 def leftover_scratch(t: Target, *, now: float | None = None) -> list[Path]:
     """Our own scratch directories and temp outputs older than an hour."""
     now = time.time() if now is None else now
-    found = [*paths.own_entries(t.pdir, f"{liveread.SCRATCH_PREFIX}*", dirs=True),
-             *paths.own_entries(t.pdir, ".*.recovering-*", dirs=True),
-             *paths.own_entries(backups.backup_dir(t.pdir), ".state-*.db.tmp")]
+    found = [*own_entries(t.pdir, f"{liveread.SCRATCH_PREFIX}*", dirs=True),
+             *own_entries(t.pdir, ".*.recovering-*", dirs=True),
+             *own_entries(backups.backup_dir(t.pdir), ".state-*.db.tmp")]
     return sorted(p for p in found if now - p.lstat().st_mtime > STALE_SCRATCH_S)
 
 
@@ -288,7 +287,7 @@ def check_temp(t: Target) -> list[Finding]:
 def check_quarantine(t: Target) -> list[Finding]:
     """Files containment and recover leave for the operator: rescued copies
     and recovered stores waiting to be installed."""
-    rescued = paths.own_entries(t.pdir, f"{t.db.name}.rescued-*")
+    rescued = own_entries(t.pdir, f"{t.db.name}.rescued-*")
     recovered = [p for p in (t.pdir / RECOVERED_NAME,
                              t.pdir / f"{RECOVERED_NAME}.partial",
                              t.pdir / f"{RECOVERED_NAME}.unverified") if p.exists()]
@@ -342,9 +341,9 @@ FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,
            full: bool = False, progress: Callable[[str], None] | None = None) -> Target:
-    root = paths.resolve_home(home)
-    pdir = paths.profile_dir(root, profile)
-    return Target(root, profile, pdir, pdir / paths.STORE_NAME, full, progress)
+    root = resolve_home(home)
+    pdir = profile_dir(root, profile)
+    return Target(root, profile, pdir, pdir / STORE_NAME, full, progress)
 
 
 def run_doctor(home: str | os.PathLike[str] | None = None, profile: str | None = None,

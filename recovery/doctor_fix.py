@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessiondb import SessionDB, paths
-from sessiondb.errors import SearchIndexCorrupt
-from sessiondb.spool import import_spool
+from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, SearchIndexCorrupt, SessionDB,
+                                    import_spool)
 
 from . import doctor, liveread
 from .repair import repair
@@ -49,12 +48,12 @@ def _tighten(t: doctor.Target) -> list[str]:
     done = []
     for d in dict.fromkeys([t.home, t.pdir]):
         if d.is_dir() and doctor._mode(d) & 0o077:
-            os.chmod(d, paths.HOME_MODE)
+            os.chmod(d, HOME_MODE)
             done.append(f"chmod 700 {d}")
-    for suffix in ("",) + paths.SIDECARS:
+    for suffix in ("",) + SIDECARS:
         f = Path(f"{t.db}{suffix}")
         if f.exists() and doctor._mode(f) & 0o077:
-            os.chmod(f, paths.FILE_MODE)
+            os.chmod(f, FILE_MODE)
             done.append(f"chmod 600 {f}")
     return done
 

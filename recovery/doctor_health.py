@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from sessiondb import holders
-from sessiondb.errors import Cause, StorageError, from_apsw, on_readonly_mount
+from sessiondb.recovery_api import (PROC, PROC_LOCKS, Cause, StorageError, from_apsw,
+                                    on_readonly_mount)
 
 from . import liveread
 
@@ -53,7 +53,7 @@ class LockHolder:
 def write_lock_holder(db: Path) -> LockHolder | None:
     """The other process holding the store's write lock (from /proc/locks)."""
     try:
-        text = holders.PROC_LOCKS.read_text()
+        text = PROC_LOCKS.read_text()
     except OSError:
         return None
     targets: dict[int, int] = {}
@@ -223,7 +223,7 @@ class DeletedWal:
         return f"/proc/{self.pid}/fd/{self.fd}"
 
 
-def deleted_wal_holders(db: Path, proc: Path = holders.PROC) -> list[DeletedWal]:
+def deleted_wal_holders(db: Path, proc: Path = PROC) -> list[DeletedWal]:
     """Processes with the store's ``-wal`` open after it was deleted: each
     descriptor (``/proc/PID/fd/N -> .../state.db-wal (deleted)``) is then the
     only copy of the transactions in it."""

@@ -9,9 +9,7 @@ commands that do apply (inspect, recover, import), from the copy table.
 """
 from __future__ import annotations
 
-from sessiondb import StorageError
-from sessiondb.errors import Cause
-from sessiondb.identify import Identity, identify
+from sessiondb.recovery_api import Cause, Identity, StorageError, identify
 
 from .doctor import Finding, Target
 

@@ -29,16 +29,15 @@ from typing import Any
 
 import apsw
 
-from sessiondb import migrations, search_index
-from sessiondb.errors import Cause, StorageError
-from sessiondb.classify import classify
+from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE, Cause,
+                                    StorageError, classify, one, pending_migrations, stale_marker,
+                                    triggers_attached, unknown_migrations)
 
 from . import liveread
 from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, check_store,
                      liveread_bundle)
 from .headers import read_db_header
 from .layouts import is_without_rowid
-from sessiondb.rows import one
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table
@@ -86,8 +85,8 @@ def _full(t: Target, size: int) -> list[Finding]:
         check = liveread.bounded_check(conn, full=True, budget_s=float("inf"))
         diag = liveread.Diagnosis(check, liveread.structural(conn, check))
         if not diag.structural:
-            diag.pending, diag.unknown = migrations.pending(conn), migrations.unknown(conn)
-            if search_index.FTS_TABLE in _tables(conn):
+            diag.pending, diag.unknown = pending_migrations(conn), unknown_migrations(conn)
+            if FTS_TABLE in _tables(conn):
                 _note(t, f"search index check on a private copy (2/2), "
                          f"{time.monotonic() - started:.0f} s so far")
                 diag.search, diag.search_error = liveread._search_check(conn, t.db)
@@ -132,8 +131,8 @@ def _fast(t: Target, size: int) -> list[Finding]:
             return [_journal(mode), Finding(
                 "structure_sample", "error", f"{failure.summary} A sampled read failed: "
                 f"{damage}", "; then ".join(failure.actions))]
-        diag = liveread.Diagnosis(["ok"], False, migrations.pending(conn),
-                                  migrations.unknown(conn))
+        diag = liveread.Diagnosis(["ok"], False, pending_migrations(conn),
+                                  unknown_migrations(conn))
         out = [_journal(mode), Finding(
             "structure_sample", "ok", f"{sampled} sampled rows of a {size / (1 << 20):.0f} MiB "
             f"store read cleanly (every page: {t.command('doctor', '--full')})")]
@@ -193,22 +192,22 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     for ``probes`` random messages (read-only: no integrity-check, which is a
     write in FTS5)."""
     tables = _tables(conn)
-    if search_index.FTS_TABLE not in tables:
+    if FTS_TABLE not in tables:
         return [Finding("search_index", "info", "no search index yet (pending migration)")]
-    stale = search_index.stale_marker(conn)
+    stale = stale_marker(conn)
     out = [Finding("fts_stale", "warn", f"the search index is marked stale "
                    f"({stale.get('reason', '?')}); search scans rows instead",
                    t.fix_text(Cause.FTS_INDEX), True) if stale else
            Finding("fts_stale", "ok", "the search index is not marked stale")]
     if stale:
         return out
-    bad = [] if search_index.triggers_attached(conn) else ["sync triggers missing"]
+    bad = [] if triggers_attached(conn) else ["sync triggers missing"]
     rng = rng or random.Random()
     bounds = _rowid_bounds(conn, "messages")
     checked = 0
     try:
         for _ in range(probes if bounds else 0):
-            row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id >= ?"
+            row = conn.execute(f"SELECT id, text FROM {TEXT_VIEW} WHERE id >= ?"
                                " LIMIT 1",
                                (rng.randint(*bounds),)  # type: ignore[misc]  # bounds set
                                ).fetchone()
@@ -216,8 +215,8 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
             if row is None or word is None:
                 continue
             checked += 1
-            for table, needle in ((search_index.FTS_TABLE, word),
-                                  (search_index.TRIGRAM_TABLE, word[:3])):
+            for table, needle in ((FTS_TABLE, word),
+                                  (TRIGRAM_TABLE, word[:3])):
                 if table in tables and conn.execute(
                         f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
                         ('"' + needle.replace('"', '""') + '"', row[0])).fetchone() is None:
@@ -267,7 +266,7 @@ def size_report(db_path: Path, *, full: bool = False) -> dict[str, Any]:
     finally:
         conn.close()
     used = (pages - free) * page_size
-    search = (sum(v for k, v in by_name.items() if k.startswith(search_index.INDEXES))
+    search = (sum(v for k, v in by_name.items() if k.startswith(INDEXES))
               if by_name is not None else None)
     return {"file_bytes": db_path.stat().st_size, "wal_bytes": wal.stat().st_size
             if wal.exists() else 0, "page_size": page_size, "page_count": pages,

@@ -16,10 +16,9 @@ from typing import Any
 
 import apsw
 
-from sessiondb import explain, migrations
-from sessiondb.errors import Cause, InvalidInput
-from sessiondb.explain import describe
-from sessiondb.paths import STORE_NAME, validate_profile
+from sessiondb.recovery_api import (STORE_NAME, Cause, InvalidInput, applied_migrations, describe,
+                                    explain_commands, pending_migrations, unknown_migrations,
+                                    validate_profile)
 
 from . import headers
 from .carve_types import CarveError
@@ -135,7 +134,7 @@ def advice(verdict: str, source: Path) -> tuple[str, str | None]:
     and profile ``source`` belongs to."""
     place = store_place(source)
     home, profile = place or (None, None)
-    actions = explain.commands(source, home, profile)
+    actions = explain_commands(source, home, profile)
     if verdict not in FROM_TABLE:
         text, action = OWN_WORDS[verdict]
         return text, actions[action] if action else None
@@ -264,8 +263,8 @@ def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
 
 
 def _schema_version(conn: apsw.Connection) -> dict[str, list[str]]:
-    return {"applied": migrations.applied(conn), "pending": migrations.pending(conn),
-            "unknown": migrations.unknown(conn)}
+    return {"applied": applied_migrations(conn), "pending": pending_migrations(conn),
+            "unknown": unknown_migrations(conn)}
 
 
 def analyse_copy(snap: Snapshot, report: InspectReport,

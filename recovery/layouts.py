@@ -22,7 +22,7 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.codec import ROLES, fingerprint_of
+from sessiondb.recovery_api import ROLES, fingerprint_of
 
 from .fileformat import MISSING
 

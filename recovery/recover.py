@@ -19,8 +19,7 @@ from typing import Any, Sequence
 
 import apsw
 
-from sessiondb.outfile import fsync_dir
-from sessiondb.paths import SIDECARS
+from sessiondb.recovery_api import SIDECARS, fsync_dir
 
 from .carve_types import FREELIST, UNCOMMITTED
 from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog

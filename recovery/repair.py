@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import SessionDB, identify, migrations, paths
-from sessiondb.errors import Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreNotFound
-from sessiondb.explain import describe
-from sessiondb.search_maintenance import health_on
+from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, SessionDB, StorageError,
+                                    StoreCorrupt, StoreNotFound, check_before_open, describe,
+                                    ensure_private_dir, health_on, pending_migrations, profile_dir,
+                                    resolve_home)
 
 from . import backups, fts_rebuild, liveread
 from .errors import RecoveryError
@@ -121,7 +121,7 @@ class Ledger:
             self._write(data)
 
     def _write(self, data: dict[str, Any]) -> None:
-        paths.ensure_private_dir(self.path.parent)
+        ensure_private_dir(self.path.parent)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -161,13 +161,13 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     ``after_copy`` runs once the scratch copy is taken (a seam for tests
     that change the store while it is being repaired)."""
     started = time.monotonic()
-    root = paths.resolve_home(home)
-    pdir = paths.profile_dir(root, profile)
-    db_path = pdir / paths.STORE_NAME
+    root = resolve_home(home)
+    pdir = profile_dir(root, profile)
+    db_path = pdir / STORE_NAME
     if not db_path.is_file():
         raise StoreNotFound(f"no store at {db_path}", path=str(db_path))
     try:  # another program's file: ForeignStore, before anything reads or copies it
-        identify.check_before_open(db_path, create=False, home=root, profile=profile)
+        check_before_open(db_path, create=False, home=root, profile=profile)
     except StoreCorrupt as e:
         return _structural_report(db_path, root, profile, [str(e)])
     try:
@@ -216,7 +216,7 @@ def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int,
         digest = liveread.canonical_digest(conn)
         made = (backups.make_backup(conn, db_path, backups.backup_dir(pdir), keep=keep)
                 if backup else None)
-        copy = work / paths.STORE_NAME
+        copy = work / STORE_NAME
         liveread.copy_live(conn, copy)
         conn.close()
         if after_copy is not None:
@@ -272,7 +272,7 @@ def _verify_copy(copy: Path, digest: str) -> None:
         check = [r[0] for r in conn.execute("PRAGMA integrity_check")]
         if check != ["ok"]:
             raise RepairFailed(f"the repaired copy fails integrity_check: {check[:3]}")
-        if migrations.pending(conn):
+        if pending_migrations(conn):
             raise RepairFailed("the repaired copy still has pending migrations")
         if liveread.canonical_digest(conn) != digest:
             raise RepairFailed("the repaired copy's sessions or messages differ from the store's")
