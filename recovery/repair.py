@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, SessionDB, StorageError,
-                                    StoreCorrupt, StoreNotFound, check_before_open, describe,
-                                    ensure_private_dir, health_on, pending_migrations, profile_dir,
-                                    resolve_home)
+from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, SessionDB,
+                                    StorageError, StoreCorrupt, StoreNotFound, check_before_open,
+                                    describe, ensure_private_dir, health_on, pending_migrations,
+                                    private_output, profile_dir, resolve_home)
 
 from . import backups, fts_rebuild, liveread
 from .errors import RecoveryError
@@ -122,13 +122,8 @@ class Ledger:
 
     def _write(self, data: dict[str, Any]) -> None:
         ensure_private_dir(self.path.parent)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
+        with private_output(self.path, force=True) as f:  # temp, fsync, rename, 0600
             json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
 
 
 # -- the repair --------------------------------------------------------------

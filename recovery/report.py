@@ -8,10 +8,11 @@ overwritten.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sessiondb.recovery_api import OutputError, private_output
 
 # Exit codes shared by the library's outcome and the CLI (see docs/state-db-recovery.md).
 EXIT_OK = 0
@@ -96,14 +97,14 @@ class RecoveryReport:
 
 
 def write_json_exclusive(path: Path, document: dict[str, Any]) -> None:
-    """Create ``path`` (0600, failing if it exists), write, fsync."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """Create ``path`` (0600, failing if it exists) crash-safely: the report
+    appears whole or not at all, so a crash mid-write never leaves a torn
+    report that makes the rerun refuse ``--report``. An I/O failure raises
+    the OSError behind it, as a plain write would."""
     try:
-        os.fchmod(fd, 0o600)
-        data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with private_output(path) as f:
+            json.dump(document, f, indent=2, sort_keys=True, default=str)
+    except OutputError as e:
+        if isinstance(e.__cause__, OSError):
+            raise e.__cause__ from None
+        raise

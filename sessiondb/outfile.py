@@ -12,6 +12,12 @@ target is refused with `OutputNotRegular` whether or not ``force`` is
 given, checked before any work and again just before the rename: renaming
 over them would replace the node itself, not write into it. Standard
 output is asked for as ``-`` by the CLI, never through a path.
+
+`append_lines` is the one append path for a log a crash may cut short
+(``hermes chat --unsaved-to``): every line is whole after its fsync, and a
+line a crash tore is closed with a newline before the next append, so it
+stays one bad line instead of swallowing the next record. The spool keeps
+its own append (it locks, reserves space and cuts a failed append back).
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from .errors import Cause, StorageError
 from .paths import FILE_MODE
@@ -138,3 +144,31 @@ def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iter
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+
+
+def append_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Append ``lines`` (each without its newline) to a regular file, created
+    0600 if missing, and fsync; never through a symlink."""
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     FILE_MODE)
+    except OSError as e:
+        raise _fail(target, e) from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputNotRegular(f"{target} is a {_kind(st.st_mode)}, not a regular file",
+                                   kind=_kind(st.st_mode), path=str(target))
+        torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+        data = ("\n" if torn else "") + "".join(line + "\n" for line in lines)
+        view = memoryview(data.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        if st.st_size == 0:
+            fsync_dir(target.parent)  # a new file's entry
+    except OSError as e:
+        raise _fail(target, e) from e
+    finally:
+        os.close(fd)
