@@ -38,6 +38,7 @@ from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, 
                      liveread_bundle)
 from .headers import read_db_header
 from .layouts import is_without_rowid
+from .vocab import Severity
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table
@@ -101,7 +102,7 @@ def _full(t: Target, size: int) -> list[Finding]:
 
 def _open_failed(t: Target, e: BaseException) -> Finding:
     failure = t.failure(classify(e))
-    return Finding("open", "error", f"cannot read the store: {e}. {failure.summary}",
+    return Finding("open", Severity.ERROR, f"cannot read the store: {e}. {failure.summary}",
                    "; then ".join(failure.actions) or None)
 
 
@@ -115,7 +116,7 @@ def _fast(t: Target, size: int) -> list[Finding]:
     head = read_db_header(t.db)
     if head.problems or not head.magic_ok:
         failure = t.failure(Cause.CORRUPT)
-        return [Finding("header", "error", f"page 1's header is damaged: "
+        return [Finding("header", Severity.ERROR, f"page 1's header is damaged: "
                         f"{'; '.join(head.problems) or 'no SQLite magic'}. {failure.summary}",
                         "; then ".join(failure.actions))]
     try:
@@ -129,13 +130,14 @@ def _fast(t: Target, size: int) -> list[Finding]:
         if damage:
             failure = t.failure(Cause.CORRUPT)
             return [_journal(mode), Finding(
-                "structure_sample", "error", f"{failure.summary} A sampled read failed: "
+                "structure_sample", Severity.ERROR, f"{failure.summary} A sampled read failed: "
                 f"{damage}", "; then ".join(failure.actions))]
         diag = liveread.Diagnosis(["ok"], False, pending_migrations(conn),
                                   unknown_migrations(conn))
         out = [_journal(mode), Finding(
-            "structure_sample", "ok", f"{sampled} sampled rows of a {size / (1 << 20):.0f} MiB "
-            f"store read cleanly (every page: {t.command('doctor', '--full')})")]
+            "structure_sample", Severity.OK, f"{sampled} sampled rows of a "
+            f"{size / (1 << 20):.0f} MiB store read cleanly (every page: "
+            f"{t.command('doctor', '--full')})")]
         return out + _schema(t, diag) + sample_search(t, conn)
     except apsw.Error as e:
         return [_open_failed(t, e)]
@@ -193,12 +195,12 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     write in FTS5)."""
     tables = _tables(conn)
     if FTS_TABLE not in tables:
-        return [Finding("search_index", "info", "no search index yet (pending migration)")]
+        return [Finding("search_index", Severity.INFO, "no search index yet (pending migration)")]
     stale = stale_marker(conn)
-    out = [Finding("fts_stale", "warn", f"the search index is marked stale "
+    out = [Finding("fts_stale", Severity.WARN, f"the search index is marked stale "
                    f"({stale.get('reason', '?')}); search scans rows instead",
                    t.fix_text(Cause.FTS_INDEX), True) if stale else
-           Finding("fts_stale", "ok", "the search index is not marked stale")]
+           Finding("fts_stale", Severity.OK, "the search index is not marked stale")]
     if stale:
         return out
     bad = [] if triggers_attached(conn) else ["sync triggers missing"]
@@ -224,9 +226,9 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     except apsw.Error as e:
         bad.append(f"{type(e).__name__}: {e}")
     if bad:
-        return out + [Finding("search_index", "warn", t.failure(Cause.FTS_INDEX).summary + " "
-                              + "; ".join(bad[:3]), t.fix_text(Cause.FTS_INDEX), True)]
-    return out + [Finding("search_index", "ok", f"{checked} sampled messages found in both "
+        return out + [Finding("search_index", Severity.WARN, t.failure(Cause.FTS_INDEX).summary
+                              + " " + "; ".join(bad[:3]), t.fix_text(Cause.FTS_INDEX), True)]
+    return out + [Finding("search_index", Severity.OK, f"{checked} sampled messages found in both "
                           "indexes (FTS5 integrity-check: doctor --full)")]
 
 
@@ -301,7 +303,7 @@ def check_size(t: Target) -> list[Finding]:
     try:
         size = size_report(t.db, full=t.full)
     except (StorageError, apsw.Error, OSError) as e:
-        return [Finding("size", "info", f"sizes not measured: {e}")]
+        return [Finding("size", Severity.INFO, f"sizes not measured: {e}")]
     size["advice"] = growth_advice(t, size)
     top = ", ".join(f"{k} {v >> 20} MiB" for k, v in list((size["by_name"] or {}).items())[:3])
     share = size["search_index_share"]
@@ -310,9 +312,9 @@ def check_size(t: Target) -> list[Finding]:
             + (f", search index {share:.0%}" if share is not None else "")
             + (f"; largest: {top}" if top else f"; by table: {size['method']}"))
     if size["advice"]:
-        return [Finding("size", "info", text + "; " + size["advice"][0]["why"],
+        return [Finding("size", Severity.INFO, text + "; " + size["advice"][0]["why"],
                         size["advice"][0]["command"], data=size)]
-    return [Finding("size", "ok", text, data=size)]
+    return [Finding("size", Severity.OK, text, data=size)]
 
 
 __all__ = ["check_store_scaled", "check_size", "size_report", "sample_structure",

@@ -27,6 +27,7 @@ from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, 
 
 from . import doctor, liveread
 from .errors import RecoveryError
+from .vocab import Outcome, Severity
 
 ASIDE_PREFIX = "replaced-"
 OUR_TABLES = {"sessions", "messages", "migrations"}
@@ -52,7 +53,7 @@ class InstallReport:
     moved_aside: list[str] = field(default_factory=list)
     spool: dict[str, Any] | None = None
     spool_error: str | None = None
-    worst: str = "ok"
+    worst: Severity = Severity.OK
     findings: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -206,7 +207,7 @@ def next_after_recover(source: str | os.PathLike[str], output: str | None,
     from sessiondb.recovery_api import hermes_command
     from .inspect import store_place
     place = store_place(Path(source))
-    if output is None or outcome not in ("recovered", "partial") or place is None:
+    if output is None or outcome not in (Outcome.RECOVERED, Outcome.PARTIAL) or place is None:
         return None
     if source_tables and not {"sessions", "messages"} <= set(source_tables):
         return None  # another program's file: never installed in place of a store

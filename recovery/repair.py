@@ -36,6 +36,7 @@ from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, Sessi
 from . import backups, fts_rebuild, liveread
 from .errors import RecoveryError
 from .snapshot import check_space, source_bytes
+from .vocab import RepairStatus
 
 LEDGER_NAME = "repair-ledger.json"
 MAX_FAILURES = 2
@@ -64,7 +65,7 @@ class RepairReport:
     repaired, or structural (nothing done; see ``commands``)."""
 
     db_path: str
-    status: str
+    status: RepairStatus
     problems: list[str] = field(default_factory=list)
     summary: str = ""
     commands: list[str] = field(default_factory=list)
@@ -131,7 +132,7 @@ class Ledger:
 def _structural_report(db_path: Path, home: Path, profile: str | None,
                        problems: list[str]) -> RepairReport:
     failure = describe(Cause.CORRUPT, db_path=db_path, home=home, profile=profile)
-    return RepairReport(str(db_path), "structural", problems,
+    return RepairReport(str(db_path), RepairStatus.STRUCTURAL, problems,
                         "Structural damage is never repaired in place. " + failure.summary,
                         list(failure.actions))
 
@@ -181,13 +182,13 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     if diag.search_error:
         raise RepairRefused(f"could not check the search index of {db_path}: "
                             f"{diag.search_error}", path=str(db_path))
-    report = RepairReport(str(db_path), "healthy", diag.derived_problems)
+    report = RepairReport(str(db_path), RepairStatus.HEALTHY, diag.derived_problems)
     if report.problems and check_only:
-        report.status = "needs_repair"
+        report.status = RepairStatus.NEEDS_REPAIR
     elif report.problems:
         report.backup = _repair_now(db_path, pdir, backup=backup, keep=keep,
                                     after_copy=after_copy)
-        report.status = "repaired"
+        report.status = RepairStatus.REPAIRED
     report.seconds = round(time.monotonic() - started, 3)
     return report
 

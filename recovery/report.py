@@ -14,6 +14,8 @@ from typing import Any
 
 from sessiondb.recovery_api import OutputError, private_output
 
+from .vocab import Outcome, Verdict
+
 # Exit codes shared by the library's outcome and the CLI (see docs/state-db-recovery.md).
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -23,12 +25,13 @@ EXIT_NOT_RECOVERABLE = 4
 EXIT_UNVERIFIED = 5
 EXIT_SOURCE_BUSY = 6
 
-INSPECT_EXIT = {"healthy": EXIT_OK, "fts_only": EXIT_LOSS, "structural": EXIT_LOSS,
-                "not_a_database": EXIT_NOT_RECOVERABLE, "empty": EXIT_NOT_RECOVERABLE,
-                "locked": EXIT_SOURCE_BUSY, "source_changing": EXIT_SOURCE_BUSY}
-OUTCOME_EXIT = {"recovered": EXIT_OK, "partial": EXIT_LOSS,
-                "not_recoverable": EXIT_NOT_RECOVERABLE, "unverified": EXIT_UNVERIFIED,
-                "source_changing": EXIT_SOURCE_BUSY}
+INSPECT_EXIT = {Verdict.HEALTHY: EXIT_OK, Verdict.FTS_ONLY: EXIT_LOSS,
+                Verdict.STRUCTURAL: EXIT_LOSS, Verdict.NOT_A_DATABASE: EXIT_NOT_RECOVERABLE,
+                Verdict.EMPTY: EXIT_NOT_RECOVERABLE, Verdict.LOCKED: EXIT_SOURCE_BUSY,
+                Verdict.SOURCE_CHANGING: EXIT_SOURCE_BUSY}
+OUTCOME_EXIT = {Outcome.RECOVERED: EXIT_OK, Outcome.PARTIAL: EXIT_LOSS,
+                Outcome.NOT_RECOVERABLE: EXIT_NOT_RECOVERABLE,
+                Outcome.UNVERIFIED: EXIT_UNVERIFIED, Outcome.SOURCE_CHANGING: EXIT_SOURCE_BUSY}
 
 
 @dataclass
@@ -61,7 +64,7 @@ class RecoveryReport:
     source: str
     requested_output: str
     output: str | None = None
-    outcome: str = "not_recoverable"
+    outcome: Outcome = Outcome.NOT_RECOVERABLE
     loss: bool = False
     loss_reasons: list[str] = field(default_factory=list)
     verdict_before: str = ""

@@ -21,6 +21,7 @@ from .spool import SPOOL_CAUSES, import_spool, spool_failed_write
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
 from .usage import UsageRow
+from .vocab import MessageState
 
 __version__ = "0.1.0"
 
@@ -35,7 +36,7 @@ __all__ = [
     "CompactionNotFound", "apply_compaction",
     "classify", "describe", "describe_error", "StorageFailure", "import_spool",
     "SearchHit", "SearchHealth", "InvalidQuery", "SearchRebuildRefused",
-    "ForeignStore", "Identity", "UsageRow",
+    "ForeignStore", "Identity", "UsageRow", "MessageState",
     # what agent/ needs beyond the above: private home files, spooling a failed write
     "private_output", "FILE_MODE", "ensure_private_dir", "SPOOL_CAUSES", "spool_failed_write",
 ]

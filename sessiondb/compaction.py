@@ -19,6 +19,7 @@ from . import leases, sessions
 from . import messages as rows
 from .codec import MARKER_KEY, UID_KEY, Persisted, encode, new_uid
 from .errors import Cause, InvalidInput, StorageError
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -79,7 +80,7 @@ def checked_ids(absorbed_ids: Any) -> list[int]:
 def _live_rows(conn: apsw.Connection, session_id: str, ids: list[int]) -> dict[int, tuple]:
     found = rows.rows_by_id(conn, ids)
     bad = [i for i in ids if i not in found or found[i][0] != session_id
-           or found[i][3] != rows.ACTIVE]
+           or found[i][3] != MessageState.ACTIVE]
     if bad:
         raise CompactionError(f"{len(bad)} absorbed id(s) are not live messages of session "
                               f"{session_id!r}: {', '.join(map(str, bad[:10]))}", ids=bad)
@@ -113,7 +114,7 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
         position = min(found[i][2] for i in ids)
         superseded = ([s for s in rows.live_summaries(conn, session_id) if s[0] not in found]
                       if supersede_previous else [])
-        rows.set_state(conn, ids + [s[0] for s in superseded], rows.ARCHIVED, cid)
+        rows.set_state(conn, ids + [s[0] for s in superseded], MessageState.ARCHIVED, cid)
         summary_id, _ = rows.insert(conn, session_id, enc, position, SUMMARY_KIND)
         conn.execute("INSERT INTO compactions(id, session_id, summary_id, absorbed_count,"
                      " created_at) VALUES (?, ?, ?, ?, ?)",
@@ -151,13 +152,13 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
             leases.check(conn, session_id, holder, db.now())
         if restored_at is not None:
             raise CompactionError(f"compaction {compaction_id!r} was already restored")
-        if (rows.status(conn, summary_id) or ("", ""))[1] != rows.ACTIVE:
+        if (rows.status(conn, summary_id) or ("", ""))[1] != MessageState.ACTIVE:
             raise CompactionError(f"the summary of compaction {compaction_id!r} is no longer "
                                   "live; restore the compaction that archived it first",
                                   ids=[summary_id])
         restored = rows.archived_by(conn, compaction_id)
-        rows.set_state(conn, restored, rows.ACTIVE, None)
-        rows.set_state(conn, [summary_id], rows.ARCHIVED, compaction_id)
+        rows.set_state(conn, restored, MessageState.ACTIVE, None)
+        rows.set_state(conn, [summary_id], MessageState.ARCHIVED, compaction_id)
         conn.execute("UPDATE compactions SET restored_at = ? WHERE id = ?",
                      (db.now(), compaction_id))
         return session_id, summary_id, restored

@@ -45,12 +45,13 @@ from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 CHUNK = 500
-STATES = frozenset({"active", "archived", "rewound"})
+STATES = frozenset(s.value for s in MessageState)  # plain: named in error text
 
 
 class ImportFileError(StorageError):
@@ -82,7 +83,7 @@ class MessageIn:
     session_id: str
     uid: str
     timestamp: float
-    state: str
+    state: str  # a MessageState's plain value: records are marshalled to the spill
     compaction_id: str | None
     kind: str
     message: dict[str, Any] | None
@@ -420,7 +421,7 @@ class _Run:
             encoded = [m.row() for m in batch]
             ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
             for m, rid in zip(batch, ids):
-                if m.state != "active" or m.compaction_id is not None:
+                if m.state != MessageState.ACTIVE or m.compaction_id is not None:
                     rows.set_state(conn, [rid], m.state, m.compaction_id)
         return len(fresh)
 

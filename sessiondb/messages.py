@@ -11,9 +11,6 @@ import apsw
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode
 from .rows import one
 
-ACTIVE = "active"
-ARCHIVED = "archived"
-REWOUND = "rewound"
 STATE_KEY = "_db_state"
 COMPACTION_KEY = "_db_compaction_id"
 

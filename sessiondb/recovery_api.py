@@ -38,6 +38,7 @@ from .search_index import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABL
 from .search_maintenance import SearchHealth, health_on
 from .spool import import_spool, spool_dir_for
 from .store import SessionDB
+from .vocab import MessageState
 
 __all__ = [
     # the store and its errors
@@ -60,5 +61,5 @@ __all__ = [
     "FTS_TABLE", "TRIGRAM_TABLE", "INDEXES", "TEXT_VIEW", "TRIGGERS", "stale_marker",
     "triggers_attached", "corruption_is_index_only", "SearchHealth", "health_on",
     # row formats and the spool
-    "ROLES", "fingerprint_of", "one", "import_spool", "spool_dir_for",
+    "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
 ]

@@ -29,6 +29,7 @@ from . import search_index, search_tail
 from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -66,7 +67,7 @@ class SearchHit:
 
     @property
     def archived(self) -> bool:
-        return self.state == "archived"
+        return self.state == MessageState.ARCHIVED
 
     @property
     def fallback(self) -> bool:

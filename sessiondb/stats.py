@@ -18,13 +18,14 @@ import apsw
 from . import usage
 from .search_index import INDEXES
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 # Both full-text indexes (word and trigram) and their shadow tables.
 FTS_PREFIXES = INDEXES
-STATES = ("active", "archived", "rewound")
+STATES = tuple(s.value for s in MessageState)
 
 
 def _file_size(path: Path) -> int | None:

@@ -21,6 +21,7 @@ from .codec import public_fields
 from .errors import InvalidInput, InvalidMessage, StorageError
 from .paths import validate_session_id
 from .spool import spool_failed_write
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -194,7 +195,7 @@ class TranscriptWriter:
         inserted = updated = calls = 0
         for w in plan:
             if w.marker is not None:
-                stored: tuple[int, str, str] | None = (w.marker.id, "", rows.ACTIVE)
+                stored: tuple[int, str, str] | None = (w.marker.id, "", MessageState.ACTIVE)
             else:
                 stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
             if stored is None:
@@ -218,7 +219,7 @@ class TranscriptWriter:
     def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
         """Bring a stored row (id, fingerprint, state) up to date; False if it was."""
         rid, fingerprint, state = stored
-        if state == rows.ACTIVE and fingerprint == w.enc.fingerprint:
+        if state == MessageState.ACTIVE and fingerprint == w.enc.fingerprint:
             return False
         if not rows.rewrite(conn, self.session_id, rid, w.enc, _explicit_timestamp(w.message)):
             raise InvalidInput(f"message {w.index} belongs to row {rid}, which is not a live "
