@@ -195,7 +195,8 @@ class TranscriptWriter:
         inserted = updated = calls = 0
         for w in plan:
             if w.marker is not None:
-                stored: tuple[int, str, str] | None = (w.marker.id, "", MessageState.ACTIVE)
+                stored: rows.StoredRow | None = rows.StoredRow(w.marker.id, "",
+                                                               MessageState.ACTIVE)
             else:
                 stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
             if stored is None:
@@ -206,18 +207,18 @@ class TranscriptWriter:
                     calls += w.enc.tool_call_total
                     continue
                 # The uid was known after all: treat it as the stored row it is.
-                stored = rows.find_uid(conn, sid, w.enc.uid) or (rid, "", "")
+                stored = rows.find_uid(conn, sid, w.enc.uid) or rows.StoredRow(rid, "", "")
             if inserted:
                 raise InvalidInput(f"message {w.index} is already stored but comes after a new "
                                    "message; new messages can only be added at the end")
             updated += self._rewrite(conn, w, stored)
-            ids.append(stored[0])
+            ids.append(stored.id)
         if inserted:
             sessions.add_message_counts(conn, sid, self.db.now(), inserted, calls)
         return (ids, inserted, updated), position
 
-    def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
-        """Bring a stored row (id, fingerprint, state) up to date; False if it was."""
+    def _rewrite(self, conn: apsw.Connection, w: _Write, stored: rows.StoredRow) -> bool:
+        """Bring a stored row up to date; False if it was."""
         rid, fingerprint, state = stored
         if state == MessageState.ACTIVE and fingerprint == w.enc.fingerprint:
             return False
