@@ -173,7 +173,7 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
 
 def list_compactions(db: "SessionDB", session_id: str) -> list[dict[str, Any]]:
     """The session's compactions, oldest first (ids, summary row, counts, times)."""
-    with db._read() as conn:
+    with db.core.read() as conn:
         sessions.require(conn, session_id)
         cur = conn.execute("SELECT id, summary_id, absorbed_count, created_at, restored_at"
                            " FROM compactions WHERE session_id = ? ORDER BY created_at, rowid",

@@ -337,7 +337,7 @@ class _Run:
         dry, now = self.result.dry_run, self.db.now()
         # Ledger rows go in with the session (or fill the keys an existing one
         # lacks) in the same transaction: a re-run adds none twice.
-        with (self.db._read() if dry else self.db.atomic()) as conn:
+        with (self.db.core.read() if dry else self.db.atomic()) as conn:
             created = not _session_exists(conn, rec.id)
             if created and not dry:
                 self._insert_session(conn, rec.row)
@@ -402,7 +402,7 @@ class _Run:
         """Messages of the chunk whose uid the session does not hold (first of duplicates)."""
         sid = chunk[0].session_id
         uids = [m.uid for m in chunk]
-        with db._read() as conn:
+        with db.core.read() as conn:
             known = {r[0] for r in conn.execute(
                 f"SELECT uid FROM messages WHERE session_id = ? AND uid IN "
                 f"({','.join('?' * len(uids))})", (sid, *uids))}

@@ -79,3 +79,56 @@ def test_scan_reports_each_way_around_the_surface(tmp_path: Path) -> None:
     assert violations(tmp_path, "sessiondb.recovery_api") == [
         "bad.py:1: sessiondb.store *", "bad.py:2: sessiondb.paths STORE_NAME",
         "bad.py:3: sessiondb.recovery_api _private", "bad.py:5: sessiondb migrations"]
+
+
+# -- inside sessiondb: feature modules and the store class ---------------------
+
+STORE_FACES = {"store.py", "__init__.py", "recovery_api.py"}  # may import SessionDB itself
+
+
+def _runtime_store_imports(tree: ast.Module) -> list[int]:
+    """Lines importing `.store` outside an ``if TYPE_CHECKING:`` block."""
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            guarded |= {n.lineno for n in ast.walk(node) if hasattr(n, "lineno")}
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
+            and (n.module == "store" or (n.module is None and any(a.name == "store"
+                                                                  for a in n.names)))
+            and n.lineno not in guarded]
+
+
+def test_feature_modules_never_import_the_store_class_at_run_time() -> None:
+    """Imports point one way: store.py builds on the feature modules; they
+    name `SessionDB` for type hints only."""
+    bad = []
+    for path in sorted((ROOT / "sessiondb").glob("*.py")):
+        if path.name not in STORE_FACES:
+            tree = ast.parse(path.read_text(), str(path))
+            bad += [f"{path.name}:{line}" for line in _runtime_store_imports(tree)]
+    assert not bad, f"runtime import of sessiondb.store from a feature module: {bad}"
+
+
+def test_no_module_reaches_into_a_store_handles_private_parts() -> None:
+    """Feature modules read through ``db.core`` (`StoreCore`), not through
+    `SessionDB`'s private ``_read``/``_snapshot``/``_core``."""
+    bad = []
+    for pkg in ("sessiondb", "recovery", "agent", "cli"):
+        for path in sorted((ROOT / pkg).glob("*.py")):
+            if pkg == "sessiondb" and path.name == "store.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                        and not node.attr.startswith("__") \
+                        and ast.unparse(node.value) in ("db", "self.db", "self._db", "store"):
+                    bad.append(f"{pkg}/{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not bad, "private SessionDB attributes used outside store.py:\n" + "\n".join(bad)
+
+
+def test_store_import_scan_tells_type_hints_from_run_time() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\n"
+                     "if TYPE_CHECKING:\n"
+                     "    from .store import SessionDB\n"
+                     "from .store import SessionDB\n"
+                     "from . import store\n")
+    assert _runtime_store_imports(tree) == [4, 5]
