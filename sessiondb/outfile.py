@@ -13,6 +13,10 @@ given, checked before any work and again just before the rename: renaming
 over them would replace the node itself, not write into it. Standard
 output is asked for as ``-`` by the CLI, never through a path.
 
+`publish` is the same last step for a file another writer filled under a
+temp name (SQLite's backup API, ``VACUUM INTO``): fsync, link into place,
+fsync the directory.
+
 `append_lines` is the one append path for a log a crash may cut short
 (``hermes chat --unsaved-to``): every line is whole after its fsync, and a
 line a crash tore is closed with a newline before the next append, so it
@@ -116,12 +120,30 @@ def _install(tmp: Path, path: Path, force: bool) -> None:
     os.unlink(tmp)
 
 
+def temp_name(target: Path) -> Path:
+    """A fresh dot-named temp path beside ``target`` (what `doctor` and
+    `clean_stale_temps` look for: ``.NAME.*.tmp``)."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+
+
+def publish(tmp: Path, target: Path) -> None:
+    """Make the finished file ``tmp`` durable and move it to ``target``,
+    never replacing an existing file (`OutputExists`); ``tmp`` is gone after."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _install(tmp, target, False)
+    fsync_dir(target.parent)
+
+
 @contextmanager
 def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iterator[IO[str]]:
     """A text file to write ``path`` through; it appears only if the block succeeds."""
     target = Path(path)
     check_output(target, force=force)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    tmp = temp_name(target)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     except OSError as e:

@@ -28,7 +28,7 @@ from .migrations import applied as applied_migrations
 from .migrations import apply_pending as apply_pending_migrations
 from .migrations import pending as pending_migrations
 from .migrations import unknown as unknown_migrations
-from .outfile import OutputError, fsync_dir, private_output
+from .outfile import OutputError, fsync_dir, private_output, publish
 from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_file,
                     ensure_private_dir, own_entries, profile_dir, resolve_home, validate_profile)
 from .policy import in_wal_reset_band, sqlite_library_version
@@ -50,7 +50,7 @@ __all__ = [
     # files: layout, modes, durable renames
     "FILE_MODE", "HOME_MODE", "SIDECARS", "STORE_NAME", "create_private_file",
     "ensure_private_dir", "own_entries", "profile_dir", "resolve_home", "validate_profile",
-    "fsync_dir", "private_output", "OutputError",
+    "fsync_dir", "private_output", "publish", "OutputError",
     # what a file is, and who holds it
     "Identity", "identify", "check_before_open", "Holder", "PROC", "PROC_LOCKS",
     "lock_holders", "open_holders", "other_holders", "refuse_if_held", "WHY",

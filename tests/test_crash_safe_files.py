@@ -219,3 +219,20 @@ def test_append_closes_a_torn_line_before_the_next_record(tmp_path: Path) -> Non
     fresh = tmp_path / "fresh.jsonl"
     append_lines(fresh, ["a", "b"])
     assert fresh.read_text() == "a\nb\n" and oct(fresh.stat().st_mode & 0o777) == "0o600"
+
+
+def test_publish_moves_a_finished_file_into_place_and_never_over_another(
+        tmp_path: Path) -> None:
+    """The last step of backups and containment's rescued copies, which
+    SQLite fills under a temp name."""
+    from sessiondb.outfile import OutputExists, publish, temp_name
+    target = tmp_path / "state-1.db"
+    tmp = temp_name(target)
+    tmp.write_bytes(b"copy")
+    publish(tmp, target)
+    assert target.read_bytes() == b"copy" and not tmp.exists()
+    again = temp_name(target)
+    again.write_bytes(b"other")
+    with pytest.raises(OutputExists):
+        publish(again, target)
+    assert target.read_bytes() == b"copy" and again.read_bytes() == b"other"
