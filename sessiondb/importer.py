@@ -17,12 +17,12 @@ holds the write lock for long and an interrupted one can simply be re-run.
 
 The bulk path. Into a session this import created, a chunk goes in as one
 ``executemany`` (positions kept in memory and checked against the store,
-known uids dropped by one query, once per chunk), with the session's counters moved once per
-chunk, not per message. When the import brings at least as many messages
-as the store holds and no other process holds it, the search index is
-built once at the end instead of row by row: it is marked stale (search
-scans meanwhile, exactly), and rebuilt after the last chunk; an interrupted
-import leaves it stale and the next open or `sessions reindex` rebuilds it.
+known uids dropped by one query, once per chunk), with the session's
+counters moved once per chunk, not per message. The import writes
+canonical rows only: the search index is the off-commit indexer's (rows
+above its watermark are searched exactly through the tail scan as soon as
+their chunk commits), and after the last chunk the import drives the
+indexer in short batches of its own (see import_index.py).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import apsw
 
-from . import holders, search_index
+from . import import_index
 from . import messages as rows
 from . import sessions as session_rows
 from . import usage
@@ -44,7 +44,6 @@ from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
-from .rows import one
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -119,9 +118,11 @@ class ImportResult:
     messages_in_file: int = 0
     messages_added: int = 0
     messages_skipped: int = 0
-    #: how the search index followed: "incremental" (row by row), "rebuilt" (once,
-    #: at the end), "stale" (to be rebuilt: another process held the store)
-    search_index: str = "incremental"
+    #: the search index when the import returned (see import_index.py):
+    #: "caught_up", "pending" (``index_backlog`` rows left to the indexer; search
+    #: is exact meanwhile) or "stale" (untrusted before the import: reindex)
+    search_index: str = "caught_up"
+    index_backlog: int = 0
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
     #: Rows per table of a foreign source, and what was not carried over (why).
@@ -468,7 +469,8 @@ def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
     return result
 
 
-ProgressFor = Callable[[int], Progress | None]
+#: called with the planned count (and "indexing" for the index's catch-up)
+ProgressFor = Callable[..., Progress | None]
 
 
 def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], *,
@@ -483,18 +485,25 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
     and returns a callback that is told how many messages each chunk handled.
     """
     if dry_run:
-        return _run(db, open_records(), ImportResult(source_format, path, True), None,
-                    require_end)
+        planned = _run(db, open_records(), ImportResult(source_format, path, True), None,
+                       require_end)
+        planned.search_index, planned.index_backlog = import_index.state(db)
+        return planned
     with Spill(db.path.parent) as spill:
         plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
                     require_end, spill.write)
         progress = progress_for(plan.messages_in_file) if progress_for is not None else None
         result = ImportResult(source_format, path, False)
-        deferred = _defer_index(db, plan)
         _run(db, _unspill(spill.read()), result, progress, require_end)
-    if deferred:
-        result.search_index = _rebuild_index(db)
+    _catch_up(db, result, progress_for)
     return result
+
+
+def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None) -> None:
+    """The rows are committed: bring the search index to date in short batches."""
+    total = import_index.backlog_rows(db)
+    progress = progress_for(total, "indexing") if progress_for and total else None
+    result.search_index, result.index_backlog = import_index.catch_up(db, progress)
 
 
 def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
@@ -507,28 +516,6 @@ def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
             yield SessionIn(rec[1], rec[2], tuple(rec[3]))
         else:
             yield EndIn(rec[1], rec[2], rec[3])
-
-
-def _defer_index(db: SessionDB, plan: ImportResult) -> bool:
-    """Detach the search index for the import (marked stale) when building it
-    once is cheaper than row by row: the import at least doubles the store,
-    and no other process holds it (a rebuild needs the store alone)."""
-    if plan.messages_added == 0 or holders.other_holders(db.path) != []:
-        return False
-    with db.atomic() as conn:
-        (stored,) = one(conn.execute("SELECT count(*) FROM messages"))
-        if stored > plan.messages_added or search_index.stale_marker(conn) is not None:
-            return False
-        search_index.mark_stale(conn, "bulk import: the index is built once at the end", None)
-    return True
-
-
-def _rebuild_index(db: SessionDB) -> str:
-    try:
-        db.rebuild_search_index()
-    except StorageError:  # refused (a holder appeared) or failed: stays stale, search scans
-        return "stale"
-    return "rebuilt"
 
 
 def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,
