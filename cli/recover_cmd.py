@@ -87,7 +87,8 @@ def print_inspect(r: InspectReport) -> None:
         table(((t.name, t.kind, "yes" if t.readable else "NO", t.rows) for t in r.tables),
               ("table", "kind", "readable", "rows read"))
     for f in r.fts:
-        click.echo(f"fts {f.name}: integrity {'ok' if f.integrity_ok else 'FAILED'}, "
+        check = "integrity" if f.method == "integrity-check" else f"{f.probes} sampled probes"
+        click.echo(f"fts {f.name}: {check} {'ok' if f.integrity_ok else 'FAILED'}, "
                    f"probe {'ok' if f.probe_ok else 'FAILED'}")
     if r.fts_stale:
         click.echo("fts: marked stale (fts_stale)")
@@ -139,8 +140,13 @@ def print_recovery(r: RecoveryReport) -> None:
     click.echo(f"next: {step}" if step else "next: no command to run")
 
 
+def _inspect_phase(text: str) -> None:
+    click.echo(f"inspect: {text}...", err=True)
+
+
 def _run_inspect(source: Path, work_dir: Path | None, as_json: bool) -> int:
-    report = inspect(source, work_dir=work_dir)
+    report = inspect(source, work_dir=work_dir,
+                     progress=_inspect_phase if sys.stderr.isatty() else None)
     emit_json(report.to_dict()) if as_json else print_inspect(report)
     return INSPECT_EXIT[report.verdict]
 
