@@ -11,9 +11,11 @@ A session missing from the store is created with the exported row's
 values (start/update/end times, token usage), its message and tool-call
 counters derived from the rows actually inserted, never taken from the
 file; a session that exists keeps its row and only gains the messages it
-lacks (its counters move with them). Messages are
-written in bounded chunks, one transaction each, so a large import never
-holds the write lock for long and an interrupted one can simply be re-run.
+lacks (its counters move with them). Messages are written in chunks of
+``CHUNK``, and the writing pass commits every ``BATCH_ROWS`` rows (one
+transaction spans many short sessions; each session's writes are savepoints
+in it), so a large import never holds the write lock for long, memory holds
+one chunk, and an interrupted import can simply be re-run.
 
 The bulk path. Into a session this import created, a chunk goes in as one
 ``executemany`` (positions kept in memory and checked against the store,
@@ -21,13 +23,14 @@ known uids dropped by one query, once per chunk), with the session's
 counters moved once per chunk, not per message. The import writes
 canonical rows only: the search index is the off-commit indexer's (rows
 above its watermark are searched exactly through the tail scan as soon as
-their chunk commits), and after the last chunk the import drives the
+their batch commits), and after the last batch the import drives the
 indexer in short batches of its own (see import_index.py).
 """
 from __future__ import annotations
 
 import itertools
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
@@ -49,8 +52,9 @@ if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 CHUNK = 500
-#: a chunk into a session this import created (one executemany, ~20 ms of writing)
-BULK_CHUNK = 2_000
+#: rows per transaction of the writing pass (~20-40 ms of writing); its chunks
+#: (one executemany each) stay CHUNK long, so memory holds one chunk
+BATCH_ROWS = 2_000
 STATES = frozenset({"active", "archived", "rewound"})
 
 
@@ -308,8 +312,33 @@ class _Run:
     chunk: list[MessageIn] = field(default_factory=list)
     orphan_parents: dict[str, str] = field(default_factory=dict)
     next_position: int = 1  # of the session this import created (bulk path)
+    #: the writing pass's open transaction: it spans sessions (each session's
+    #: own writes are savepoints inside it) and commits every BATCH_ROWS rows,
+    #: so a store of short sessions is not written at three commits a session
+    batch: ExitStack | None = None
+    batch_rows: int = 0
 
     def feed(self, rec: Record) -> None:
+        if not self.result.dry_run and self.batch is None:
+            self.batch = ExitStack()
+            self.batch.enter_context(self.db.atomic())
+        self._feed(rec)
+        if self.batch_rows >= BATCH_ROWS:
+            self.commit()
+
+    def commit(self) -> None:
+        """End the writing pass's transaction (none open: nothing to do)."""
+        batch, self.batch, self.batch_rows = self.batch, None, 0
+        if batch is not None:
+            batch.close()
+
+    def abort(self, exc: BaseException) -> None:
+        """Roll the open transaction back (the rows of this batch, not earlier ones)."""
+        batch, self.batch = self.batch, None
+        if batch is not None:
+            batch.__exit__(type(exc), exc, exc.__traceback__)
+
+    def _feed(self, rec: Record) -> None:
         if self.ended:
             raise _bad(rec.line, "records after the end record")
         if isinstance(rec, SessionIn):
@@ -327,7 +356,7 @@ class _Run:
                                 rec.compaction_id, rec.kind, tuple(enc), rec.line))
             self.result.messages_in_file += 1
             self.chunk.append(rec)
-            if len(self.chunk) >= (BULK_CHUNK if self.created else CHUNK):
+            if len(self.chunk) >= CHUNK:
                 self.flush()
         else:
             self.finish_session()
@@ -403,6 +432,7 @@ class _Run:
                 added = self._write(conn, chunk)
         self.result.messages_added += added
         self.result.messages_skipped += len(chunk) - added
+        self.batch_rows += len(chunk)
         if self.progress is not None:
             self.progress(len(chunk))
 
@@ -467,14 +497,19 @@ def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
          progress: Progress | None, require_end: bool,
          spill: SpillWriter | None = None) -> ImportResult:
     run = _Run(db, result, progress, spill)
-    for rec in records:
-        run.feed(rec)
-    if not run.ended:
-        if require_end:
-            raise ImportFileError("the file ends without its end record (truncated?); "
-                                  "nothing was imported")
-        run.finish_session()
-    run.link_parents()
+    try:
+        for rec in records:
+            run.feed(rec)
+        if not run.ended:
+            if require_end:
+                raise ImportFileError("the file ends without its end record (truncated?); "
+                                      "nothing was imported")
+            run.finish_session()
+        run.link_parents()
+    except BaseException as e:
+        run.abort(e)
+        raise
+    run.commit()
     return result
 
 
