@@ -99,3 +99,20 @@ def test_phases_are_told_and_json_is_unchanged(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["verdict"] == "healthy"  # stdout is the JSON alone
     assert "inspect:" not in res.output  # not a terminal: no phase lines
+
+
+def test_full_flag_runs_the_integrity_check_past_the_threshold(tmp_path, monkeypatch):
+    import importlib
+    inspect_mod = importlib.import_module("recovery.inspect")  # (the package exports a function of that name)
+    monkeypatch.setattr(inspect_mod, "FULL_CHECK_BYTES", 0)  # every file counts as big
+    db = build(tmp_path / "state.db")
+    sampled = CliRunner().invoke(cli, ["sessions", "recover", "--source", str(db),
+                                       "--inspect-only", "--json"])
+    full = CliRunner().invoke(cli, ["sessions", "recover", "--source", str(db),
+                                    "--inspect-only", "--full", "--json"])
+    assert {f["method"] for f in json.loads(sampled.output)["fts"]} == {"sampled"}
+    assert {f["method"] for f in json.loads(full.output)["fts"]} == {"integrity-check"}
+    misuse = CliRunner().invoke(cli, ["sessions", "recover", "--source", str(db), "--output",
+                                      str(tmp_path / "new.db"), "--full"])
+    assert misuse.exit_code == 2 and "--full only applies with --inspect-only" in misuse.output
+    assert not (tmp_path / "new.db").exists()
