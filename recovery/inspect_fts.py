@@ -129,8 +129,9 @@ def sampled_health(conn: apsw.Connection, name: str, *, probes: int = SAMPLE_PRO
     try:
         top, skip = _not_indexed_yet(conn)
         bounds = _bounds(conn, q, top)
-        for _ in range(probes if bounds else 0):
-            found = _sample_row(conn, q, rng.randint(*bounds), bounds[1], skip)  # type: ignore[misc]
+        lo, hi = bounds if bounds is not None else (0, 0)
+        for _ in range(probes if bounds is not None else 0):
+            found = _sample_row(conn, q, rng.randint(lo, hi), hi, skip)
             if found is None:
                 continue
             rowid, word = found

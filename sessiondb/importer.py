@@ -526,7 +526,9 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
     ``open_records`` is called once: the checking pass spills each checked
     record (see import_spill.py) and the writing pass reads them back.
     ``progress_for`` gets the planned message count before the writing pass
-    and returns a callback that is told how many messages each chunk handled.
+    and returns a callback that is told how many messages each chunk handled;
+    after the rows, it is called again with the index backlog and
+    ``"indexing"`` for the catch-up (see import_index.py).
     """
     if dry_run:
         planned = _run(db, open_records(), ImportResult(source_format, path, True), None,
