@@ -332,7 +332,7 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
                    f: IO[bytes], dry_run: bool) -> int:
     """Insert what is missing (one transaction); returns how many were present."""
     if dry_run:
-        with db._read() as conn:
+        with db.core.read() as conn:
             if not sessions.exists(conn, session_id):
                 return 0
             return sum(len(_present_uids(conn, session_id, [e.uid for e in chunk]))
