@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
-                          CarveResult, CarveStats, LostRecord, RowOrigin)
+                          CarveResult, CarveStats, LostRecord, PageSet, RowOrigin)
 from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
                          FormatError, decode_record, lock_byte_page,
@@ -34,8 +34,8 @@ from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
 from .wal import DatabaseImage
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
-           "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "carve", "estimate",
-           "probe_page_size"]
+           "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "Carver", "carve",
+           "estimate", "probe_page_size"]
 _LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class _Found:
     origin: RowOrigin
 
 
-def _check_paths(db_path: str | os.PathLike[str]) -> Path:
+def check_source(db_path: str | os.PathLike[str]) -> Path:
     path = Path(db_path)
     if not path.is_file():
         raise CarveError(f"{path} is not a readable file", path=str(path))
@@ -78,14 +78,14 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
     ``harvest``: with page 1 lost, schema rows left on other pages give the
     roots of the trees they name.
     """
-    path = _check_paths(db_path)
+    path = check_source(db_path)
     started = time.perf_counter()
     try:
         image = DatabaseImage.open(path, wal_path)
     except OSError as e:
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
-        carver = _Carver(image, resolve=resolve, fill=fill, harvest=harvest)
+        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(include_freelist, include_uncommitted)
         result = carver.result()
     result.stats.seconds = time.perf_counter() - started
@@ -100,9 +100,9 @@ def estimate(db_path: str | os.PathLike[str],
     (and by format, for layouts of several), without decoding records
     except one per orphaned leaf; with page 1 lost, the schema rows found on
     other pages come back too."""
-    path = _check_paths(db_path)
+    path = check_source(db_path)
     with DatabaseImage.open(path, wal_path) as image:
-        carver = _Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
+        carver = Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(False, False)
         est = CarveEstimate(rows={t: n for t, n in carver.counts.items() if n},
                             unattributed=carver.counts_lost,
@@ -114,7 +114,7 @@ def estimate(db_path: str | os.PathLike[str],
     return est
 
 
-class _Carver:
+class Carver:
     """One carving pass over one image; see the module docstring for the order."""
 
     def __init__(self, image: DatabaseImage, count_only: bool = False,
@@ -130,8 +130,8 @@ class _Carver:
         self.stats = CarveStats()
         self.found: list[_Found] = []
         self.lost: list[LostRecord] = []
-        self.owned: set[int] = set()      # pages some tree walk reached
-        self.skip: set[int] = set()       # freelist, pointer-map, lock-byte pages
+        self.owned = PageSet()  # pages some tree walk reached
+        self.skip = PageSet()   # freelist, pointer-map, lock-byte pages
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
@@ -146,6 +146,17 @@ class _Carver:
     # -- the passes ----------------------------------------------------------
 
     def run(self, include_freelist: bool, include_uncommitted: bool) -> None:
+        for _ in self.steps(include_freelist, include_uncommitted):
+            pass
+
+    def drain(self) -> tuple[list[tuple[str, dict[str, Any], RowOrigin]], list[LostRecord]]:
+        """(table, row, origin) and lost records found since the last drain."""
+        found = [(f.table, f.row, f.origin) for f in self.found]
+        lost, self.found, self.lost = self.lost, [], []
+        return found, lost
+
+    def steps(self, include_freelist: bool, include_uncommitted: bool) -> Iterator[None]:
+        """The passes, pausing after each leaf page mapped."""
         if not self._settle_page_size():
             return
         schema = self._read_schema()
@@ -158,14 +169,14 @@ class _Carver:
             schema = self._harvest_schema()
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
-            self._walk(root, layout)
+            yield from self._walk(root, layout)
         for root in self.index_roots:
             self._walk_index(root)
-        self._orphan_scan()
+        yield from self._orphan_scan()
         if include_freelist:
-            self._freelist_lane()
+            yield from self._freelist_lane()
         if include_uncommitted:
-            self._uncommitted_lane()
+            yield from self._uncommitted_lane()
 
     def _settle_page_size(self) -> bool:
         info, st = self.image.info, self.stats
@@ -275,7 +286,7 @@ class _Carver:
                 self.ptrmap.update(parse_ptrmap(data, pgno, usable, n))
             pgno += usable // 5 + 1
         free = {p for p, (kind, _) in self.ptrmap.items() if kind == 2}  # type 2: free
-        self.free_leaves += sorted(free - self.skip)  # the map knows free pages too
+        self.free_leaves += sorted(p for p in free if p not in self.skip)  # the map knows free pages too
         self.skip |= free
 
     def _guess_freelist(self) -> None:
@@ -388,14 +399,14 @@ class _Carver:
                 if record is not None:
                     yield record.values
 
-    def _walk(self, root: int, layout: Layout) -> None:
+    def _walk(self, root: int, layout: Layout) -> Iterator[None]:
         before = self.damage_seen
-        self._walk_leaves(root, layout)
+        yield from self._walk_leaves(root, layout)
         if not layout.ignore:  # what a caller needs to trust a clean walk as complete
             trees = self.stats.tree_damage
             trees[layout.table] = trees.get(layout.table, 0) + self.damage_seen - before
 
-    def _walk_leaves(self, root: int, layout: Layout) -> None:
+    def _walk_leaves(self, root: int, layout: Layout) -> Iterator[None]:
         for pgno, data, page in self._tree_leaves(root):
             if layout.ignore:
                 continue
@@ -404,6 +415,7 @@ class _Carver:
                 self.format_counts[layout.fmt] += page.cell_count - page.bad_pointers
                 continue
             self._map_page(pgno, data, page, TREE, layout)
+            yield
 
     # -- records -------------------------------------------------------------
 
@@ -505,7 +517,7 @@ class _Carver:
 
     # -- scans -----------------------------------------------------------------
 
-    def _orphan_scan(self) -> None:
+    def _orphan_scan(self) -> Iterator[None]:
         """Table leaves no walk reached: everything, when page 1 is gone."""
         for pgno in range(1, self.image.page_count + 1):
             if pgno in self.owned or pgno in self.skip:
@@ -519,12 +531,13 @@ class _Carver:
             loaded = self._load(pgno)
             if loaded is None:
                 continue
-            self.stats.orphan_pages.append(pgno)
+            self.stats.orphan_pages += 1
             layout = self._layout_via_ptrmap(pgno)
             if self.count_only:
                 self._count_orphan(pgno, *loaded, layout)
             else:
                 self._map_page(pgno, *loaded, ORPHAN, layout)
+                yield
 
     def _count_orphan(self, pgno: int, data: bytes, page: BTreePage,
                       layout: Layout | None) -> None:
@@ -552,7 +565,7 @@ class _Carver:
             pgno = parent
         return None
 
-    def _freelist_lane(self) -> None:
+    def _freelist_lane(self) -> Iterator[None]:
         for pgno in self.free_leaves:
             data = self.image.page(pgno)
             if data is None or data[0] != TABLE_LEAF:
@@ -562,8 +575,9 @@ class _Carver:
             except BAD_BYTES:
                 continue
             self._map_page(pgno, data, page, FREELIST, None)
+            yield
 
-    def _uncommitted_lane(self) -> None:
+    def _uncommitted_lane(self) -> Iterator[None]:
         for pgno, data, _frame in self.image.uncommitted_pages():
             if data[100 if pgno == 1 else 0] != TABLE_LEAF:
                 continue
@@ -572,6 +586,7 @@ class _Carver:
             except BAD_BYTES:
                 continue
             self._map_page(pgno, data, page, UNCOMMITTED, None, from_wal=True)
+            yield
 
     # -- result ----------------------------------------------------------------
 

@@ -85,7 +85,8 @@ Check = Callable[[apsw.Connection, "Verification"], None]
 
 
 def verify_output(path: Path, expected: dict[str, int],
-                  readable: dict[str, int] | None = None) -> Verification:
+                  readable: dict[str, int] | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> Verification:
     """Run every check on ``path``; a check that cannot run is a finding.
 
     ``expected`` is the rows written per table; ``readable`` (optional) the
@@ -95,11 +96,12 @@ def verify_output(path: Path, expected: dict[str, int],
     named: list[tuple[str, Check]] = [
         (check.__name__.strip("_"), check) for check in (_integrity, _foreign_keys, _schema, _fts)]
     named.append(("counts", lambda c, v: _counts(c, v, expected)))
-    return _run_checks(path, expected, readable, named)
+    return _run_checks(path, expected, readable, named, progress)
 
 
 def _run_checks(path: Path, expected: dict[str, int], readable: dict[str, int] | None,
-                checks: list[tuple[str, Check]]) -> Verification:
+                checks: list[tuple[str, Check]],
+                progress: Callable[[str, int, int], None] | None = None) -> Verification:
     """Open the output once and run ``checks`` on it; a check that raises
     becomes a finding under its name, and the others still run."""
     v = Verification()
@@ -111,7 +113,9 @@ def _run_checks(path: Path, expected: dict[str, int], readable: dict[str, int] |
         v.findings.append(f"cannot open the output: {type(e).__name__}: {e}")
         return v
     try:
-        for name, check in checks:
+        for i, (name, check) in enumerate(checks):
+            if progress is not None:
+                progress(f"verifying: {name}", i, len(checks))
             try:
                 check(conn, v)
             except apsw.Error as e:
