@@ -13,6 +13,7 @@ from typing import Any, Generator
 
 from .carve_types import CarveError, CarveStats, LostRecord, RowOrigin
 from .carver import Carver, Resolver, check_source
+from .lanes import BATCH_BYTES, row_size
 from .layouts import Layout
 from .wal import DatabaseImage
 
@@ -38,9 +39,13 @@ def carve_stream(db_path: str | os.PathLike[str],
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
         carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest)
+        size = seen = 0
         for _ in carver.steps(include_freelist, False):
-            if len(carver.found) + len(carver.lost) >= batch:
+            size += sum(row_size(f.row) for f in carver.found[seen:])
+            seen = len(carver.found)
+            if seen + len(carver.lost) >= batch or size >= BATCH_BYTES:
                 yield carver.drain()
+                size = seen = 0
         if carver.found or carver.lost:
             yield carver.drain()
         carver.stats.pages_read, carver.stats.bytes_read = image.pages_read, image.bytes_read

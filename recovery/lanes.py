@@ -14,7 +14,6 @@ batch per table.) The last lane, the page carver, is in `recovery.carve_lane`.
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 from array import array
 from dataclasses import dataclass, field
@@ -34,7 +33,8 @@ EVERYTHING = (MIN_ROWID, MAX_ROWID)
 DEFAULT_CHUNK = 500
 DEFAULT_BUDGET = 20000
 SINGLES_BELOW = 16  # a failing range this small is read one rowid at a time
-BATCH_ROWS = 2000  # rows a whole-table read hands to the output at a time
+BATCH_ROWS = 2000  # rows a lane hands to the output at a time, at most
+BATCH_BYTES = 4 << 20  # and about this many bytes of values (rows may be megabytes each)
 
 Range = tuple[int, int]
 Progress = Callable[[str, int, int], None]  # (what, done, total), for a progress bar
@@ -214,6 +214,25 @@ def runs(rowids: Any) -> list[Range]:
     return out
 
 
+def row_size(row: dict) -> int:
+    """About how many bytes a row dict holds (its text and blobs)."""
+    return 64 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
+
+
+def batches(rows: Iterable[dict]) -> Iterator[list[dict]]:
+    """``rows`` in lists of at most BATCH_ROWS rows and about BATCH_BYTES."""
+    batch: list[dict] = []
+    size = 0
+    for row in rows:
+        batch.append(row)
+        size += row_size(row)
+        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
@@ -248,7 +267,7 @@ def _read_whole(ctx: LaneContext, conn: apsw.Connection, spec: TableSpec,
     done = 0
     try:
         cursor = conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}")
-        while batch := [spec.row_dict(r) for r in itertools.islice(cursor, BATCH_ROWS)]:
+        for batch in batches(spec.row_dict(r) for r in cursor):
             done += len(batch)
             yield spec.name, batch
             ctx.report_progress(f"copying {spec.name}", done, 0)
@@ -325,20 +344,17 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
     sql = (f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid {op} ? "
            f"AND rowid {bound} ? ORDER BY rowid {order} LIMIT ?")
     while True:
-        batch: list[dict] = []
+        got = 0
         try:
-            for r in ctx.live.execute(sql, (cursor, stop, ctx.chunk)):
-                batch.append(spec.row_dict(r))
-                last = r[0]
-        except READ_ERRORS:
-            if batch:
+            for batch in batches(spec.row_dict(r) for r in ctx.live.execute(
+                    sql, (cursor, stop, ctx.chunk))):
+                last, got = batch[-1][ROWID_KEY], got + len(batch)
+                read[0] += len(batch)
                 yield spec.name, batch
+        except READ_ERRORS:
             return last if last is not None else (start - 1 if forward else start + 1)
-        read[0] += len(batch)
-        if batch:
-            yield spec.name, batch
         ctx.report_progress(f"copying {spec.name}", read[0], 0)
-        if len(batch) < ctx.chunk:
+        if got < ctx.chunk:
             return None
         cursor = last + 1 if forward else last - 1  # type: ignore[operator]  # full chunk: set
 
@@ -446,21 +462,14 @@ def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
     if not budget.take():
         return lo
     last = lo - 1
-    batch: list[dict] = []
     try:
-        for r in ctx.live.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()} "
-                                  "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)):
-            batch.append(spec.row_dict(r))
-            last = r[0]
-            if len(batch) >= ctx.chunk:
-                yield spec.name, batch
-                batch = []
-    except READ_ERRORS:
-        if batch:
+        for batch in batches(spec.row_dict(r) for r in ctx.live.execute(
+                f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid BETWEEN ? AND ? "
+                "ORDER BY rowid", (lo, hi))):
+            last = batch[-1][ROWID_KEY]
             yield spec.name, batch
+    except READ_ERRORS:
         return last + 1
-    if batch:
-        yield spec.name, batch
     return None
 
 
