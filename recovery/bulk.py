@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import search_index
+from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers,
+                                   set_watermark)
 
 from .catalog import quote
 from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
@@ -54,7 +55,7 @@ def start(conn: apsw.Connection) -> Deferred:
             "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
         for name, _sql in deferred.indexes:
             conn.execute(f"DROP INDEX {quote(name)}")
-        search_index.drop_triggers(conn)
+        drop_triggers(conn)
     return deferred
 
 
@@ -74,7 +75,7 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
         for i, (_name, sql) in enumerate(deferred.indexes, 1):
             conn.execute(sql)
             tick("building indexes", i, len(deferred.indexes))
-        search_index.attach_triggers(conn)
+        attach_triggers(conn)
     fill_search(conn, tick)
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
@@ -154,9 +155,9 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
                            " ORDER BY id LIMIT 1 OFFSET ?", (low, FTS_BATCH - 1)).fetchone()
         high = row[0] if row is not None else None
         with conn:
-            for table in search_index.INDEXES:
+            for table in INDEXES:
                 conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM "
-                             f"{search_index.TEXT_VIEW} WHERE id > coalesce(?, "
+                             f"{TEXT_VIEW} WHERE id > coalesce(?, "
                              "-9223372036854775808) AND id <= coalesce(?, 9223372036854775807)",
                              (low, high))
         done = min(total, done + FTS_BATCH)
@@ -167,10 +168,10 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
     with conn:
         _fts_settings(conn, NORMAL_SETTINGS)
         (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
-        search_index.set_watermark(conn, top)
+        set_watermark(conn, top)
 
 
 def _fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...]) -> None:
-    for table in search_index.INDEXES:
+    for table in INDEXES:
         for key, value in settings:
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))

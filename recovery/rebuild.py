@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import SessionDB
+from sessiondb.recovery_api import SessionDB
 
 from . import bulk
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote

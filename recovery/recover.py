@@ -21,8 +21,7 @@ from typing import Any, Sequence
 
 import apsw
 
-from sessiondb.outfile import fsync_dir
-from sessiondb.paths import SIDECARS
+from sessiondb.recovery_api import SIDECARS, fsync_dir
 
 from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
 from . import recover_foreign
@@ -38,6 +37,7 @@ from .sink import RowSink
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
 from .verify import Verification, verify_output
+from .vocab import Outcome, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +286,7 @@ def _keep_unreadable(tmp: Path, output: Path, report: RecoveryReport,
     look, with the reason as the verification's finding."""
     report.verification = Verification(findings=[str(err)]).to_dict()
     report.loss_reasons = _loss(report) or ["the new file could not be completed"]
-    report.loss, report.outcome = True, "unverified"
+    report.loss, report.outcome = True, Outcome.UNVERIFIED
     report.output = str(_place(tmp, output, UNVERIFIED_SUFFIX))
     for p in [Path(f"{tmp}{LOST_SUFFIX}")] + [Path(f"{tmp}{s}") for s in SIDECARS]:
         p.unlink(missing_ok=True)
@@ -307,11 +307,11 @@ def _verify_and_place(ctx: LaneContext, tmp: Path, output: Path, report: Recover
                                            if foreign else [])
     report.loss = bool(report.loss_reasons)
     if not verification.ok:
-        report.outcome, suffix = "unverified", UNVERIFIED_SUFFIX
+        report.outcome, suffix = Outcome.UNVERIFIED, UNVERIFIED_SUFFIX
     elif report.loss:
-        report.outcome, suffix = "partial", "" if allow_partial else PARTIAL_SUFFIX
+        report.outcome, suffix = Outcome.PARTIAL, "" if allow_partial else PARTIAL_SUFFIX
     else:
-        report.outcome, suffix = "recovered", ""
+        report.outcome, suffix = Outcome.RECOVERED, ""
     report.output = str(_place(tmp, output, suffix))
     if foreign and stats.lost_file:
         report.lost_and_found_file = str(_place(Path(stats.lost_file),
@@ -387,7 +387,7 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
         except (apsw.Error, UnicodeDecodeError):
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
-    sound = insp.data_verdict in ("healthy", "fts_only")
+    sound = insp.data_verdict in (Verdict.HEALTHY, Verdict.FTS_ONLY)
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
                        structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
                        include_freelist=opts.include_freelist)
@@ -441,7 +441,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     try:
         _recover(source, output, report, opts)
     except SourceChanging as e:
-        report.outcome = "source_changing"
+        report.outcome = Outcome.SOURCE_CHANGING
         report.loss_reasons = [str(e)]
     except OSError as e:
         raise RecoveryIOError(f"recovery stopped by an I/O error: {e}",
@@ -483,7 +483,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
             raise
         if stats is None:
             _remove(tmp)
-            report.outcome = "not_recoverable"
+            report.outcome = Outcome.NOT_RECOVERABLE
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return
         _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import apsw
 
-from sessiondb.errors import from_apsw
+from sessiondb.recovery_api import from_apsw
 
 from .carve_types import FREELIST, UNCOMMITTED
 from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, quote
