@@ -117,6 +117,7 @@ class LaneContext:
     progress: Progress | None = None
     include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
     kept: RowsKept | None = None  # the output, asked which rowids it holds
+    readable: dict[str, int] = field(default_factory=dict)  # rows inspect could count
 
     @property
     def live(self) -> apsw.Connection:
@@ -132,6 +133,10 @@ class LaneContext:
     def report_progress(self, what: str, done: int, total: int) -> None:
         if self.progress is not None:
             self.progress(what, done, total)
+
+    def copied(self, table: str, done: int) -> None:
+        """Rows of ``table`` a lane has read so far (out of what inspect counted)."""
+        self.report_progress(f"copying {table}", done, max(self.readable.get(table, 0), done))
 
     def pending(self) -> list[TableState]:
         return [s for s in self.states.values() if not s.complete]
@@ -270,7 +275,7 @@ def _read_whole(ctx: LaneContext, conn: apsw.Connection, spec: TableSpec,
         for batch in batches(spec.row_dict(r) for r in cursor):
             done += len(batch)
             yield spec.name, batch
-            ctx.report_progress(f"copying {spec.name}", done, 0)
+            ctx.copied(spec.name, done)
     except READ_ERRORS as e:
         result.stats.setdefault("errors", {})[spec.name] = _err(e)
         return
@@ -353,7 +358,7 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
                 yield spec.name, batch
         except READ_ERRORS:
             return last if last is not None else (start - 1 if forward else start + 1)
-        ctx.report_progress(f"copying {spec.name}", read[0], 0)
+        ctx.copied(spec.name, read[0])
         if got < ctx.chunk:
             return None
         cursor = last + 1 if forward else last - 1  # type: ignore[operator]  # full chunk: set

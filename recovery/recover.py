@@ -388,9 +388,10 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in (Verdict.HEALTHY, Verdict.FTS_ONLY)
+    readable = {n: h.rows for n in states if (h := insp.table(n)) is not None and h.rows}
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
                        structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
-                       include_freelist=opts.include_freelist)
+                       include_freelist=opts.include_freelist, readable=readable)
 
 
 def _describe_schema(report: RecoveryReport, cat: Catalog | None,
@@ -466,6 +467,8 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
     try:
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
+        if opts.progress is not None:
+            opts.progress("inspecting the copy", 0, 0)
         insp, cat = inspect_snapshot(snap, estimate=None)
         report.timings["inspect_s"] = round(time.monotonic() - t0, 3)
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict

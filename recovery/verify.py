@@ -145,6 +145,8 @@ def _run_checks(path: Path, expected: dict[str, int], readable: dict[str, int] |
                 check(conn, v)
             except apsw.Error as e:
                 v.findings.append(f"{name}: {type(e).__name__}: {e}")
+        if progress is not None:
+            progress("verifying", len(checks), len(checks))
     finally:
         conn.close()
     return v
