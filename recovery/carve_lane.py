@@ -19,11 +19,12 @@ rows are not used (the new store writes its own), FTS rows never are.
 """
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 from .carve_stream import carve_stream
 from .carve_types import CarveError, CarveResult, CarveStats, LostRecord, RowOrigin
@@ -80,7 +81,8 @@ def carve_lane(ctx: LaneContext) -> LaneRun:
     try:
         stats = yield from _stream(ctx, carve_stream(
             ctx.copy_path, wal if wal.exists() else None, include_freelist=ctx.include_freelist,
-            resolve=resolve, fill=fill, harvest=not ours), pending, skipped, tally)
+            resolve=resolve, fill=fill, harvest=not ours,
+            want=_wanted(pending, skipped)), pending, skipped, tally)
     except (CarveError, OSError) as e:
         result.stats["error"] = f"{type(e).__name__}: {e}"
         return result
@@ -93,6 +95,24 @@ def carve_lane(ctx: LaneContext) -> LaneRun:
         result.gaps[name], tables[name] = _gaps_after(ctx, state, tally, stats)
     result.stats["tables"] = tables
     return result
+
+
+def _wanted(pending: dict[str, TableState], skipped: set) -> Callable[[str | None, Any], bool]:
+    """Rows still missing: a rowid inside a pending table's gaps (read live,
+    so a row the tree walk found is not decoded again from an orphan page).
+    Rows other lanes kept are never decoded: they would only be duplicates."""
+    def want(table: str | None, rowid: Any) -> bool:
+        if not isinstance(rowid, int):
+            return True
+        names = [table] if table is not None else [n for n in pending if n not in skipped]
+        return any(_inside(pending[n].gaps, rowid) for n in names
+                   if n in pending and n not in skipped)
+    return want
+
+
+def _inside(gaps: list[Range], rowid: int) -> bool:
+    i = bisect.bisect_right(gaps, rowid, key=lambda g: g[0]) - 1
+    return i >= 0 and gaps[i][0] <= rowid <= gaps[i][1]
 
 
 def _stream(ctx: LaneContext, carving: Any, pending: dict[str, TableState], skipped: set,

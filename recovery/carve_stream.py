@@ -12,7 +12,7 @@ import time
 from typing import Any, Generator
 
 from .carve_types import CarveError, CarveStats, LostRecord, RowOrigin
-from .carver import Carver, Resolver, check_source
+from .carver import Carver, Resolver, Want, check_source
 from .lanes import BATCH_BYTES, row_size
 from .layouts import Layout
 from .wal import DatabaseImage
@@ -24,13 +24,14 @@ def carve_stream(db_path: str | os.PathLike[str],
                  wal_path: str | os.PathLike[str] | None = None, *,
                  include_freelist: bool = False, resolve: Resolver | None = None,
                  fill: tuple[Layout, ...] | None = None, harvest: bool = False,
-                 batch: int = 2000) -> Generator[tuple[list[Found], list[LostRecord]], None,
+                 batch: int = 2000, want: Want | None = None) -> Generator[tuple[list[Found], list[LostRecord]], None,
                                                  CarveStats]:
     """`carve` for files of any size: yields (rows, lost records) about every
     ``batch`` rows as pages are mapped and returns the stats, never holding
     more than a batch. Rows are not deduplicated here: the passes run in
     lane order (tree walks, orphan scan, freelist), so a consumer keeping
-    the first copy of a (table, rowid) keeps the gentlest lane's."""
+    the first copy of a (table, rowid) keeps the gentlest lane's. ``want``
+    limits decoding to the rows the caller still needs (`Carver`)."""
     path = check_source(db_path)
     started = time.perf_counter()
     try:
@@ -38,7 +39,7 @@ def carve_stream(db_path: str | os.PathLike[str],
     except OSError as e:
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
-        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest)
+        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest, want=want)
         size = seen = 0
         for _ in carver.steps(include_freelist, False):
             size += sum(row_size(f.row) for f in carver.found[seen:])

@@ -61,6 +61,9 @@ def check_source(db_path: str | os.PathLike[str]) -> Path:
 
 
 Resolver = Callable[[str, "str | None"], "Layout | None"]
+# (table or None for any, rowid) -> whether the caller still needs that row
+Want = Callable[["str | None", "int | None"], bool]
+SAMPLE = 4  # records an orphan page decodes whatever is wanted: the page votes by them
 
 
 def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | None = None, *,
@@ -119,9 +122,10 @@ class Carver:
 
     def __init__(self, image: DatabaseImage, count_only: bool = False,
                  resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
-                 harvest: bool = False) -> None:
+                 harvest: bool = False, want: Want | None = None) -> None:
         self.image = image
         self.harvest = harvest
+        self.want = want  # None: every row; else only rows it names are decoded and kept
         self.count_only = count_only
         self.resolve: Resolver = resolve or layout_for_schema
         self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
@@ -419,20 +423,19 @@ class Carver:
 
     # -- records -------------------------------------------------------------
 
-    def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None
-                 ) -> Iterator[tuple[Any, Any, str | None]]:
-        """(cell, record or None, error) for each cell of a table leaf."""
+    def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None,
+                 table: str | None = None) -> Iterator[tuple[Any, Any, str | None]]:
+        """(cell, record or None, error) for each cell of a table leaf; with
+        ``want``, only cells whose rowid it names (for ``table``, or any) are
+        decoded, plus a sample the page's layout is judged by (decoding is
+        the carver's cost; rows other lanes read need not be decoded again)."""
         usable, n = self.image.usable_size, self.image.page_count
-        for i in range(page.cell_count if limit is None else min(limit, page.cell_count)):
-            if page.cell_pointers[i] is None:
-                continue
-            try:
-                cell = parse_cell(data, page, i, usable)
-            except BAD_BYTES as e:
-                self.stats.bad_cells += 1
-                self.damage_seen += 1
-                log.debug("page %d cell %d: %s", pgno, i, e)
-                continue
+        cells = self._cells(pgno, data, page, limit)
+        if self.want is not None:
+            wanted = [self.want(table, c.rowid) for c in cells]
+            sample = SAMPLE if table is None else (0 if any(wanted) else 1)
+            cells = [c for i, c in enumerate(cells) if wanted[i] or i < sample]
+        for cell in cells:
             payload, err = cell.local, None
             if cell.overflow_page:
                 ov = read_overflow(cell, self.image.page, usable, n)
@@ -447,11 +450,24 @@ class Carver:
                 err = "text not valid in the database encoding"
             yield cell, record, err
 
+    def _cells(self, pgno: int, data: bytes, page: BTreePage, limit: int | None) -> list[Any]:
+        cells = []
+        for i in range(page.cell_count if limit is None else min(limit, page.cell_count)):
+            if page.cell_pointers[i] is None:
+                continue
+            try:
+                cells.append(parse_cell(data, page, i, self.image.usable_size))
+            except BAD_BYTES as e:
+                self.stats.bad_cells += 1
+                self.damage_seen += 1
+                log.debug("page %d cell %d: %s", pgno, i, e)
+        return cells
+
     def _map_page(self, pgno: int, data: bytes, page: BTreePage, lane: str,
                   layout: Layout | None, from_wal: bool | None = None) -> None:
         """Map every record of one table leaf, to ``layout`` or by page vote."""
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
-        cells = list(self._records(pgno, data, page))
+        cells = list(self._records(pgno, data, page, table=layout.table if layout else None))
         decoded = [r for _, r, err in cells if r is not None and not err]
         agreement = 1.0
         scores: list[float] = []
@@ -473,6 +489,8 @@ class Carver:
                 self._lose(pgno, cell, record, err or "no layout fits this page", lane, wal)
             elif layout.ignore:
                 self.stats.derived_records += 1
+            elif self.want is not None and not self.want(layout.table, cell.rowid):
+                continue  # decoded only to judge the page's layout
             elif score_of[id(record)] == 0.0:
                 self._lose(pgno, cell, record, f"does not fit {layout.table}", lane, wal)
             elif lane == FREELIST and layout.self_check(record.values) is False:
