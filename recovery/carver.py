@@ -330,8 +330,11 @@ class Carver:
         self.damage_seen += page.bad_pointers
         return data, page
 
-    def _tree_leaves(self, root: int) -> Iterator[tuple[int, bytes, BTreePage]]:
-        """Leaf pages of the table b-tree at ``root``, each page at most once."""
+    def _tree_leaves(self, root: int, light: bool = False
+                     ) -> Iterator[tuple[int, bytes, BTreePage]]:
+        """Leaf pages of the table b-tree at ``root``, each page at most once;
+        ``light``: only owned (a tree whose rows are not wanted: its leaves
+        are not parsed)."""
         stack, n = [root], self.image.page_count
         while stack:
             pgno = stack.pop()
@@ -344,6 +347,9 @@ class Carver:
                     self.stats.note(f"tree points at page {pgno}, a free or map page")
                 continue
             self.owned.add(pgno)
+            if light and (raw := self.image.page(pgno)) is not None \
+                    and raw[100 if pgno == 1 else 0] == TABLE_LEAF:
+                continue
             loaded = self._load(pgno)
             if loaded is None:
                 continue
@@ -411,7 +417,7 @@ class Carver:
             trees[layout.table] = trees.get(layout.table, 0) + self.damage_seen - before
 
     def _walk_leaves(self, root: int, layout: Layout) -> Iterator[None]:
-        for pgno, data, page in self._tree_leaves(root):
+        for pgno, data, page in self._tree_leaves(root, light=layout.ignore and bool(self.want)):
             if layout.ignore:
                 continue
             if self.count_only:
@@ -424,16 +430,22 @@ class Carver:
     # -- records -------------------------------------------------------------
 
     def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None,
-                 table: str | None = None) -> Iterator[tuple[Any, Any, str | None]]:
+                 table: str | None = None, filtered: bool = False
+                 ) -> Iterator[tuple[Any, Any, str | None]]:
         """(cell, record or None, error) for each cell of a table leaf; with
-        ``want``, only cells whose rowid it names (for ``table``, or any) are
+        ``want`` and ``filtered`` (rows, not the schema), only cells whose rowid it names (for ``table``, or any) are
         decoded, plus a sample the page's layout is judged by (decoding is
         the carver's cost; rows other lanes read need not be decoded again)."""
         usable, n = self.image.usable_size, self.image.page_count
         cells = self._cells(pgno, data, page, limit)
-        if self.want is not None:
+        if self.want is not None and filtered:
             wanted = [self.want(table, c.rowid) for c in cells]
-            sample = SAMPLE if table is None else (0 if any(wanted) else 1)
+            # a tree page is judged by one record, an orphan page votes by a few;
+            # an orphan page holding no wanted rowid is not decoded at all
+            if table is not None:
+                sample = 0 if any(wanted) else 1
+            else:
+                sample = SAMPLE if any(wanted) else 0
             cells = [c for i, c in enumerate(cells) if wanted[i] or i < sample]
         for cell in cells:
             payload, err = cell.local, None
@@ -467,7 +479,8 @@ class Carver:
                   layout: Layout | None, from_wal: bool | None = None) -> None:
         """Map every record of one table leaf, to ``layout`` or by page vote."""
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
-        cells = list(self._records(pgno, data, page, table=layout.table if layout else None))
+        cells = list(self._records(pgno, data, page, table=layout.table if layout else None,
+                                   filtered=True))
         decoded = [r for _, r, err in cells if r is not None and not err]
         agreement = 1.0
         scores: list[float] = []
