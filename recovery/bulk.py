@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers,
+from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers, one,
                                    set_watermark)
 
 from .catalog import quote
@@ -104,7 +104,7 @@ def _placeholders(conn: apsw.Connection, stats: WriteStats) -> None:
             " VALUES (?, ?, ?, ?, ?, ?)",
             (sid, PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, now if first is None else first,
              now if last is None else last, n))
-        stats.placeholders.append(sid)
+        stats.placeholders.append(str(sid))
         stats.table("sessions").inserted += 1
 
 
@@ -148,7 +148,7 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
     half the time of merging as it goes, and queries as fast afterwards. The
     index's normal settings are put back at the end, so later writes merge."""
     _fts_settings(conn, LOAD_SETTINGS)
-    (total,) = conn.execute("SELECT count(*) FROM messages").fetchone()
+    (total,) = one(conn.execute("SELECT count(*) FROM messages"))
     done, low = 0, None
     while True:
         row = conn.execute("SELECT id FROM messages WHERE id > coalesce(?, -9223372036854775808)"
@@ -167,7 +167,7 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
         low = high
     with conn:
         _fts_settings(conn, NORMAL_SETTINGS)
-        (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+        (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
         set_watermark(conn, top)
 
 

@@ -60,7 +60,7 @@ def _open(path: Path, vfs: str | None) -> apsw.Connection:
     stay in the WAL like every later write until `finish` checkpoints: a
     disk that loses what is written shows in the verification, not half way."""
     with SessionDB(path, vfs=vfs, background_index=False), output_errors(path):
-        return apsw.Connection(str(path), **({"vfs": vfs} if vfs else {}))
+        return apsw.Connection(str(path), vfs=vfs) if vfs else apsw.Connection(str(path))
 
 
 class StoreSink(RowSink):
@@ -246,6 +246,3 @@ class StoreSink(RowSink):
                         self.insert(table, row)
             bulk.finish(self.conn, self.stats, self.deferred, self.quarantine, self.progress)
         return self.stats
-
-    def close(self) -> None:
-        self.conn.close()

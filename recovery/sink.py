@@ -127,7 +127,8 @@ class RowSink:
     def _hold_partial(self, state: TableState, table: str, lane: str, row: dict) -> int:
         rowid = row.get(ROWID_KEY)
         key = (table, rowid)
-        if key in self.partial or key in self.rejected or self.present(table, [rowid]):
+        if key in self.partial or key in self.rejected or (
+                isinstance(rowid, int) and self.present(table, [rowid])):
             return 0
         self.partial[key] = (lane, row)
         state.count(lane, 1)
@@ -155,6 +156,9 @@ class RowSink:
                 f"SELECT rowid FROM {quote(table)} WHERE rowid IN "
                 "(SELECT value FROM json_each(?))", (chunk,)))
         return have
+
+    def close(self) -> None:
+        self.conn.close()
 
     def has_table(self, table: str) -> bool:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
