@@ -20,23 +20,7 @@ from recovery.vocab import Outcome
 
 from .groups import HermesCommand
 from .output import emit_json, human_bytes, table
-from .terminal import raw_stderr
-
-
-class _Progress:
-    """A one-line progress display on stderr, for terminals only."""
-
-    def __init__(self) -> None:
-        self.used = False
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        self.used = True
-        of = f"/{total}" if total else ""
-        click.echo(f"\r{what}: {done}{of} rows   ", file=raw_stderr(), nl=False)
-
-    def done(self) -> None:
-        if self.used:
-            click.echo("", file=raw_stderr())
+from .phase_progress import PhaseBar
 
 
 def _header_line(r: InspectReport) -> str:
@@ -153,7 +137,7 @@ def _run_inspect(source: Path, work_dir: Path | None, as_json: bool, full: bool)
 
 
 def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool) -> int:
-    progress = _Progress() if sys.stderr.isatty() else None
+    progress = PhaseBar() if sys.stderr.isatty() else None
     try:
         report = recover(source, output, progress=progress, **opts)
     finally:

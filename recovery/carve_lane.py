@@ -6,6 +6,8 @@ The last lane of `recover`, run only while some table is still missing rows
 marked with its `RowOrigin` under ``ORIGIN_KEY``) and the rowid ranges
 still missing after it. The orchestrator keeps rows other lanes found
 already (same rowid, same unique key), so only new rows count for `carve`.
+Rows stream from the pages to the new file in batches (`carve_stream`):
+only counters and session-id sets stay behind.
 
 Gaps after carving: a table whose tree the carver walked from its root
 without meeting any damage is complete. Otherwise the rows an intact index
@@ -17,16 +19,20 @@ rows are not used (the new store writes its own), FTS rows never are.
 """
 from __future__ import annotations
 
+import bisect
 import logging
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Generator
 
-from .carve_types import CarveError, CarveResult, LostRecord
-from .carver import Resolver, carve
+from .carve_stream import carve_stream
+from .carve_types import CarveError, CarveResult, CarveStats, LostRecord, RowOrigin
+from .carver import Resolver
 from .catalog import ORIGIN_KEY, READ_ERRORS, ROWID_KEY, Catalog, quote
 from .formats import format_layouts, format_named, parse_columns, registry_layout
 from .layouts import Layout, layout_from_sql
-from .lanes import LaneContext, LaneResult, Range, TableState, runs, subtract_rowids
+from .lanes import LOST, Batch, LaneContext, LaneResult, LaneRun, Range, TableState, runs
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +43,31 @@ NOT_CARVED = {
 }
 
 
-def carve_lane(ctx: LaneContext) -> LaneResult:
-    """Carve the copy once; rows and gaps for every table still pending."""
+@dataclass
+class _Tally:
+    """What the carve handed on, counted as it streams (never the rows)."""
+
+    rows: dict[str, Counter] = field(default_factory=dict)  # table -> carver lane -> rows
+    lost: Counter = field(default_factory=Counter)  # lost records by reason
+    sessions: set = field(default_factory=set)  # session ids of carved sessions rows
+    named: set = field(default_factory=set)  # session ids carved messages name
+    span: dict[str, tuple[int, int]] = field(default_factory=dict)  # carved rowid min, max
+
+    def add(self, table: str, row: dict, origin: RowOrigin) -> None:
+        c = self.rows.setdefault(table, Counter())
+        c[origin.lane] += 1
+        c["wal"] += origin.from_wal
+        if table == "sessions":
+            self.sessions.add(row.get("id"))
+        elif table == "messages" and isinstance(row.get("session_id"), str):
+            self.named.add(row["session_id"])
+        if isinstance(origin.rowid, int):
+            lo, hi = self.span.get(table, (origin.rowid, origin.rowid))
+            self.span[table] = (min(lo, origin.rowid), max(hi, origin.rowid))
+
+
+def carve_lane(ctx: LaneContext) -> LaneRun:
+    """Carve the copy once, streaming; rows and gaps for every table still pending."""
     result = LaneResult()
     pending = {s.spec.name: s for s in ctx.pending()}
     if not pending:
@@ -47,28 +76,76 @@ def carve_lane(ctx: LaneContext) -> LaneResult:
     ctx.report_progress("carving pages", 0, 0)
     resolve, fill = layouts_for(ctx.catalog)
     ours = not (ctx.catalog is not None and ctx.catalog.foreign)
+    skipped = {n for n in pending if ours and n in NOT_CARVED}
+    tally = _Tally()
     try:
-        carved = carve(ctx.copy_path, wal if wal.exists() else None,
-                       include_freelist=ctx.include_freelist, resolve=resolve, fill=fill,
-                       harvest=not ours)
+        stats = yield from _stream(ctx, carve_stream(
+            ctx.copy_path, wal if wal.exists() else None, include_freelist=ctx.include_freelist,
+            resolve=resolve, fill=fill, harvest=not ours,
+            want=_wanted(pending, skipped)), pending, skipped, tally)
     except (CarveError, OSError) as e:
         result.stats["error"] = f"{type(e).__name__}: {e}"
         return result
-    result.stats = carved.summary()  # counts and stats only, never row values
-    result.stats["orphaned_sessions"] = len(carved.orphaned_sessions())
+    result.stats = _summary(stats, tally)  # counts and stats only, never row values
     tables: dict[str, Any] = {}
     for name, state in pending.items():
-        if ours and name in NOT_CARVED:
+        if name in skipped:
             tables[name] = {"skipped": NOT_CARVED[name]}
             continue
-        rows = [{**row, ROWID_KEY: origin.rowid, ORIGIN_KEY: origin}
-                for row, origin in carved.rows(name)]
-        result.rows[name] = rows
-        result.gaps[name], tables[name] = _gaps_after(ctx, state, rows, carved)
-        ctx.report_progress(f"carving {name}", len(rows), len(rows))
+        result.gaps[name], tables[name] = _gaps_after(ctx, state, tally, stats)
     result.stats["tables"] = tables
-    result.lost_and_found = [lost_item(r) for r in carved.lost_and_found]
     return result
+
+
+def _wanted(pending: dict[str, TableState], skipped: set) -> Callable[[str | None, Any], bool]:
+    """Rows still missing: a rowid inside a pending table's gaps (read live,
+    so a row the tree walk found is not decoded again from an orphan page).
+    Rows other lanes kept are never decoded: they would only be duplicates."""
+    def want(table: str | None, rowid: Any) -> bool:
+        if not isinstance(rowid, int):
+            return True
+        names = [table] if table is not None else [n for n in pending if n not in skipped]
+        return any(_inside(pending[n].gaps, rowid) for n in names
+                   if n in pending and n not in skipped)
+    return want
+
+
+def _inside(gaps: list[Range], rowid: int) -> bool:
+    i = bisect.bisect_right(gaps, rowid, key=lambda g: g[0]) - 1
+    return i >= 0 and gaps[i][0] <= rowid <= gaps[i][1]
+
+
+def _stream(ctx: LaneContext, carving: Any, pending: dict[str, TableState], skipped: set,
+            tally: _Tally) -> Generator[Batch, None, CarveStats]:
+    """Hand the carved rows of pending tables on, per table, batch by batch;
+    lost records go on as a `LOST` batch."""
+    done = 0
+    while True:
+        try:
+            found, lost = next(carving)
+        except StopIteration as stop:
+            return stop.value
+        by_table: dict[str, list[dict]] = {}
+        for table, row, origin in found:
+            tally.add(table, row, origin)
+            if table in pending and table not in skipped:
+                by_table.setdefault(table, []).append(
+                    {**row, ROWID_KEY: origin.rowid, ORIGIN_KEY: origin})
+        for table, rows in by_table.items():
+            yield table, rows
+        if lost:
+            tally.lost.update(r.reason.split(":")[0] for r in lost)
+            yield LOST, [lost_item(r) for r in lost]
+        done += len(found)
+        ctx.report_progress("carving pages", done, 0)
+
+
+def _summary(stats: CarveStats, tally: _Tally) -> dict[str, Any]:
+    rows = {t: dict(c) for t, c in tally.rows.items()}
+    out = CarveResult(stats=stats).summary()
+    out.update(rows=rows, lost_and_found=dict(tally.lost),
+               orphaned_sessions=len(tally.named - tally.sessions))
+    return out
 
 
 def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...] | None]:
@@ -92,27 +169,30 @@ def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...
     return resolve, tuple(fill)
 
 
-def _gaps_after(ctx: LaneContext, state: TableState, rows: list[dict],
-                carved: CarveResult) -> tuple[list[Range], dict[str, Any]]:
-    """The rowid ranges still missing, and how sure that is (see module doc)."""
+def _gaps_after(ctx: LaneContext, state: TableState, tally: _Tally,
+                stats: CarveStats) -> tuple[list[Range], dict[str, Any]]:
+    """The rowid ranges still missing, and how sure that is (see module doc).
+    The orchestrator has already taken every carved rowid out of
+    ``state.gaps`` as the batches went by."""
     name = state.spec.name
-    damage = carved.stats.tree_damage.get(name)
+    damage = stats.tree_damage.get(name)
     walk = "none" if damage is None else ("clean" if damage == 0 else "damaged")
-    info: dict[str, Any] = {"carved": len(rows), "walk": walk}
+    carved = tally.rows.get(name, Counter())
+    info: dict[str, Any] = {"carved": sum(n for k, n in carved.items() if k != "wal"),
+                            "walk": walk}
     if walk == "clean":  # every leaf under the root read, every cell decoded
         info["exact"] = True
         return [], info
-    found = {r[ROWID_KEY] for r in rows if r.get(ROWID_KEY) is not None}
-    remaining = subtract_rowids(state.gaps, found)
+    remaining = state.gaps
     listed = _indexed_rowids(ctx, state, remaining)
     if listed is not None:  # an intact index names every row that existed
         info["exact"] = True
         return runs(listed), info
-    known = found | {r[ROWID_KEY] for r in state.rows.values() if r.get(ROWID_KEY) is not None}
     info["exact"] = False
-    if not known:
+    ends = [v for v in (state.low, state.high) if v is not None] + list(tally.span.get(name, ()))
+    if not ends:
         return [], info
-    lo, hi = min(known), max(known)  # beyond the known rowids nothing can be named
+    lo, hi = min(ends), max(ends)  # beyond the known rowids nothing can be named
     return [(max(a, lo), min(b, hi)) for a, b in remaining if a <= hi and b >= lo], info
 
 

@@ -22,6 +22,40 @@ class CarveError(Exception):
         self.path = path
 
 
+class PageSet:
+    """A set of page numbers as a bitmap: one bit a page, so the pages a
+    carve has seen of a multi-gigabyte file cost kilobytes, not a set of
+    a million ints."""
+
+    def __init__(self) -> None:
+        self._bits = bytearray()
+
+    def add(self, pgno: int) -> None:
+        if pgno < 0:
+            return
+        byte = pgno >> 3
+        if byte >= len(self._bits):
+            self._bits.extend(bytes(byte - len(self._bits) + 1 + len(self._bits) // 2))
+        self._bits[byte] |= 1 << (pgno & 7)
+
+    def update(self, pages: Any) -> None:
+        for pgno in pages:
+            self.add(pgno)
+
+    def __ior__(self, pages: Any) -> "PageSet":
+        self.update(pages)
+        return self
+
+    def __contains__(self, pgno: object) -> bool:
+        if not isinstance(pgno, int) or pgno < 0:
+            return False
+        byte = pgno >> 3
+        return byte < len(self._bits) and bool(self._bits[byte] & (1 << (pgno & 7)))
+
+    def clear(self) -> None:
+        self._bits = bytearray()
+
+
 @dataclass(frozen=True)
 class RowOrigin:
     """Where a carved row came from. ``lane`` is tree, orphan, freelist or
@@ -62,7 +96,7 @@ class CarveStats:
     seconds: float = 0.0
     bad_pages: dict[int, str] = field(default_factory=dict)
     bad_cells: int = 0
-    orphan_pages: list[int] = field(default_factory=list)
+    orphan_pages: int = 0  # table leaves no tree walk reached
     freelist_pages: int = 0
     frames_applied: int = 0
     frames_ignored: dict[str, int] = field(default_factory=dict)
@@ -141,7 +175,7 @@ class CarveResult:
             "page_size": st.page_size, "page_size_source": st.page_size_source,
             "page_count": st.page_count, "schema_readable": st.schema_readable,
             "pages_read": st.pages_read, "bad_pages": st.bad_page_reasons(),
-            "bad_cells": st.bad_cells, "orphan_pages": len(st.orphan_pages),
+            "bad_cells": st.bad_cells, "orphan_pages": st.orphan_pages,
             "freelist_pages": st.freelist_pages, "frames_applied": st.frames_applied,
             "frames_ignored": st.frames_ignored, "wal_problem": st.wal_problem,
             "derived_records": st.derived_records, "unknown_columns": st.unknown_columns,

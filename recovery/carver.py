@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
-                          CarveResult, CarveStats, LostRecord, RowOrigin)
+                          CarveResult, CarveStats, LostRecord, PageSet, RowOrigin)
 from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
                          FormatError, decode_record, lock_byte_page,
@@ -34,8 +34,8 @@ from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
 from .wal import DatabaseImage
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
-           "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "carve", "estimate",
-           "probe_page_size"]
+           "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "Carver", "carve",
+           "estimate", "probe_page_size"]
 _LANE_RANK = {TREE: 0, ORPHAN: 1, FREELIST: 2, UNCOMMITTED: 3}
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class _Found:
     origin: RowOrigin
 
 
-def _check_paths(db_path: str | os.PathLike[str]) -> Path:
+def check_source(db_path: str | os.PathLike[str]) -> Path:
     path = Path(db_path)
     if not path.is_file():
         raise CarveError(f"{path} is not a readable file", path=str(path))
@@ -61,6 +61,9 @@ def _check_paths(db_path: str | os.PathLike[str]) -> Path:
 
 
 Resolver = Callable[[str, "str | None"], "Layout | None"]
+# (table or None for any, rowid) -> whether the caller still needs that row
+Want = Callable[["str | None", "int | None"], bool]
+SAMPLE = 4  # records an orphan page decodes whatever is wanted: the page votes by them
 
 
 def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | None = None, *,
@@ -78,14 +81,14 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
     ``harvest``: with page 1 lost, schema rows left on other pages give the
     roots of the trees they name.
     """
-    path = _check_paths(db_path)
+    path = check_source(db_path)
     started = time.perf_counter()
     try:
         image = DatabaseImage.open(path, wal_path)
     except OSError as e:
         raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
     with image:
-        carver = _Carver(image, resolve=resolve, fill=fill, harvest=harvest)
+        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(include_freelist, include_uncommitted)
         result = carver.result()
     result.stats.seconds = time.perf_counter() - started
@@ -100,9 +103,9 @@ def estimate(db_path: str | os.PathLike[str],
     (and by format, for layouts of several), without decoding records
     except one per orphaned leaf; with page 1 lost, the schema rows found on
     other pages come back too."""
-    path = _check_paths(db_path)
+    path = check_source(db_path)
     with DatabaseImage.open(path, wal_path) as image:
-        carver = _Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
+        carver = Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(False, False)
         est = CarveEstimate(rows={t: n for t, n in carver.counts.items() if n},
                             unattributed=carver.counts_lost,
@@ -114,14 +117,15 @@ def estimate(db_path: str | os.PathLike[str],
     return est
 
 
-class _Carver:
+class Carver:
     """One carving pass over one image; see the module docstring for the order."""
 
     def __init__(self, image: DatabaseImage, count_only: bool = False,
                  resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
-                 harvest: bool = False) -> None:
+                 harvest: bool = False, want: Want | None = None) -> None:
         self.image = image
         self.harvest = harvest
+        self.want = want  # None: every row; else only rows it names are decoded and kept
         self.count_only = count_only
         self.resolve: Resolver = resolve or layout_for_schema
         self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
@@ -130,8 +134,8 @@ class _Carver:
         self.stats = CarveStats()
         self.found: list[_Found] = []
         self.lost: list[LostRecord] = []
-        self.owned: set[int] = set()      # pages some tree walk reached
-        self.skip: set[int] = set()       # freelist, pointer-map, lock-byte pages
+        self.owned = PageSet()  # pages some tree walk reached
+        self.skip = PageSet()   # freelist, pointer-map, lock-byte pages
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
@@ -146,6 +150,17 @@ class _Carver:
     # -- the passes ----------------------------------------------------------
 
     def run(self, include_freelist: bool, include_uncommitted: bool) -> None:
+        for _ in self.steps(include_freelist, include_uncommitted):
+            pass
+
+    def drain(self) -> tuple[list[tuple[str, dict[str, Any], RowOrigin]], list[LostRecord]]:
+        """(table, row, origin) and lost records found since the last drain."""
+        found = [(f.table, f.row, f.origin) for f in self.found]
+        lost, self.found, self.lost = self.lost, [], []
+        return found, lost
+
+    def steps(self, include_freelist: bool, include_uncommitted: bool) -> Iterator[None]:
+        """The passes, pausing after each leaf page mapped."""
         if not self._settle_page_size():
             return
         schema = self._read_schema()
@@ -158,14 +173,14 @@ class _Carver:
             schema = self._harvest_schema()
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
-            self._walk(root, layout)
+            yield from self._walk(root, layout)
         for root in self.index_roots:
             self._walk_index(root)
-        self._orphan_scan()
+        yield from self._orphan_scan()
         if include_freelist:
-            self._freelist_lane()
+            yield from self._freelist_lane()
         if include_uncommitted:
-            self._uncommitted_lane()
+            yield from self._uncommitted_lane()
 
     def _settle_page_size(self) -> bool:
         info, st = self.image.info, self.stats
@@ -275,7 +290,7 @@ class _Carver:
                 self.ptrmap.update(parse_ptrmap(data, pgno, usable, n))
             pgno += usable // 5 + 1
         free = {p for p, (kind, _) in self.ptrmap.items() if kind == 2}  # type 2: free
-        self.free_leaves += sorted(free - self.skip)  # the map knows free pages too
+        self.free_leaves += sorted(p for p in free if p not in self.skip)  # the map knows free pages too
         self.skip |= free
 
     def _guess_freelist(self) -> None:
@@ -315,8 +330,11 @@ class _Carver:
         self.damage_seen += page.bad_pointers
         return data, page
 
-    def _tree_leaves(self, root: int) -> Iterator[tuple[int, bytes, BTreePage]]:
-        """Leaf pages of the table b-tree at ``root``, each page at most once."""
+    def _tree_leaves(self, root: int, light: bool = False
+                     ) -> Iterator[tuple[int, bytes, BTreePage]]:
+        """Leaf pages of the table b-tree at ``root``, each page at most once;
+        ``light``: only owned (a tree whose rows are not wanted: its leaves
+        are not parsed)."""
         stack, n = [root], self.image.page_count
         while stack:
             pgno = stack.pop()
@@ -329,6 +347,9 @@ class _Carver:
                     self.stats.note(f"tree points at page {pgno}, a free or map page")
                 continue
             self.owned.add(pgno)
+            if light and (raw := self.image.page(pgno)) is not None \
+                    and raw[100 if pgno == 1 else 0] == TABLE_LEAF:
+                continue
             loaded = self._load(pgno)
             if loaded is None:
                 continue
@@ -388,15 +409,15 @@ class _Carver:
                 if record is not None:
                     yield record.values
 
-    def _walk(self, root: int, layout: Layout) -> None:
+    def _walk(self, root: int, layout: Layout) -> Iterator[None]:
         before = self.damage_seen
-        self._walk_leaves(root, layout)
+        yield from self._walk_leaves(root, layout)
         if not layout.ignore:  # what a caller needs to trust a clean walk as complete
             trees = self.stats.tree_damage
             trees[layout.table] = trees.get(layout.table, 0) + self.damage_seen - before
 
-    def _walk_leaves(self, root: int, layout: Layout) -> None:
-        for pgno, data, page in self._tree_leaves(root):
+    def _walk_leaves(self, root: int, layout: Layout) -> Iterator[None]:
+        for pgno, data, page in self._tree_leaves(root, light=layout.ignore and bool(self.want)):
             if layout.ignore:
                 continue
             if self.count_only:
@@ -404,23 +425,29 @@ class _Carver:
                 self.format_counts[layout.fmt] += page.cell_count - page.bad_pointers
                 continue
             self._map_page(pgno, data, page, TREE, layout)
+            yield
 
     # -- records -------------------------------------------------------------
 
-    def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None
+    def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None,
+                 table: str | None = None, filtered: bool = False
                  ) -> Iterator[tuple[Any, Any, str | None]]:
-        """(cell, record or None, error) for each cell of a table leaf."""
+        """(cell, record or None, error) for each cell of a table leaf; with
+        ``want`` and ``filtered`` (rows, not the schema), only cells whose rowid it names (for ``table``, or any) are
+        decoded, plus a sample the page's layout is judged by (decoding is
+        the carver's cost; rows other lanes read need not be decoded again)."""
         usable, n = self.image.usable_size, self.image.page_count
-        for i in range(page.cell_count if limit is None else min(limit, page.cell_count)):
-            if page.cell_pointers[i] is None:
-                continue
-            try:
-                cell = parse_cell(data, page, i, usable)
-            except BAD_BYTES as e:
-                self.stats.bad_cells += 1
-                self.damage_seen += 1
-                log.debug("page %d cell %d: %s", pgno, i, e)
-                continue
+        cells = self._cells(pgno, data, page, limit)
+        if self.want is not None and filtered:
+            wanted = [self.want(table, c.rowid) for c in cells]
+            # a tree page is judged by one record, an orphan page votes by a few;
+            # an orphan page holding no wanted rowid is not decoded at all
+            if table is not None:
+                sample = 0 if any(wanted) else 1
+            else:
+                sample = SAMPLE if any(wanted) else 0
+            cells = [c for i, c in enumerate(cells) if wanted[i] or i < sample]
+        for cell in cells:
             payload, err = cell.local, None
             if cell.overflow_page:
                 ov = read_overflow(cell, self.image.page, usable, n)
@@ -435,11 +462,25 @@ class _Carver:
                 err = "text not valid in the database encoding"
             yield cell, record, err
 
+    def _cells(self, pgno: int, data: bytes, page: BTreePage, limit: int | None) -> list[Any]:
+        cells = []
+        for i in range(page.cell_count if limit is None else min(limit, page.cell_count)):
+            if page.cell_pointers[i] is None:
+                continue
+            try:
+                cells.append(parse_cell(data, page, i, self.image.usable_size))
+            except BAD_BYTES as e:
+                self.stats.bad_cells += 1
+                self.damage_seen += 1
+                log.debug("page %d cell %d: %s", pgno, i, e)
+        return cells
+
     def _map_page(self, pgno: int, data: bytes, page: BTreePage, lane: str,
                   layout: Layout | None, from_wal: bool | None = None) -> None:
         """Map every record of one table leaf, to ``layout`` or by page vote."""
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
-        cells = list(self._records(pgno, data, page))
+        cells = list(self._records(pgno, data, page, table=layout.table if layout else None,
+                                   filtered=True))
         decoded = [r for _, r, err in cells if r is not None and not err]
         agreement = 1.0
         scores: list[float] = []
@@ -461,6 +502,8 @@ class _Carver:
                 self._lose(pgno, cell, record, err or "no layout fits this page", lane, wal)
             elif layout.ignore:
                 self.stats.derived_records += 1
+            elif self.want is not None and not self.want(layout.table, cell.rowid):
+                continue  # decoded only to judge the page's layout
             elif score_of[id(record)] == 0.0:
                 self._lose(pgno, cell, record, f"does not fit {layout.table}", lane, wal)
             elif lane == FREELIST and layout.self_check(record.values) is False:
@@ -505,7 +548,7 @@ class _Carver:
 
     # -- scans -----------------------------------------------------------------
 
-    def _orphan_scan(self) -> None:
+    def _orphan_scan(self) -> Iterator[None]:
         """Table leaves no walk reached: everything, when page 1 is gone."""
         for pgno in range(1, self.image.page_count + 1):
             if pgno in self.owned or pgno in self.skip:
@@ -519,12 +562,13 @@ class _Carver:
             loaded = self._load(pgno)
             if loaded is None:
                 continue
-            self.stats.orphan_pages.append(pgno)
+            self.stats.orphan_pages += 1
             layout = self._layout_via_ptrmap(pgno)
             if self.count_only:
                 self._count_orphan(pgno, *loaded, layout)
             else:
                 self._map_page(pgno, *loaded, ORPHAN, layout)
+                yield
 
     def _count_orphan(self, pgno: int, data: bytes, page: BTreePage,
                       layout: Layout | None) -> None:
@@ -552,7 +596,7 @@ class _Carver:
             pgno = parent
         return None
 
-    def _freelist_lane(self) -> None:
+    def _freelist_lane(self) -> Iterator[None]:
         for pgno in self.free_leaves:
             data = self.image.page(pgno)
             if data is None or data[0] != TABLE_LEAF:
@@ -562,8 +606,9 @@ class _Carver:
             except BAD_BYTES:
                 continue
             self._map_page(pgno, data, page, FREELIST, None)
+            yield
 
-    def _uncommitted_lane(self) -> None:
+    def _uncommitted_lane(self) -> Iterator[None]:
         for pgno, data, _frame in self.image.uncommitted_pages():
             if data[100 if pgno == 1 else 0] != TABLE_LEAF:
                 continue
@@ -572,6 +617,7 @@ class _Carver:
             except BAD_BYTES:
                 continue
             self._map_page(pgno, data, page, UNCOMMITTED, None, from_wal=True)
+            yield
 
     # -- result ----------------------------------------------------------------
 

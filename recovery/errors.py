@@ -53,3 +53,10 @@ class RecoveryIOError(RecoveryError):
     """The operating system refused a read or write (disk full, permissions...)."""
 
     code = "recovery_io_error"
+
+
+class OutputUnreadable(RecoveryError):
+    """The new file does not read back what was written to it (a disk that
+    loses writes): it is kept as NEW.unverified, never put at NEW."""
+
+    code = "recovery_output_unreadable"

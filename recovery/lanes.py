@@ -1,20 +1,24 @@
 """Copy lanes: ways of getting rows out of the snapshot copy, gentle to forceful.
 
-A lane is a function ``lane(ctx: LaneContext) -> LaneResult``. It sees every
-table still missing rows (``ctx.pending()``) with the rowid ranges nobody
-has read yet, and returns the rows it found per table (dicts keyed by
-column name plus ``rowid``), the ranges still unread after it, and stats.
-The orchestrator merges rows by rowid (first lane wins), so adding a lane
-is one entry in ``LANES``; the last one, the page carver, is in
-`recovery.carve_lane`.
+A lane is a generator ``lane(ctx: LaneContext)`` that yields ``(table,
+rows)`` batches as it reads them (dicts keyed by column name plus
+``rowid``) and returns a `LaneResult`: the ranges still unread after it,
+rows it could not attribute, and stats. It sees every table still missing
+rows (``ctx.pending()``) with the rowid ranges nobody has read yet. Each
+batch goes straight to the new file (`recovery.sink`), which keeps the first
+copy of a row (by rowid and the table's unique key), so memory does not grow
+with the store and adding a lane is one entry in ``LANES``. (A plain
+function returning a `LaneResult` with ``rows`` still works: its rows are one
+batch per table.) The last lane, the page carver, is in `recovery.carve_lane`.
 """
 from __future__ import annotations
 
 import bisect
 import logging
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, cast
 
 import apsw
 
@@ -29,25 +33,58 @@ EVERYTHING = (MIN_ROWID, MAX_ROWID)
 DEFAULT_CHUNK = 500
 DEFAULT_BUDGET = 20000
 SINGLES_BELOW = 16  # a failing range this small is read one rowid at a time
+BATCH_ROWS = 2000  # rows a lane hands to the output at a time, at most
+BATCH_BYTES = 4 << 20  # and about this many bytes of values (rows may be megabytes each)
 
 Range = tuple[int, int]
 Progress = Callable[[str, int, int], None]  # (what, done, total), for a progress bar
+PRESENT_CHUNK = 5000  # rowids asked of the output at a time
+
+
+class RowsKept(Protocol):
+    """What the output already holds (rows written, rebuilt in part, or
+    quarantined), asked by lanes that must know which rows nobody read yet."""
+
+    def present(self, table: str, rowids: list[int]) -> set[int]: ...
 
 
 @dataclass
 class TableState:
-    """What is known about one source table while lanes run."""
+    """What is known about one source table while lanes run: counters only,
+    the rows themselves are in the output."""
 
     spec: TableSpec
-    rows: dict[Any, dict] = field(default_factory=dict)
     gaps: list[Range] = field(default_factory=lambda: [EVERYTHING])
     by_lane: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    partial_from: dict[Any, str] = field(default_factory=dict)  # key of a partial row -> lane
+    recovered: int = 0  # rows kept (written, quarantined or rebuilt in part)
+    partial: int = 0  # of which rebuilt from indexes and not replaced by a whole row
+    carved: dict[str, int] = field(default_factory=dict)  # kept carved rows by carver lane
+    from_wal: int = 0  # kept carved rows whose page came from a WAL frame
+    low: int | None = None  # the lowest and highest rowid kept
+    high: int | None = None
 
     @property
     def complete(self) -> bool:
         return not self.gaps
+
+    def count(self, lane: str, n: int) -> None:
+        if n:
+            self.by_lane[lane] = self.by_lane.get(lane, 0) + n
+            self.recovered += n
+
+    def move(self, before: str, lane: str) -> None:
+        """A whole row from ``lane`` replaced one ``before`` rebuilt in part."""
+        self.by_lane[lane] = self.by_lane.get(lane, 0) + 1
+        self.by_lane[before] -= 1
+        if not self.by_lane[before]:
+            del self.by_lane[before]
+        self.partial -= 1
+
+    def span(self, rowid: Any) -> None:
+        if isinstance(rowid, int):
+            self.low = rowid if self.low is None else min(self.low, rowid)
+            self.high = rowid if self.high is None else max(self.high, rowid)
 
 
 @dataclass
@@ -78,8 +115,9 @@ class LaneContext:
     structurally_sound: bool = False
     chunk: int = DEFAULT_CHUNK
     progress: Progress | None = None
-    lost_and_found: list[tuple[str, dict]] = field(default_factory=list)  # (lane, item)
     include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
+    kept: RowsKept | None = None  # the output, asked which rowids it holds
+    readable: dict[str, int] = field(default_factory=dict)  # rows inspect could count
 
     @property
     def live(self) -> apsw.Connection:
@@ -96,14 +134,34 @@ class LaneContext:
         if self.progress is not None:
             self.progress(what, done, total)
 
+    def copied(self, table: str, done: int) -> None:
+        """Rows of ``table`` a lane has read so far (out of what inspect counted)."""
+        self.report_progress(f"copying {table}", done, max(self.readable.get(table, 0), done))
+
     def pending(self) -> list[TableState]:
         return [s for s in self.states.values() if not s.complete]
+
+    def missing(self, table: str, rowids: Iterable[int]) -> Iterator[int]:
+        """The rowids (in their order) no lane has kept yet, asked of the
+        output a chunk at a time so a whole table's rowids are never held."""
+        chunk: list[int] = []
+        for rowid in rowids:
+            chunk.append(rowid)
+            if len(chunk) >= PRESENT_CHUNK:
+                yield from self._missing(table, chunk)
+                chunk = []
+        yield from self._missing(table, chunk)
+
+    def _missing(self, table: str, chunk: list[int]) -> list[int]:
+        have = self.kept.present(table, chunk) if self.kept is not None and chunk else set()
+        return [r for r in chunk if r not in have]
 
 
 @dataclass
 class LaneResult:
-    """Rows a lane found per table, the gaps it leaves (only for tables it
-    worked on), rows it could not attribute to a table, and its stats."""
+    """The gaps a lane leaves (only for tables it worked on), rows it could
+    not attribute to a table, and its stats. ``rows`` is for lanes that are
+    plain functions (their rows, per table); generator lanes yield theirs."""
 
     rows: dict[str, list[dict]] = field(default_factory=dict)
     gaps: dict[str, list[Range]] = field(default_factory=dict)
@@ -111,7 +169,10 @@ class LaneResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-Lane = Callable[[LaneContext], LaneResult]
+Batch = tuple[str, list[dict]]  # (table, rows) as a lane read them
+LOST = "\0lost-and-found"  # a batch of finds no table claims (never a table's name)
+LaneRun = Generator[Batch, None, LaneResult]
+Lane = Callable[[LaneContext], "LaneRun | LaneResult"]
 
 
 def merge_ranges(ranges: list[Range]) -> list[Range]:
@@ -126,11 +187,17 @@ def merge_ranges(ranges: list[Range]) -> list[Range]:
 
 
 def subtract_rowids(ranges: list[Range], rowids: Any) -> list[Range]:
-    """``ranges`` without the given rowids (which split the ranges they hit);
-    O(n log n), as the carver may return every row of a large table."""
+    """``ranges`` (sorted, disjoint) without the given rowids, which split the
+    ranges they hit. Only the ranges between the lowest and highest rowid are
+    rebuilt, so a batch costs O(batch log batch + touched ranges) however
+    many ranges the table has (it is called once per batch of rows)."""
     ordered = sorted(set(rowids))
+    if not ordered or not ranges:
+        return list(ranges)
+    first = max(bisect.bisect_right(ranges, ordered[0], key=lambda r: r[0]) - 1, 0)
+    last = bisect.bisect_right(ranges, ordered[-1], key=lambda r: r[0])
     out: list[Range] = []
-    for lo, hi in ranges:
+    for lo, hi in ranges[first:last]:
         start = lo
         for rowid in ordered[bisect.bisect_left(ordered, lo):bisect.bisect_right(ordered, hi)]:
             if rowid > start:
@@ -138,7 +205,7 @@ def subtract_rowids(ranges: list[Range], rowids: Any) -> list[Range]:
             start = rowid + 1
         if start <= hi:
             out.append((start, hi))
-    return out
+    return ranges[:first] + out + ranges[last:]
 
 
 def runs(rowids: Any) -> list[Range]:
@@ -152,13 +219,32 @@ def runs(rowids: Any) -> list[Range]:
     return out
 
 
+def row_size(row: dict) -> int:
+    """About how many bytes a row dict holds (its text and blobs)."""
+    return 64 + sum(len(v) for v in row.values() if isinstance(v, (str, bytes)))
+
+
+def batches(rows: Iterable[dict]) -> Iterator[list[dict]]:
+    """``rows`` in lists of at most BATCH_ROWS rows and about BATCH_BYTES."""
+    batch: list[dict] = []
+    size = 0
+    for row in rows:
+        batch.append(row)
+        size += row_size(row)
+        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
 # -- lane 1: SQLite backup of a sound copy ----------------------------------
 
-def backup_lane(ctx: LaneContext) -> LaneResult:
+def backup_lane(ctx: LaneContext) -> LaneRun:
     """When the copy is structurally sound, take an online backup of it and
     read every table from that consistent image in one pass."""
     result = LaneResult(stats={"applicable": ctx.structurally_sound})
@@ -171,9 +257,7 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
         with dest.backup("main", ctx.conn, "main") as b:
             b.step(-1)
         for state in ctx.pending():
-            _read_whole(dest, state.spec, result)
-            done = len(result.rows.get(state.spec.name, []))
-            ctx.report_progress(f"copying {state.spec.name}", done, done)
+            yield from _read_whole(ctx, dest, state.spec, result)
     except READ_ERRORS as e:
         result.stats["error"] = _err(e)
     finally:
@@ -181,20 +265,26 @@ def backup_lane(ctx: LaneContext) -> LaneResult:
     return result
 
 
-def _read_whole(conn: apsw.Connection, spec: TableSpec, result: LaneResult) -> None:
+def _read_whole(ctx: LaneContext, conn: apsw.Connection, spec: TableSpec,
+                result: LaneResult) -> Iterator[Batch]:
+    """Every row of the table, in batches; the table is complete only when
+    the scan reached its end (rows before an error are kept all the same)."""
+    done = 0
     try:
-        rows = [spec.row_dict(r) for r in
-                conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}")]
+        cursor = conn.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()}")
+        for batch in batches(spec.row_dict(r) for r in cursor):
+            done += len(batch)
+            yield spec.name, batch
+            ctx.copied(spec.name, done)
     except READ_ERRORS as e:
         result.stats.setdefault("errors", {})[spec.name] = _err(e)
         return
-    result.rows[spec.name] = rows
     result.gaps[spec.name] = []
 
 
 # -- lane 2: SQL row copy in chunks -----------------------------------------
 
-def row_copy_lane(ctx: LaneContext) -> LaneResult:
+def row_copy_lane(ctx: LaneContext) -> LaneRun:
     """Read each table forward in rowid chunks until an error, then backward
     from the end; what lies between is left as one gap for bisection."""
     result = LaneResult()
@@ -202,31 +292,54 @@ def row_copy_lane(ctx: LaneContext) -> LaneResult:
         return result
     for state in ctx.pending():
         if not state.spec.rowid:
-            _read_whole(ctx.conn, state.spec, result)
+            yield from _read_whole(ctx, ctx.conn, state.spec, result)
             continue
-        rows: list[dict] = []
-        gaps = [g2 for g in state.gaps for g2 in _copy_range(ctx, state.spec, g, rows)]
-        result.gaps[state.spec.name] = audit_gaps(ctx, state, rows, gaps)
-        result.rows[state.spec.name] = rows
+        gaps: list[Range] = []
+        read = [0]
+        for gap in list(state.gaps):
+            gaps += yield from _copy_range(ctx, state.spec, gap, read)
+        result.gaps[state.spec.name] = audit_gaps(ctx, state, gaps)
     return result
 
 
-def audit_gaps(ctx: LaneContext, state: TableState, rows: list[dict],
-               gaps: list[Range]) -> list[Range]:
-    """``gaps`` plus every rowid an intact index lists that no lane returned.
+def audit_gaps(ctx: LaneContext, state: TableState, gaps: list[Range]) -> list[Range]:
+    """``gaps`` plus every rowid an intact index lists that no lane kept.
     SQLite's search can step over a damaged cell without an error (a lookup
     finds nothing, a range scan starts after it): such rows are not absent,
     they are unread, and a later lane must look for them."""
-    listed = _index_rowids(ctx, state.spec, EVERYTHING)
-    if not listed:
-        return gaps
-    have = {r.get(ROWID_KEY) for r in rows} | {r.get(ROWID_KEY) for r in state.rows.values()}
-    missing = [rowid for rowid in listed if rowid not in have]
-    return merge_ranges(gaps + runs(missing)) if missing else gaps
+    missing = _index_missing(ctx, state.spec)
+    return merge_ranges(gaps + missing) if missing else gaps
+
+
+def _index_missing(ctx: LaneContext, spec: TableSpec) -> list[Range] | None:
+    """Runs of rowids the first cleanly read index lists and the output lacks,
+    streamed from the index (a table's rowids are never held at once)."""
+    if ctx.catalog is None:
+        return None
+    for index in ctx.catalog.indexes(spec.name):
+        try:
+            listed = (r[0] for r in ctx.live.execute(
+                f"SELECT rowid FROM {spec.quoted()} INDEXED BY {quote(index)} "
+                "ORDER BY rowid"))
+            return runs_of_sorted(ctx.missing(spec.name, listed))
+        except READ_ERRORS:
+            continue
+    return None
+
+
+def runs_of_sorted(rowids: Iterable[int]) -> list[Range]:
+    """Ascending rowids as ranges of consecutive values, read once."""
+    out: list[Range] = []
+    for rowid in rowids:
+        if out and rowid <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(rowid, out[-1][1]))
+        else:
+            out.append((rowid, rowid))
+    return out
 
 
 def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: bool,
-            rows: list[dict]) -> int | None:
+            read: list[int]) -> Generator[Batch, None, int | None]:
     """Read from ``start`` towards ``stop``; the last rowid read, or None if
     the whole range was read."""
     op, order = (">=", "ASC") if forward else ("<=", "DESC")
@@ -238,24 +351,27 @@ def _chunks(ctx: LaneContext, spec: TableSpec, start: int, stop: int, forward: b
     while True:
         got = 0
         try:
-            for r in ctx.live.execute(sql, (cursor, stop, ctx.chunk)):
-                rows.append(spec.row_dict(r))
-                last, got = r[0], got + 1
+            for batch in batches(spec.row_dict(r) for r in ctx.live.execute(
+                    sql, (cursor, stop, ctx.chunk))):
+                last, got = batch[-1][ROWID_KEY], got + len(batch)
+                read[0] += len(batch)
+                yield spec.name, batch
         except READ_ERRORS:
             return last if last is not None else (start - 1 if forward else start + 1)
-        ctx.report_progress(f"copying {spec.name}", len(rows), 0)
+        ctx.copied(spec.name, read[0])
         if got < ctx.chunk:
             return None
         cursor = last + 1 if forward else last - 1  # type: ignore[operator]  # full chunk: set
 
 
-def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict]) -> list[Range]:
+def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range,
+                read: list[int]) -> Generator[Batch, None, list[Range]]:
     lo, hi = gap
-    stopped = _chunks(ctx, spec, lo, hi, True, rows)
+    stopped = yield from _chunks(ctx, spec, lo, hi, True, read)
     if stopped is None:
         return []
     lo = stopped + 1
-    back = _chunks(ctx, spec, hi, lo, False, rows)
+    back = yield from _chunks(ctx, spec, hi, lo, False, read)
     if back is None:
         return []
     return [(lo, back - 1)] if back - 1 >= lo else []
@@ -263,7 +379,7 @@ def _copy_range(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict])
 
 # -- lane 3: rowid-range bisection ------------------------------------------
 
-def bisect_lane(ctx: LaneContext) -> LaneResult:
+def bisect_lane(ctx: LaneContext) -> LaneRun:
     """Split each unread range until its readable parts are read, using
     exact single-row lookups on small ranges, within a per-table query
     budget. When an index of the table is intact, its rowids tell exactly
@@ -276,36 +392,36 @@ def bisect_lane(ctx: LaneContext) -> LaneResult:
         if not state.spec.rowid:
             continue
         budget = Budget(ctx.budget.left)
-        rows: list[dict] = []
         skipped: list[Range] = []
         known = True
-        for gap in state.gaps:
+        for gap in list(state.gaps):
             candidates = _index_rowids(ctx, state.spec, gap)
             known = known and candidates is not None
             if candidates is None and _whole_tree_unreadable(ctx, state.spec, gap, budget):
                 skipped.append(gap)
                 continue
-            skipped += _bisect(ctx, state.spec, gap, rows, budget, candidates)
-        result.rows[state.spec.name] = rows
-        result.gaps[state.spec.name] = (audit_gaps(ctx, state, rows, merge_ranges(skipped))
-                                        if known else merge_ranges(skipped))
+            skipped += yield from _bisect(ctx, state.spec, gap, budget, candidates)
+        name = state.spec.name
+        result.gaps[name] = (audit_gaps(ctx, state, merge_ranges(skipped)) if known
+                             else merge_ranges(skipped))
         stats = {"queries": budget.used, "budget_exhausted": budget.left <= 0,
                  "rowids_from_index": known}
         if known:  # every skipped rowid was listed by an index: an exact count
-            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in result.gaps[state.spec.name])
-        result.stats[state.spec.name] = stats
+            stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in result.gaps[name])
+        result.stats[name] = stats
     return result
 
 
-def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> list[int] | None:
-    """Rowids in ``gap`` listed by the first index that reads cleanly."""
+def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> array | None:
+    """Rowids in ``gap`` listed by the first index that reads cleanly (8
+    bytes a rowid: an array, not a list of int objects)."""
     if ctx.catalog is None:
         return None
     for index in ctx.catalog.indexes(spec.name):
         try:
-            return [r[0] for r in ctx.live.execute(
+            return array("q", (r[0] for r in ctx.live.execute(
                 f"SELECT rowid FROM {spec.quoted()} INDEXED BY {quote(index)} "
-                "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", gap)]
+                "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", gap)))
         except READ_ERRORS:
             continue
     return None
@@ -346,47 +462,49 @@ def _lookup_raw(ctx: LaneContext, spec: TableSpec, rowid: int) -> list[dict] | N
 
 
 def _read_range(ctx: LaneContext, spec: TableSpec, lo: int, hi: int,
-                rows: list[dict], budget: Budget) -> int | None:
-    """Read [lo, hi]; None when complete, else the first rowid not yet read."""
+                budget: Budget) -> Generator[Batch, None, int | None]:
+    """Read [lo, hi] in batches; None when complete, else the first rowid not yet read."""
     if not budget.take():
         return lo
     last = lo - 1
     try:
-        for r in ctx.live.execute(f"SELECT {spec.select_list()} FROM {spec.quoted()} "
-                                  "WHERE rowid BETWEEN ? AND ? ORDER BY rowid", (lo, hi)):
-            rows.append(spec.row_dict(r))
-            last = r[0]
+        for batch in batches(spec.row_dict(r) for r in ctx.live.execute(
+                f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid BETWEEN ? AND ? "
+                "ORDER BY rowid", (lo, hi))):
+            last = batch[-1][ROWID_KEY]
+            yield spec.name, batch
     except READ_ERRORS:
         return last + 1
     return None
 
 
-def _between(candidates: list[int], lo: int, hi: int) -> list[int]:
+def _between(candidates: Any, lo: int, hi: int) -> Any:
     return candidates[bisect.bisect_left(candidates, lo):bisect.bisect_right(candidates, hi)]
 
 
-def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, rows: list[dict], budget: Budget,
-            candidates: list[int] | None) -> list[Range]:
+def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, budget: Budget,
+            candidates: array | None) -> Generator[Batch, None, list[Range]]:
     skipped: list[Range] = []
     stack = [gap]
     while stack:
         lo, hi = stack.pop()
         inside = _between(candidates, lo, hi) if candidates is not None else None
-        if inside == []:
+        if inside is not None and not len(inside):
             continue
         if budget.left <= 0:
             skipped.append((lo, hi))
         elif (inside is not None and len(inside) < SINGLES_BELOW) or hi - lo < SINGLES_BELOW:
-            skipped += _singles(ctx, spec, inside or range(lo, hi + 1), rows, budget,
-                                listed=inside is not None)
+            skipped += yield from _singles(ctx, spec, inside if inside is not None
+                                           else range(lo, hi + 1), budget,
+                                           listed=inside is not None)
         else:
-            resume = _read_range(ctx, spec, lo, hi, rows, budget)
+            resume = yield from _read_range(ctx, spec, lo, hi, budget)
             if resume is not None and resume <= hi:
                 stack += _split(resume, hi, candidates)
     return skipped
 
 
-def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
+def _split(lo: int, hi: int, candidates: array | None) -> list[Range]:
     """Two halves of [lo, hi]: by candidate count when rowids are known."""
     inside = _between(candidates, lo, hi) if candidates is not None else None
     if inside is not None and len(inside) >= 2:
@@ -402,75 +520,27 @@ def _split(lo: int, hi: int, candidates: list[int] | None) -> list[Range]:
     return [(mid + 1, hi), (lo, mid)]
 
 
-def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, rows: list[dict],
-             budget: Budget, listed: bool = False) -> list[Range]:
+def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, budget: Budget,
+             listed: bool = False) -> Generator[Batch, None, list[Range]]:
     """Look rowids up one by one. A rowid an index ``listed`` that the table
     lookup does not find is unreadable (a damaged cell SQLite's search steps
     over), not absent."""
     skipped: list[Range] = []
+    batch: list[dict] = []
     for rowid in rowids:
         found = _lookup(ctx, spec, rowid, budget)
         if found is None or (listed and not found):
             skipped.append((rowid, rowid))
         else:
-            rows += found
+            batch += found
+    if batch:
+        yield spec.name, batch
     return skipped
 
 
-# -- lane 4: rows rebuilt from intact indexes --------------------------------
-
-# Columns no index holds but that a rebuilt row may take from a sibling column.
-FILL_FROM = {"sessions": {"updated_at": "started_at"}}
-
-
-def index_lane(ctx: LaneContext) -> LaneResult:
-    """For rowids still unread, collect every column the table's intact
-    indexes hold. A row is kept only when all its required columns are
-    known; it is marked partial (``PARTIAL_KEY`` lists the lost columns) so
-    a later lane that finds the whole row replaces it. Gaps stay as they
-    are: the rows were not read, only reconstructed."""
-    result = LaneResult()
-    if ctx.conn is None or ctx.catalog is None:
-        return result
-    for state in ctx.pending():
-        spec = state.spec
-        if not spec.rowid:
-            continue
-        rows, unusable = [], 0
-        for rowid, known in sorted(_index_values(ctx, spec, state.gaps).items()):
-            for col, source in FILL_FROM.get(spec.name, {}).items():
-                if col not in known and source in known:
-                    known[col] = known[source]
-            if not set(spec.required) <= set(known):
-                unusable += 1
-                continue
-            lost = [c for c in spec.columns if c not in known]
-            rows.append({ROWID_KEY: rowid, **known, PARTIAL_KEY: lost})
-        result.rows[spec.name] = rows
-        result.stats[spec.name] = {"rebuilt": len(rows), "unusable": unusable}
-    return result
-
-
-def _index_values(ctx: LaneContext, spec: TableSpec, gaps: list[Range]) -> dict[int, dict]:
-    """rowid -> {column: value} from every index that reads cleanly."""
-    found: dict[int, dict] = {}
-    for index in ctx.live_catalog.indexes(spec.name):
-        cols = [r[2] for r in ctx.live.execute(f"PRAGMA index_info({quote(index)})")]
-        if not cols or any(c is None for c in cols):
-            continue  # expression index: its values are not columns
-        sql = (f"SELECT rowid, {', '.join(quote(c) for c in cols)} FROM {spec.quoted()} "
-               f"INDEXED BY {quote(index)} WHERE rowid BETWEEN ? AND ?")
-        for gap in gaps:
-            try:
-                for r in ctx.live.execute(sql, gap):
-                    found.setdefault(r[0], {}).update(zip(cols, r[1:]))
-            except READ_ERRORS:
-                continue
-    return found
-
-
-# The page carver's lane lives in its own module (it imports this one).
+# The index and page carver lanes live in their own modules (they import this one).
 from .carve_lane import carve_lane  # noqa: E402
+from .index_lane import index_lane  # noqa: E402
 
 LANES: dict[str, Lane] = {
     "backup": backup_lane,

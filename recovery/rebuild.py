@@ -1,143 +1,43 @@
-"""Write recovered rows into a fresh store created by `SessionDB` (current schema).
+"""Write recovered rows into a fresh store of ours (current schema), in bulk.
 
-All inserts run through the store's writer in one `atomic()` block; the
-store's indexer then fills the search index from them before the output is
-verified: derived data is rebuilt, never copied. Messages
-whose session row is lost get a labelled placeholder session; malformed
-JSON values and rows the schema rejects go to a quarantine table with
-their original values, never silently dropped.
+The file is created by `SessionDB` (every migration, the generation stamp),
+then written on one plain connection as the lanes stream rows in: one
+transaction per batch, no fsync until the end (the file is a temporary
+name nobody else opens, removed on any failure), foreign keys and
+secondary indexes off while loading. The unique
+keys stay: they are what resolves a row found by two lanes. `finish` then
+ties the rows together (parent links, placeholder sessions for orphaned
+messages, rows whose parent is lost to quarantine, recounted sessions),
+builds the secondary indexes and the search index once (`recovery.bulk`),
+and leaves the file in WAL mode like any store. Derived data is rebuilt,
+never copied. Malformed JSON values and rows the schema rejects go to a
+quarantine table with their original values, never silently dropped.
 """
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import SessionDB, StorageError
+from sessiondb.recovery_api import SessionDB
 
+from . import bulk
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
+from .lanes import TableState
+from .sink import DUPLICATE, NEW, QUARANTINED, RowSink, output_errors
+from .write_stats import (LOST_AND_FOUND, MARKED, NOT_COPIED, PLACEHOLDER_SOURCE,
+                          PLACEHOLDER_TITLE, QUARANTINE, TableWrite, WriteStats)
 
-PLACEHOLDER_SOURCE = "recovered"
-PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
-QUARANTINE = "recovery_quarantine"
-LOST_AND_FOUND = "lost_and_found"
-MARKED = "recovery_marked_rows"
-PROGRESS_EVERY = 1000
-NOT_COPIED = {"leases": "turn leases belong to processes of the damaged store; not carried over"}
+__all__ = ["LOST_AND_FOUND", "MARKED", "NOT_COPIED", "PLACEHOLDER_SOURCE", "PLACEHOLDER_TITLE",
+           "QUARANTINE", "StoreSink", "TableWrite", "WriteStats"]
+
 # describe the old file (and its index), not the new one
 META_SKIP = ("sqlite_version", "fts_stale", "fts_watermark")
 JSON_COLUMNS = {"messages": ("tool_calls", "meta")}
-
-
-@dataclass
-class TableWrite:
-    """What went into the output for one table."""
-
-    inserted: int = 0
-    quarantined: int = 0
-    note: str | None = None
-
-
-@dataclass
-class WriteStats:
-    tables: dict[str, TableWrite] = field(default_factory=dict)
-    placeholders: list[str] = field(default_factory=list)
-    parent_links_dropped: int = 0
-    quarantined_values: int = 0
-    per_session: dict[str, int] = field(default_factory=dict)
-
-    def table(self, name: str) -> TableWrite:
-        return self.tables.setdefault(name, TableWrite())
-
-
-def _columns(conn: apsw.Connection, table: str) -> list[tuple[str, bool]]:
-    """(name, is integer-primary-key alias of rowid) for each column."""
-    info = list(conn.execute(f"PRAGMA table_info({quote(table)})"))
-    pks = [r for r in info if r[5]]
-    alias = pks[0][1] if len(pks) == 1 and str(pks[0][2]).upper() == "INTEGER" else None
-    return [(r[1], r[1] == alias) for r in info]
-
-
-def _ensure_quarantine(conn: apsw.Connection) -> None:
-    conn.execute(f"CREATE TABLE IF NOT EXISTS {QUARANTINE} (id INTEGER PRIMARY KEY, "
-                 "table_name TEXT NOT NULL, row_key TEXT, column_name TEXT, reason TEXT NOT NULL,"
-                 " value)")
-
-
-def _quarantine(conn: apsw.Connection, table: str, key: Any, column: str | None,
-                reason: str, value: Any) -> None:
-    _ensure_quarantine(conn)
-    conn.execute(f"INSERT INTO {QUARANTINE}(table_name, row_key, column_name, reason, value)"
-                 " VALUES (?, ?, ?, ?, ?)", (table, str(key), column, reason, value))
-
-
-class Writer:
-    """Inserts rows table by table inside the caller's transaction."""
-
-    def __init__(self, conn: apsw.Connection, stats: WriteStats,
-                 progress: Callable[[str, int, int], None] | None = None) -> None:
-        self.conn = conn
-        self.stats = stats
-        self.progress = progress
-
-    def insert_rows(self, table: str, rows: list[dict], *, keep_rowid: bool = True) -> None:
-        cols = _columns(self.conn, table)
-        names = [n for n, _alias in cols]
-        has_alias = any(alias for _n, alias in cols)
-        out = self.stats.table(table)
-        for done, row in enumerate(rows, 1):
-            if self.progress is not None and (done % PROGRESS_EVERY == 0 or done == len(rows)):
-                self.progress(f"writing {table}", done, len(rows))
-            self.keep_bad_text(table, row)
-            values = {k: v for k, v in row.items() if k in names}
-            if keep_rowid and not has_alias and ROWID_KEY in row:
-                values = {"rowid": row[ROWID_KEY], **values}
-            fields = list(values)
-            if not fields:  # nothing of the row fits this table: never an empty column list
-                _quarantine(self.conn, table, row.get(ROWID_KEY), None,
-                            "no column of the row is in the table",
-                            json.dumps(row, default=repr))
-                out.quarantined += 1
-                continue
-            sql = (f"INSERT INTO {quote(table)}({', '.join(quote(f) for f in fields)}) "
-                   f"VALUES ({', '.join('?' * len(fields))})")
-            try:
-                self.conn.execute(sql, tuple(values.values()))
-                out.inserted += 1
-            except apsw.ConstraintError as e:
-                _quarantine(self.conn, table, row.get(ROWID_KEY), None,
-                            f"rejected by the schema: {type(e).__name__}",
-                            json.dumps(row, default=repr))
-                out.quarantined += 1
-
-    def keep_bad_text(self, table: str, row: dict) -> None:
-        """Raw bytes of text that was not UTF-8 go to quarantine; the row keeps
-        the leniently decoded text."""
-        for col, raw in row.get(BAD_TEXT_KEY, {}).items():
-            _quarantine(self.conn, table, row.get(ROWID_KEY), col, "invalid UTF-8", raw)
-            self.stats.quarantined_values += 1
-
-    def clean_json(self, table: str, rows: list[dict]) -> list[dict]:
-        """Move malformed JSON values to quarantine, leaving a neutral value."""
-        columns = JSON_COLUMNS.get(table, ())
-        cleaned = []
-        for row in rows:
-            row = dict(row)
-            checks = list(columns) + (["content"] if row.get("content_kind") == "json" else [])
-            for col in checks:
-                if not _json_ok(row.get(col)):
-                    _quarantine(self.conn, table, row.get(ROWID_KEY), col, "malformed JSON",
-                                row.get(col))
-                    self.stats.quarantined_values += 1
-                    row[col] = {"meta": "{}", "tool_calls": None, "content": None}[col]
-                    if col == "content":
-                        row["content_kind"] = "null"
-            cleaned.append(row)
-        return cleaned
+NEUTRAL = {"meta": "{}", "tool_calls": None, "content": None}
+UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}  # ours, by name
 
 
 def _json_ok(value: Any) -> bool:
@@ -150,149 +50,199 @@ def _json_ok(value: Any) -> bool:
     return True
 
 
-def _sessions(w: Writer, rows: list[dict]) -> None:
-    """Insert sessions without parents first, then link parents that exist."""
-    parents = {r.get("id"): r.get("parent_session_id") for r in rows}
-    w.insert_rows("sessions", [{**r, "parent_session_id": None} for r in rows])
-    present = {r[0] for r in w.conn.execute("SELECT id FROM sessions")}
-    for sid, parent in parents.items():
-        if parent is None or sid not in present:
-            continue
-        if parent in present:
-            w.conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?",
-                           (parent, sid))
-        else:
-            w.stats.parent_links_dropped += 1
-
-
-def _placeholders(w: Writer, messages: list[dict]) -> None:
-    """A labelled session for every session id whose row did not survive."""
-    present = {r[0] for r in w.conn.execute("SELECT id FROM sessions")}
-    orphans: dict[str, list[float]] = {}
-    for m in messages:
-        sid = m.get("session_id")
-        if isinstance(sid, str) and sid not in present:
-            ts = m.get("timestamp")
-            orphans.setdefault(sid, []).append(ts if isinstance(ts, (int, float)) else time.time())
-    for sid, stamps in sorted(orphans.items()):
-        w.conn.execute(
-            "INSERT INTO sessions(id, source, title, started_at, updated_at, message_count)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (sid, PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, min(stamps), max(stamps), len(stamps)))
-        w.stats.placeholders.append(sid)
-        w.stats.table("sessions").inserted += 1
-
-
-def _recount_sessions(w: Writer) -> None:
-    """Every session's counters are what was recovered, never the source row's:
-    a session that lost 4 of 250 rows says 246 (it said 250 once), and one
-    rebuilt from indexes gets counters it had lost. Tool calls are counted
-    the way appends count them (the length of each row's tool_calls list)."""
-    w.conn.execute(
-        "UPDATE sessions SET message_count = (SELECT count(*) FROM messages AS m"
-        " WHERE m.session_id = sessions.id), tool_call_count = (SELECT coalesce(sum("
-        "CASE WHEN json_valid(m.tool_calls) AND json_type(m.tool_calls) = 'array'"
-        " THEN json_array_length(m.tool_calls) ELSE 0 END), 0) FROM messages AS m"
-        " WHERE m.session_id = sessions.id)")
-
-
-def _extra_table(w: Writer, spec: TableSpec, rows: list[dict]) -> None:
-    exists = w.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
-                            (spec.name,)).fetchone()
-    if not exists:
-        try:
-            w.conn.execute(spec.sql)
-        except apsw.Error as e:
-            w.stats.table(spec.name).note = f"could not create the table: {type(e).__name__}"
-            for row in rows:
-                _quarantine(w.conn, spec.name, row.get(ROWID_KEY), None,
-                            "table could not be created", json.dumps(row, default=repr))
-                w.stats.table(spec.name).quarantined += 1
-            return
-    w.insert_rows(spec.name, rows)
-
-
-def write_store(path: Path, specs: dict[str, TableSpec], rows: dict[str, list[dict]], *,
-                lost_and_found: Sequence[tuple[str, dict]] = (), vfs: str | None = None,
-                progress: Callable[[str, int, int], None] | None = None,
-                marked: Sequence[tuple[str, Any, str]] = ()) -> WriteStats:
-    """Create ``path`` with the current schema and insert the recovered rows,
-    plus the (lane, item) pairs no lane could attribute to a table and the
-    (table, rowid, mark) of rows that were not live data (deleted rows from
-    free pages, rows from uncommitted WAL frames)."""
-    stats = WriteStats()
-    with SessionDB(path, vfs=vfs) as db:
-        with db.atomic() as conn:
-            w = Writer(conn, stats, progress)
-            _sessions(w, rows.get("sessions", []))
-            messages = w.clean_json("messages", rows.get("messages", []))
-            _placeholders(w, messages)
-            w.insert_rows("messages", messages)
-            _recount_sessions(w)
-            _state_meta(w, rows.get("state_meta", []))
-            for name, spec in specs.items():
-                if name in ("sessions", "messages", "state_meta") or spec.kind != "data":
-                    continue
-                if name in NOT_COPIED:
-                    stats.table(name).note = NOT_COPIED[name]
-                    continue
-                _extra_table(w, spec, rows.get(name, []))
-            _lost_and_found(w, specs, lost_and_found)
-            _marked(w, marked)
-            stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
-                "SELECT session_id, count(*) FROM messages GROUP BY session_id").fetchall())
-        try:  # the index is written after the commit: fill it before verify
-            db.catch_up_index()
-        except StorageError:  # an output that cannot be read back: verify says so
-            pass
-    return stats
-
-
-def _lost_and_found(w: Writer, specs: dict[str, TableSpec],
-                    items: Sequence[tuple[str, dict]]) -> None:
-    """Unattributed finds, one JSON document each (bytes as hex), never dropped."""
-    if not items:
-        return
-    name = LOST_AND_FOUND if LOST_AND_FOUND not in specs else f"recovery_{LOST_AND_FOUND}"
-    # where the find was (the carver knows its page, cell and rowid), then the
-    # whole find, raw values included, as one JSON document
-    w.conn.execute(f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, lane TEXT NOT NULL, "
-                   "page INTEGER, cell INTEGER, source_rowid INTEGER, item TEXT NOT NULL)")
-    for lane, item in items:
-        where = tuple(item.get(k) if isinstance(item.get(k), int) else None
-                      for k in ("page", "cell", "rowid"))
-        w.conn.execute(f"INSERT INTO {name}(lane, page, cell, source_rowid, item) "
-                       "VALUES (?, ?, ?, ?, ?)",
-                       (lane, *where, json.dumps(item, default=_jsonable, sort_keys=True)))
-    w.stats.table(name).inserted = len(items)
-
-
-def _marked(w: Writer, marked: Sequence[tuple[str, Any, str]]) -> None:
-    """Which recovered rows were not live data, so a reader can tell them apart."""
-    if not marked:
-        return
-    w.conn.execute(f"CREATE TABLE {MARKED} (id INTEGER PRIMARY KEY, table_name TEXT NOT NULL,"
-                   " source_rowid INTEGER, mark TEXT NOT NULL)")
-    w.conn.executemany(f"INSERT INTO {MARKED}(table_name, source_rowid, mark) VALUES (?, ?, ?)",
-                       marked)
-    w.stats.table(MARKED).inserted = len(marked)
-
-
 def _jsonable(value: Any) -> Any:
     return value.hex() if isinstance(value, (bytes, bytearray, memoryview)) else repr(value)
 
 
-def _state_meta(w: Writer, rows: list[dict]) -> None:
-    out = w.stats.table("state_meta")
-    for row in rows:
-        if row.get("key") in META_SKIP:
-            continue
+def _open(path: Path, vfs: str | None) -> apsw.Connection:
+    """The new store made by `SessionDB` (migrations, stamp), and a plain
+    connection to it opened before the store closes, so the schema's pages
+    stay in the WAL like every later write until `finish` checkpoints: a
+    disk that loses what is written shows in the verification, not half way."""
+    with SessionDB(path, vfs=vfs, background_index=False), output_errors(path):
+        return apsw.Connection(str(path), vfs=vfs) if vfs else apsw.Connection(str(path))
+
+
+class StoreSink(RowSink):
+    """The new store of ours, written as batches arrive; `finish` completes it."""
+
+    def __init__(self, path: Path, specs: dict[str, TableSpec], states: dict[str, TableState],
+                 *, vfs: str | None = None,
+                 progress: Callable[[str, int, int], None] | None = None) -> None:
+        conn = _open(path, vfs)
+        super().__init__(path, conn, states, progress)
+        self.specs = specs
+        self.stats = WriteStats()
+        self.columns: dict[str, tuple[set[str], bool]] = {}
+        self.sql: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.meta_seen: set[Any] = set()
+        self.made: set[str] = set()  # side tables created so far
         try:
-            w.conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) "
-                           "ON CONFLICT(key) DO NOTHING", (row.get("key"), row.get("value")))
+            with output_errors(path):
+                self.deferred = bulk.start(conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    # -- one row --------------------------------------------------------------
+
+    def writable(self, table: str) -> bool:
+        if table in NOT_COPIED:
+            self.stats.table(table).note = NOT_COPIED[table]
+            return False
+        return True
+
+    def _prepare(self, table: str) -> bool:
+        """Column names of ``table`` (created from the source's schema when the
+        store has no such table); False when it cannot be created."""
+        if not self.has_table(table):
+            spec = self.specs.get(table)
+            try:
+                self.conn.execute(spec.sql if spec is not None else "")
+            except apsw.Error as e:
+                self.stats.table(table).note = f"could not create the table: {type(e).__name__}"
+                self.columns.pop(table, None)
+                return False
+        info = list(self.conn.execute(f"PRAGMA table_info({quote(table)})"))
+        pks = [r for r in info if r[5]]
+        alias = len(pks) == 1 and str(pks[0][2]).upper() == "INTEGER"
+        self.columns[table] = ({r[1] for r in info}, alias)
+        return True
+
+    def insert(self, table: str, row: dict) -> str:
+        if table == "state_meta":
+            return self._meta(row)
+        if table not in self.columns and not self._prepare(table):
+            return self._reject(table, row, "table could not be created")
+        names, alias = self.columns[table]
+        row, notes = self._clean(table, row)
+        values = {k: v for k, v in row.items() if k in names}
+        if not alias and ROWID_KEY in row:
+            values = {"rowid": row[ROWID_KEY], **values}
+        if not values:  # nothing of the row fits this table: never an empty column list
+            return self._reject(table, row, "no column of the row is in the table")
+        try:
+            self.conn.execute(self._sql(table, tuple(values)), tuple(values.values()))
+        except apsw.ConstraintError as e:
+            outcome = self._reject(table, row, f"rejected by the schema: {type(e).__name__}")
+        else:
+            outcome = NEW if self.conn.changes() else self._taken(table, row)
+        if outcome != DUPLICATE:
+            self._note(table, row, notes)
+        if outcome == NEW:
+            self.stats.table(table).inserted += 1
+        return outcome
+
+    def _sql(self, table: str, fields: tuple[str, ...]) -> str:
+        key = (table, fields)
+        if key not in self.sql:
+            self.sql[key] = (f"INSERT INTO {quote(table)}({', '.join(quote(f) for f in fields)})"
+                             f" VALUES ({', '.join('?' * len(fields))}) ON CONFLICT DO NOTHING")
+        return self.sql[key]
+
+    def _taken(self, table: str, row: dict) -> str:
+        """A unique key was taken: the same row from an earlier lane (same
+        rowid, or our tables' unique key), or else a clash the schema rejects."""
+        if table in UNIQUE_KEYS or self.conn.execute(
+                f"SELECT 1 FROM {quote(table)} WHERE rowid = ?", (row.get(ROWID_KEY),)).fetchone():
+            return DUPLICATE
+        return self._reject(table, row, "rejected by the schema: ConstraintError")
+
+    def _clean(self, table: str, row: dict) -> tuple[dict, list[tuple]]:
+        """Malformed JSON values replaced by a neutral value, and the
+        (column, reason, value) notes the quarantine gets if the row is kept."""
+        notes = [(col, "invalid UTF-8", raw) for col, raw in row.get(BAD_TEXT_KEY, {}).items()]
+        checks = list(JSON_COLUMNS.get(table, ()))
+        if table == "messages" and row.get("content_kind") == "json":
+            checks.append("content")
+        bad = [c for c in checks if not _json_ok(row.get(c))]
+        if not bad:
+            return row, notes
+        row = dict(row)
+        for col in bad:
+            notes.append((col, "malformed JSON", row.get(col)))
+            row[col] = NEUTRAL[col]
+            if col == "content":
+                row["content_kind"] = "null"
+        return row, notes
+
+    def _note(self, table: str, row: dict, notes: list[tuple]) -> None:
+        for col, reason, value in notes:
+            self.quarantine(table, row.get(ROWID_KEY), col, reason, value)
+            self.stats.quarantined_values += 1
+
+    def _reject(self, table: str, row: dict, reason: str) -> str:
+        self.quarantine(table, row.get(ROWID_KEY), None, reason, json.dumps(
+            {k: v for k, v in row.items() if not k.startswith("__")}, default=repr))
+        self.stats.table(table).quarantined += 1
+        return QUARANTINED
+
+    def quarantine(self, table: str, key: Any, column: str | None, reason: str,
+                   value: Any) -> None:
+        self._side(QUARANTINE, f"CREATE TABLE {QUARANTINE} (id INTEGER PRIMARY KEY, "
+                   "table_name TEXT NOT NULL, row_key TEXT, column_name TEXT, "
+                   "reason TEXT NOT NULL, value)")
+        self.conn.execute(f"INSERT INTO {QUARANTINE}(table_name, row_key, column_name, reason,"
+                          " value) VALUES (?, ?, ?, ?, ?)", (table, str(key), column, reason,
+                                                             value))
+
+    def _side(self, name: str, create: str) -> None:
+        if name not in self.made:
+            if not self.has_table(name):
+                self.conn.execute(create)
+            self.made.add(name)
+
+    def _meta(self, row: dict) -> str:
+        key = row.get("key")
+        if key in self.meta_seen:
+            return DUPLICATE
+        self.meta_seen.add(key)
+        if key in META_SKIP:
+            return NEW
+        try:
+            self.conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) "
+                              "ON CONFLICT(key) DO NOTHING", (key, row.get("value")))
         except apsw.ConstraintError:
-            _quarantine(w.conn, "state_meta", row.get(ROWID_KEY), None,
-                        "rejected by the schema", json.dumps(row, default=repr))
-            out.quarantined += 1
-            continue
-        out.inserted += w.conn.changes()
+            return self._reject("state_meta", row, "rejected by the schema")
+        self.stats.table("state_meta").inserted += self.conn.changes()
+        return NEW
+
+    # -- what is not a table's row ------------------------------------------
+
+    def mark(self, table: str, rowid: Any, mark: str) -> None:
+        """Which recovered rows were not live data, so a reader can tell them apart."""
+        self._side(MARKED, f"CREATE TABLE {MARKED} (id INTEGER PRIMARY KEY, table_name TEXT "
+                   "NOT NULL, source_rowid INTEGER, mark TEXT NOT NULL)")
+        self.conn.execute(f"INSERT INTO {MARKED}(table_name, source_rowid, mark) VALUES "
+                          "(?, ?, ?)", (table, rowid, mark))
+        self.stats.table(MARKED).inserted += 1
+
+    def keep_lost(self, lane: str, items: list[dict]) -> None:
+        """Unattributed finds, one JSON document each (bytes as hex): where the
+        find was (the carver knows its page, cell and rowid), then all of it."""
+        name = LOST_AND_FOUND if LOST_AND_FOUND not in self.specs else \
+            f"recovery_{LOST_AND_FOUND}"
+        self._side(name, f"CREATE TABLE {name} (id INTEGER PRIMARY KEY, lane TEXT NOT NULL, "
+                   "page INTEGER, cell INTEGER, source_rowid INTEGER, item TEXT NOT NULL)")
+        for item in items:
+            where = tuple(item.get(k) if isinstance(item.get(k), int) else None
+                          for k in ("page", "cell", "rowid"))
+            self.conn.execute(f"INSERT INTO {name}(lane, page, cell, source_rowid, item) "
+                              "VALUES (?, ?, ?, ?, ?)",
+                              (lane, *where, json.dumps(item, default=_jsonable,
+                                                        sort_keys=True)))
+        self.stats.table(name).inserted += len(items)
+
+    # -- the end --------------------------------------------------------------
+
+    def finish(self) -> WriteStats:
+        """Rows held in part go in, then the store is tied together and its
+        indexes built (`recovery.bulk.finish`)."""
+        held = self.held_partial()
+        with output_errors(self.path):
+            with self.conn:
+                for table, _lane, row in held:
+                    if self.writable(table):
+                        self.insert(table, row)
+            bulk.finish(self.conn, self.stats, self.deferred, self.quarantine, self.progress)
+        return self.stats

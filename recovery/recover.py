@@ -1,8 +1,10 @@
 """`recover`: copy every readable row of a damaged store into a new, verified one.
 
 Order of work: check the options (before any I/O), snapshot the bundle,
-inspect the copy, run the lanes gentle to forceful, write the rows into a
-fresh store at a temporary name, verify it, then put it in place without
+inspect the copy, run the lanes gentle to forceful with every batch of rows
+going straight into the new file at a temporary name (`recovery.sink`:
+memory holds a batch, never a table), complete that file (indexes and
+search built once), verify it, then put it in place without
 ever overwriting anything: ``NEW`` when verified and nothing was lost (or
 loss was accepted), ``NEW.partial`` when verified with loss, and
 ``NEW.unverified`` when verification failed. The report says which.
@@ -21,27 +23,26 @@ import apsw
 
 from sessiondb.recovery_api import SIDECARS, fsync_dir
 
-from .carve_types import FREELIST, UNCOMMITTED
-from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog
+from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
 from . import recover_foreign
 from .foreign_write import LOST_SUFFIX
 from .schema_source import fallback_catalog
-from .errors import (RecoveryError, RecoveryIOError, RecoveryUsageError, SourceChanging,
-                     SourceMissing)
+from .errors import (OutputUnreadable, RecoveryError, RecoveryIOError, RecoveryUsageError,
+                     SourceChanging, SourceMissing)
 from .inspect import InspectReport, inspect_snapshot, open_copy
-from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, Budget, LaneContext,
-                    Progress, TableState, subtract_rowids)
-from .rebuild import write_store
+from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, LOST, Budget, LaneContext,
+                    LaneResult, Progress, TableState, subtract_rowids)
+from .rebuild import StoreSink, WriteStats
+from .sink import RowSink
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
-from .verify import verify_output
+from .verify import Verification, verify_output
 from .vocab import Outcome, Verdict
 
 log = logging.getLogger(__name__)
 
 PARTIAL_SUFFIX = ".partial"
 UNVERIFIED_SUFFIX = ".unverified"
-UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}
 
 
 def output_names(output: Path) -> list[Path]:
@@ -104,72 +105,59 @@ def _check_output(source: Path, output: Path) -> None:
 
 # -- lanes ------------------------------------------------------------------
 
-def _keys(table: str, row: dict, ours: bool = True) -> list[tuple]:
-    keys = [("rowid", row.get(ROWID_KEY))] if ROWID_KEY in row else []
-    cols = UNIQUE_KEYS.get(table) if ours else None  # our tables' keys, never by name alone
-    if cols and all(c in row for c in cols):
-        keys.append(("unique",) + tuple(row[c] for c in cols))
-    return keys
-
-
-def merge_rows(state: TableState, lane: str, rows: list[dict], seen: set,
-               ours: bool = True) -> int:
-    """Add rows not seen yet (by rowid, and by the table's unique key)."""
-    added = 0
-    for row in rows:
-        keys = _keys(state.spec.name, row, ours)
-        if any(k in seen for k in keys):
-            _upgrade_partial(state, lane, keys, row)
-            continue
-        seen.update(keys)
-        key = keys[0] if keys else ("seq", len(state.rows))
-        state.rows[key] = row
-        if PARTIAL_KEY in row:
-            state.partial_from[key] = lane
-        added += 1
-    if added:
-        state.by_lane[lane] = state.by_lane.get(lane, 0) + added
-    return added
-
-
-def _upgrade_partial(state: TableState, lane: str, keys: list[tuple], row: dict) -> None:
-    """A whole row replaces one that an earlier lane could only rebuild in part."""
-    old = state.rows.get(keys[0]) if keys else None
-    if old is None or PARTIAL_KEY not in old or PARTIAL_KEY in row:
-        return
-    state.rows[keys[0]] = row
-    state.by_lane[lane] = state.by_lane.get(lane, 0) + 1
-    before = state.partial_from.pop(keys[0], None)  # the row now counts for this lane only
-    if before is not None:
-        state.by_lane[before] -= 1
-        if not state.by_lane[before]:
-            del state.by_lane[before]
-
-
-def run_lanes(ctx: LaneContext, names: Sequence[str], report: RecoveryReport) -> None:
-    seen: dict[str, set] = {name: set() for name in ctx.states}
+def run_lanes(ctx: LaneContext, sink: RowSink, names: Sequence[str],
+              report: RecoveryReport) -> None:
+    """Run the lanes gentle to forceful while any table is missing rows; every
+    batch a lane yields goes into ``sink`` (the new file) before it reads on."""
     for name in names:
         if not ctx.pending():
             break
         started = time.monotonic()
-        result = LANES[name](ctx)
+        result = _drive(ctx, sink, name, LANES[name](ctx))
         report.lanes_run.append(name)
-        for table in set(result.rows) | set(result.gaps):
-            state = ctx.states.get(table)
-            if state is None:
-                continue
-            rows = result.rows.get(table, [])
-            merge_rows(state, name, rows, seen[table],
-                       ours=not (ctx.catalog and ctx.catalog.foreign))
-            if table in result.gaps:
-                state.gaps = result.gaps[table]
-            else:  # rows read in full are no longer missing, whoever found them
-                whole = [r[ROWID_KEY] for r in rows if PARTIAL_KEY not in r and ROWID_KEY in r]
-                state.gaps = subtract_rowids(state.gaps, whole)
-        ctx.lost_and_found += [(name, item) for item in result.lost_and_found]
-        report.lost_and_found = len(ctx.lost_and_found)
+        for table, gaps in result.gaps.items():
+            if table in ctx.states:
+                ctx.states[table].gaps = gaps
+        report.lost_and_found = sink.lost_items
         report.lane_stats[name] = result.stats
         report.timings[f"lane_{name}_s"] = round(time.monotonic() - started, 3)
+
+
+def _drive(ctx: LaneContext, sink: RowSink, lane: str, run: Any) -> LaneResult:
+    """Pull a lane's batches into the sink; its result once it is done. A
+    lane that is a plain function hands its rows over in its result."""
+    if isinstance(run, LaneResult):
+        for table, rows in run.rows.items():
+            _take(ctx, sink, lane, table, rows)
+        result = run
+    else:
+        try:
+            while True:
+                try:
+                    table, rows = next(run)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                if table == LOST:
+                    sink.lost(lane, rows)
+                else:
+                    _take(ctx, sink, lane, table, rows)
+        finally:
+            run.close()
+    sink.lost(lane, result.lost_and_found)
+    ctx.report_progress(f"{lane} lane done", 1, 1)
+    return result
+
+
+def _take(ctx: LaneContext, sink: RowSink, lane: str, table: str, rows: list[dict]) -> None:
+    """One batch into the output; rows read whole are no longer missing,
+    whoever found them (a lane that names its own gaps overrides this)."""
+    state = ctx.states.get(table)
+    if state is None:
+        return
+    sink.add(table, lane, rows)
+    whole = [r.get(ROWID_KEY) for r in rows if PARTIAL_KEY not in r]
+    state.gaps = subtract_rowids(state.gaps, [w for w in whole if isinstance(w, int)])
 
 
 # -- orchestration ----------------------------------------------------------
@@ -183,15 +171,6 @@ def _exact(report: RecoveryReport, name: str) -> tuple[bool, bool]:
     return bool(report.lane_stats.get("bisect", {}).get(name, {}).get("rowids_from_index")), False
 
 
-def _carved_counts(state: TableState) -> tuple[dict[str, int], int]:
-    """Rows kept from the carver, by carver lane, and how many came from the WAL."""
-    origins = [r[ORIGIN_KEY] for r in state.rows.values() if ORIGIN_KEY in r]
-    by_lane: dict[str, int] = {}
-    for o in origins:
-        by_lane[o.lane] = by_lane.get(o.lane, 0) + 1
-    return by_lane, sum(1 for o in origins if o.from_wal)
-
-
 def _tables_report(states: dict[str, TableState], insp: InspectReport,
                    report: RecoveryReport) -> None:
     for name, state in states.items():
@@ -199,16 +178,14 @@ def _tables_report(states: dict[str, TableState], insp: InspectReport,
         used = (max(state.by_lane, key=lambda lane: state.by_lane[lane]) if state.by_lane
                 else None)
         exact, unproven = _exact(report, name)
-        carved, from_wal = _carved_counts(state)
         report.tables[name] = TableReport(
             source_readable=health.rows if health else None,
             source_scan_complete=bool(health and health.readable),
-            recovered=len(state.rows), skipped_ranges=[list(g) for g in state.gaps],
-            lanes=dict(state.by_lane), lane_used=used,
-            partial=sum(1 for r in state.rows.values() if PARTIAL_KEY in r),
+            recovered=state.recovered, skipped_ranges=[list(g) for g in state.gaps],
+            lanes=dict(state.by_lane), lane_used=used, partial=state.partial,
             # An index listed every rowid, so the ranges hold only lost rows.
             rows_lost=sum(hi - lo + 1 for lo, hi in state.gaps) if exact else None,
-            carved=carved, from_wal=from_wal, unproven=unproven)
+            carved=dict(state.carved), from_wal=state.from_wal, unproven=unproven)
 
 
 SHOWN_RANGES = 5
@@ -271,37 +248,62 @@ def _place(tmp: Path, output: Path, suffix: str) -> Path:
     return final
 
 
-def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
-                      allow_partial: bool, vfs: str | None,
-                      extras: tuple[dict, dict] = ({}, {})) -> None:
-    tmp = output.with_name(f".{output.name}.recovering-{secrets.token_hex(4)}")
+def _temp_name(output: Path) -> Path:
+    return output.with_name(f".{output.name}.recovering-{secrets.token_hex(4)}")
+
+
+def _remove(tmp: Path) -> None:
+    for p in [tmp, Path(f"{tmp}{LOST_SUFFIX}")] + [Path(f"{tmp}{s}") for s in SIDECARS]:
+        p.unlink(missing_ok=True)
+
+
+def _open_sink(ctx: LaneContext, tmp: Path, opts: RecoverOptions) -> RowSink:
+    if ctx.catalog is not None and ctx.catalog.foreign:
+        return recover_foreign.open_sink(tmp, ctx.catalog, ctx.copy_path, ctx.states,
+                                         opts.progress)
+    return StoreSink(tmp, ctx.catalog.tables if ctx.catalog else {}, ctx.states, vfs=opts.vfs,
+                     progress=opts.progress)
+
+
+def _finish(ctx: LaneContext, sink: RowSink, report: RecoveryReport) -> Any:
+    """Complete the output (while the copy is still open: a foreign file's
+    FTS5 content is read from it); the write stats."""
     started = time.monotonic()
-    specs = ctx.catalog.tables if ctx.catalog else {}
-    rows = {name: list(s.rows.values()) for name, s in ctx.states.items()}
-    foreign = ctx.catalog is not None and ctx.catalog.foreign
-    try:
-        if foreign:
-            written, verification = recover_foreign.write_and_verify(
-                tmp, ctx.live_catalog, rows, ctx.copy_path, ctx.lost_and_found, extras,
-                _readable(report))
-        else:
-            stats = write_store(tmp, specs, rows, lost_and_found=ctx.lost_and_found, vfs=vfs,
-                                progress=ctx.progress, marked=_marked(rows))
-    except BaseException:
-        for p in [tmp, Path(f"{tmp}{LOST_SUFFIX}")] + [Path(f"{tmp}{s}") for s in SIDECARS]:
-            p.unlink(missing_ok=True)
-        raise
-    report.timings["write_s"] = round(time.monotonic() - started, 3)
-    started = time.monotonic()
-    if foreign:
-        _fill_foreign_stats(report, written)
-    else:
+    if isinstance(sink, StoreSink):
+        stats = sink.finish()
         _fill_write_stats(report, stats)
+    else:
+        own, seq = recover_foreign.read_extras(ctx.conn, ctx.live_catalog)
+        stats = sink.finish(ctx.conn, own, seq)  # type: ignore[attr-defined]
+        _fill_foreign_stats(report, stats)
+    report.timings["finish_s"] = round(time.monotonic() - started, 3)
+    return stats
+
+
+def _keep_unreadable(tmp: Path, output: Path, report: RecoveryReport,
+                     err: OutputUnreadable) -> None:
+    """The new file lost what was written to it: kept as NEW.unverified for a
+    look, with the reason as the verification's finding."""
+    report.verification = Verification(findings=[str(err)]).to_dict()
+    report.loss_reasons = _loss(report) or ["the new file could not be completed"]
+    report.loss, report.outcome = True, Outcome.UNVERIFIED
+    report.output = str(_place(tmp, output, UNVERIFIED_SUFFIX))
+    for p in [Path(f"{tmp}{LOST_SUFFIX}")] + [Path(f"{tmp}{s}") for s in SIDECARS]:
+        p.unlink(missing_ok=True)
+
+
+def _verify_and_place(ctx: LaneContext, tmp: Path, output: Path, report: RecoveryReport,
+                      allow_partial: bool, stats: Any) -> None:
+    started = time.monotonic()
+    foreign = not isinstance(stats, WriteStats)
+    if foreign:
+        verification = recover_foreign.verify(tmp, ctx.live_catalog, stats, _readable(report))
+    else:
         expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
-        verification = verify_output(tmp, expected, _readable(report))
+        verification = verify_output(tmp, expected, _readable(report), progress=ctx.progress)
     report.timings["verify_s"] = round(time.monotonic() - started, 3)
     report.verification = verification.to_dict()
-    report.loss_reasons = _loss(report) + (recover_foreign.loss_reasons(written)
+    report.loss_reasons = _loss(report) + (recover_foreign.loss_reasons(stats)
                                            if foreign else [])
     report.loss = bool(report.loss_reasons)
     if not verification.ok:
@@ -311,8 +313,8 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
     else:
         report.outcome, suffix = Outcome.RECOVERED, ""
     report.output = str(_place(tmp, output, suffix))
-    if foreign and written.lost_file:
-        report.lost_and_found_file = str(_place(Path(written.lost_file),
+    if foreign and stats.lost_file:
+        report.lost_and_found_file = str(_place(Path(stats.lost_file),
                                                 Path(f"{report.output}{LOST_SUFFIX}"), ""))
 
 
@@ -324,18 +326,11 @@ def _fill_foreign_stats(report: RecoveryReport, written: Any) -> None:
     report.virtual_tables = dict(written.virtual)
 
 
-def _marked(rows: dict[str, list[dict]]) -> list[tuple[str, Any, str]]:
-    """(table, rowid, mark) of carved rows that were not live data: rows
-    from free pages (deleted) or from WAL frames past the last commit."""
-    return [(table, r.get(ROWID_KEY), r[ORIGIN_KEY].lane) for table, rs in rows.items()
-            for r in rs if ORIGIN_KEY in r and r[ORIGIN_KEY].lane in (FREELIST, UNCOMMITTED)]
-
-
-def _nothing_read(ctx: LaneContext) -> bool:
+def _nothing_read(ctx: LaneContext, sink: RowSink) -> bool:
     """No row came back and something was unreadable (a store that is simply
     empty but sound is recovered as an empty store; a file whose schema is
     lost is never taken for an empty store)."""
-    if any(s.rows for s in ctx.states.values()) or ctx.lost_and_found:
+    if any(s.recovered for s in ctx.states.values()) or sink.lost_items:
         return False
     return (ctx.catalog is None or ctx.catalog.reference
             or any(not s.complete for s in ctx.states.values()))
@@ -393,9 +388,10 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
     sound = insp.data_verdict in (Verdict.HEALTHY, Verdict.FTS_ONLY)
+    readable = {n: h.rows for n in states if (h := insp.table(n)) is not None and h.rows}
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
                        structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
-                       include_freelist=opts.include_freelist)
+                       include_freelist=opts.include_freelist, readable=readable)
 
 
 def _describe_schema(report: RecoveryReport, cat: Catalog | None,
@@ -467,28 +463,55 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         raise SourceMissing(f"{source} does not exist", path=str(source))
     needs = {output.parent: 2 * source_bytes(source)}  # output + its WAL while writing
     snap = take_snapshot(source, opts.work_dir, extra_needs=needs, headroom=opts.headroom,
-                         **opts.snapshot_kw)
+                         progress=opts.progress, **opts.snapshot_kw)
     try:
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
+        if opts.progress is not None:
+            opts.progress("inspecting the copy", 0, 0)
         insp, cat = inspect_snapshot(snap, estimate=None)
+        report.timings["inspect_s"] = round(time.monotonic() - t0, 3)
         report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
         report.fingerprints = snap.to_dict()
         ctx = _context(snap, cat, insp, opts)
         _describe_schema(report, ctx.catalog, opts.template)
-        extras: tuple[dict, dict] = ({}, {})
+        tmp = _temp_name(output)
         try:
-            run_lanes(ctx, opts.lanes, report)
-            if ctx.catalog is not None and ctx.catalog.foreign:
-                extras = recover_foreign.read_extras(ctx.conn, ctx.catalog)
-        finally:
-            if ctx.conn is not None:
-                ctx.conn.close()
-        _tables_report(ctx.states, insp, report)
-        if _nothing_read(ctx):
+            stats = _lanes_into(ctx, tmp, insp, report, opts)
+        except OutputUnreadable as e:
+            _keep_unreadable(tmp, output, report, e)
+            return
+        except BaseException:
+            _remove(tmp)
+            raise
+        if stats is None:
+            _remove(tmp)
             report.outcome = Outcome.NOT_RECOVERABLE
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return
-        _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs, extras)
+        _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
     finally:
         if not opts.keep_work:
             snap.cleanup()
+
+
+def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: RecoveryReport,
+                opts: RecoverOptions) -> Any:
+    """Run the lanes straight into the output at ``tmp`` and complete it; the
+    write stats, or None when nothing at all could be read."""
+    try:
+        sink = _open_sink(ctx, tmp, opts)
+        ctx.kept = sink
+        try:
+            started = time.monotonic()
+            run_lanes(ctx, sink, opts.lanes, report)
+            report.timings["lanes_s"] = round(time.monotonic() - started, 3)
+            _tables_report(ctx.states, insp, report)
+            if _nothing_read(ctx, sink):
+                return None
+            return _finish(ctx, sink, report)
+        finally:
+            sink.close()
+    finally:
+        if ctx.conn is not None:
+            ctx.conn.close()

@@ -3,10 +3,11 @@
 `recover` hands over here when the catalog says the source is not our
 store (`Catalog.foreign`): the rows the lanes found go into a new file in
 the source's own schema (`foreign_write`), which is then checked against
-that schema (`verify.verify_foreign`). What the source's header keeps
-(page size, application_id, user_version, WAL mode), its AUTOINCREMENT
-counters and the rows of FTS5 tables that keep their own content are read
-from the private copy while the lanes' connection is still open.
+that schema (`verify.verify_foreign`). Rows stream into it as the lanes
+read them (`ForeignSink`). What the source's header keeps (page size,
+application_id, user_version, WAL mode), its AUTOINCREMENT counters and
+the rows of FTS5 tables that keep their own content are read from the
+private copy while the lanes' connection is still open.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 import apsw
 
 from .catalog import READ_ERRORS, ROWID_KEY, Catalog, quote
-from .foreign_write import ForeignWrite, HeaderValues, write_foreign
+from .foreign_write import ForeignSink, ForeignWrite, HeaderValues
 from .headers import read_db_header
+from .lanes import Progress, TableState
 from .verify import Verification, verify_foreign
 
 
@@ -28,42 +30,38 @@ def header_values(copy: Path) -> HeaderValues:
                         user_version=head.user_version, wal=head.read_version == 2)
 
 
-def read_extras(conn: apsw.Connection | None, cat: Catalog) -> tuple[dict, dict]:
-    """(rows of FTS5 tables keeping their own content, AUTOINCREMENT counters),
-    as far as the source lets them be read."""
-    fts: dict[str, list[dict]] = {}
+def read_extras(conn: apsw.Connection | None, cat: Catalog) -> tuple[set[str], dict[str, int]]:
+    """(FTS5 tables keeping their own content, whose rows the output copies
+    from ``conn`` as it is built; AUTOINCREMENT counters), as far as the
+    source lets them be read."""
+    own: set[str] = set()
     seq: dict[str, int] = {}
     if conn is None:
-        return fts, seq
+        return own, seq
     for name in cat.fts5:
         sql = cat.tables[name].sql if name in cat.tables else ""
         if re.search(r"\bcontent\s*=", sql, re.I):
             continue  # external content or contentless: nothing of its own to copy
-        try:
-            cur = conn.execute(f"SELECT rowid, * FROM {quote(name)}")
-            cols = [d[0] for d in cur.getdescription()][1:]
-            fts[name] = [{ROWID_KEY: r[0], **dict(zip(cols, r[1:]))} for r in cur]
-        except READ_ERRORS:
-            continue
+        own.add(name)
     try:
         seq = {n: s for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")
                if isinstance(n, str) and isinstance(s, int)}
     except READ_ERRORS:
         pass
-    return fts, seq
+    return own, seq
 
 
-def write_and_verify(tmp: Path, cat: Catalog, rows: dict[str, list[dict]], copy: Path,
-                     lost: list[tuple[str, dict]], extras: tuple[dict, dict],
-                     readable: dict[str, int]) -> tuple[ForeignWrite, Verification]:
-    fts, seq = extras
-    written = write_foreign(tmp, cat, rows, header_values(copy), lost_and_found=lost,
-                            fts_rows=fts, sequence=seq)
+def open_sink(tmp: Path, cat: Catalog, copy: Path, states: dict[str, TableState],
+              progress: Progress | None) -> ForeignSink:
+    """The output in the source's own schema, with the header values it keeps."""
+    return ForeignSink(tmp, cat, header_values(copy), states, progress)
+
+
+def verify(tmp: Path, cat: Catalog, written: ForeignWrite,
+           readable: dict[str, int]) -> Verification:
     not_made = {n.split(":")[0].rsplit(" (", 1)[0] for n in written.notes}
     expected = {t: n for t, n in written.inserted.items()}
-    verification = verify_foreign(tmp, cat.entries, expected, readable,
-                                  allowed_missing=not_made)
-    return written, verification
+    return verify_foreign(tmp, cat.entries, expected, readable, allowed_missing=not_made)
 
 
 def loss_reasons(written: ForeignWrite) -> list[str]:

@@ -73,7 +73,10 @@ def bundle_files(source: Path) -> list[Path]:
     return found
 
 
-def _hash_file(path: Path, copy_to: Path | None = None) -> str:
+Tick = Callable[[int], None]  # bytes read since the last call
+
+
+def _hash_file(path: Path, copy_to: Path | None = None, tick: Tick | None = None) -> str:
     digest = hashlib.sha256()
     out = None
     if copy_to is not None:
@@ -84,6 +87,8 @@ def _hash_file(path: Path, copy_to: Path | None = None) -> str:
                 digest.update(chunk)
                 if out is not None:
                     out.write(chunk)
+                if tick is not None:
+                    tick(len(chunk))
         if out is not None:
             out.flush()
             os.fsync(out.fileno())
@@ -93,10 +98,10 @@ def _hash_file(path: Path, copy_to: Path | None = None) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(path: Path, sha256: str | None = None) -> Fingerprint:
+def fingerprint(path: Path, sha256: str | None = None, tick: Tick | None = None) -> Fingerprint:
     """Stat and hash ``path`` (the hash may be supplied when just computed)."""
     st = os.stat(path)
-    digest = sha256 if sha256 is not None else _hash_file(path)
+    digest = sha256 if sha256 is not None else _hash_file(path, tick=tick)
     return Fingerprint(path.name, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, digest)
 
 
@@ -132,12 +137,15 @@ def source_bytes(source: Path) -> int:
 def take_snapshot(source: Path, work_parent: Path | None = None, *,
                   extra_needs: dict[Path, int] | None = None,
                   headroom: int = DEFAULT_HEADROOM,
-                  after_copy: Callable[[], None] | None = None) -> Snapshot:
+                  after_copy: Callable[[], None] | None = None,
+                  progress: Callable[[str, int, int], None] | None = None) -> Snapshot:
     """Copy the bundle of ``source`` into a new private work directory.
 
     ``extra_needs`` adds bytes we will write elsewhere (the output) to the
     free-space check. ``after_copy`` runs between the copy and the second
     fingerprint (a seam for tests that change the source mid-copy).
+    ``progress`` hears (what, bytes done, bytes total) while copying and
+    checking (every byte is read twice: copied and hashed, then hashed again).
     Raises SourceChanging (after removing the copies) if any file changed.
     """
     source = Path(source)
@@ -151,24 +159,36 @@ def take_snapshot(source: Path, work_parent: Path | None = None, *,
                  **{Path(work_parent or tempfile.gettempdir()): size}}, headroom)
     directory = private_work_dir(work_parent)
     try:
-        return _copy_bundle(source, files, directory, holders, after_copy)
+        return _copy_bundle(source, files, directory, holders, after_copy,
+                            _ticker(progress, 2 * size))
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
 
 
+def _ticker(progress: Callable[[str, int, int], None] | None, total: int) -> Tick | None:
+    if progress is None:
+        return None
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        progress("snapshot (bytes)", min(done[0], total), total)
+    return tick
+
+
 def _copy_bundle(source: Path, files: list[Path], directory: Path, holders: list[Holder],
-                 after_copy: Callable[[], None] | None) -> Snapshot:
+                 after_copy: Callable[[], None] | None, tick: Tick | None = None) -> Snapshot:
     stats = {f.name: os.stat(f) for f in files}
     before: dict[str, Fingerprint] = {}
     for f in files:
-        digest = _hash_file(f, copy_to=directory / f.name)
+        digest = _hash_file(f, copy_to=directory / f.name, tick=tick)
         st = stats[f.name]
         before[f.name] = Fingerprint(f.name, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino,
                                      digest)
     if after_copy is not None:
         after_copy()
-    after = {f.name: fingerprint(f) for f in bundle_files(source)}
+    after = {f.name: fingerprint(f, tick=tick) for f in bundle_files(source)}
     changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
     if changed:
         now = open_holders(bundle_files(source)) or holders

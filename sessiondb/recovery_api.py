@@ -34,7 +34,8 @@ from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_f
 from .policy import in_wal_reset_band, sqlite_library_version
 from .rows import one
 from .search_index import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE,
-                           corruption_is_index_only, stale_marker, triggers_attached)
+                           attach_triggers, corruption_is_index_only, drop_triggers,
+                           set_watermark, stale_marker, triggers_attached)
 from .search_maintenance import SearchHealth, health_on
 from .spool import import_spool, spool_dir_for
 from .store import SessionDB
@@ -60,6 +61,8 @@ __all__ = [
     # the derived search index
     "FTS_TABLE", "TRIGRAM_TABLE", "INDEXES", "TEXT_VIEW", "TRIGGERS", "stale_marker",
     "triggers_attached", "corruption_is_index_only", "SearchHealth", "health_on",
+    # recover's bulk path fills a new store's index once (recovery/bulk.py)
+    "attach_triggers", "drop_triggers", "set_watermark",
     # row formats and the spool
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
 ]

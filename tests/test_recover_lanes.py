@@ -8,7 +8,7 @@ import recovery
 from recovery.catalog import PARTIAL_KEY, ROWID_KEY, TableSpec
 from recovery.lanes import (EVERYTHING, LANES, LaneContext, LaneResult, TableState,
                             merge_ranges, runs, subtract_rowids)
-from recovery.recover import merge_rows
+from recovery.rebuild import StoreSink
 from tests.helpers import damage
 
 
@@ -23,27 +23,46 @@ def test_merge_and_subtract_ranges():
     assert runs([7, 3, 4, 5, 9, 8]) == [(3, 5), (7, 9)] and runs([]) == []
 
 
-def test_rows_are_deduplicated_by_rowid_and_session_uid():
-    spec = TableSpec("messages", ["id", "session_id", "uid"])
-    state, seen = TableState(spec), set()
-    first = [{ROWID_KEY: 1, "session_id": "s", "uid": "a"},
-             {ROWID_KEY: 2, "session_id": "s", "uid": "b"}]
-    assert merge_rows(state, "rows", first, seen) == 2
-    again = [{ROWID_KEY: 2, "session_id": "s", "uid": "b"},   # same rowid
-             {ROWID_KEY: 9, "session_id": "s", "uid": "a"},   # same (session, uid)
-             {ROWID_KEY: 3, "session_id": "s", "uid": "c"}]
-    assert merge_rows(state, "carve", again, seen) == 1
-    assert sorted(r[ROWID_KEY] for r in state.rows.values()) == [1, 2, 3]
-    assert state.by_lane == {"rows": 2, "carve": 1}
+def _message(rowid: int, uid: str) -> dict:
+    return {ROWID_KEY: rowid, "id": rowid, "session_id": "s", "uid": uid, "position": rowid,
+            "role": "user", "content_kind": "text", "content": "hi", "timestamp": 1.0,
+            "fingerprint": "f"}
 
 
-def test_whole_row_replaces_partial_row():
-    spec = TableSpec("sessions", ["id", "title"])
-    state, seen = TableState(spec), set()
-    merge_rows(state, "index", [{ROWID_KEY: 1, "id": "s", PARTIAL_KEY: ["title"]}], seen)
-    merge_rows(state, "carve", [{ROWID_KEY: 1, "id": "s", "title": "T"}], seen)
-    assert list(state.rows.values()) == [{ROWID_KEY: 1, "id": "s", "title": "T"}]
-    assert state.by_lane == {"carve": 1}  # the row is counted for the lane that has it whole
+def _sink(tmp_path, name: str) -> tuple[StoreSink, TableState]:
+    state = TableState(TableSpec(name, []))
+    return StoreSink(tmp_path / "out.db", {}, {name: state}), state
+
+
+def test_rows_are_deduplicated_by_rowid_and_session_uid(tmp_path):
+    """The output's own keys resolve a row two lanes found: nothing is held."""
+    sink, state = _sink(tmp_path, "messages")
+    try:
+        assert sink.add("messages", "rows", [_message(1, "a"), _message(2, "b")]) == 2
+        again = [_message(2, "b"),   # same rowid
+                 _message(9, "a"),   # same (session, uid)
+                 _message(3, "c")]
+        assert sink.add("messages", "carve", again) == 1
+        assert [r for (r,) in sink.conn.execute("SELECT id FROM messages ORDER BY id")] == \
+            [1, 2, 3]
+        assert state.by_lane == {"rows": 2, "carve": 1} and state.recovered == 3
+        assert sink.present("messages", [1, 2, 3, 9]) == {1, 2, 3}
+    finally:
+        sink.close()
+
+
+def test_whole_row_replaces_partial_row(tmp_path):
+    sink, state = _sink(tmp_path, "sessions")
+    whole = {ROWID_KEY: 1, "id": "s", "source": "cli", "started_at": 1.0, "updated_at": 1.0}
+    try:
+        sink.add("sessions", "index", [{**whole, PARTIAL_KEY: ["title"]}])
+        assert state.partial == 1 and sink.present("sessions", [1]) == {1}
+        sink.add("sessions", "carve", [{**whole, "title": "T"}])
+        sink.finish()
+        assert list(sink.conn.execute("SELECT id, title FROM sessions")) == [("s", "T")]
+        assert state.by_lane == {"carve": 1} and state.partial == 0  # counted for the lane
+    finally:                                                         # that has it whole
+        sink.close()
 
 
 def test_a_later_lane_plugs_in_and_fills_the_gap(tmp_path, monkeypatch):

@@ -1,0 +1,177 @@
+"""The bulk path into a fresh store of ours: loading settings, and the work
+done once at the end instead of once a row.
+
+`start` puts a connection to a new, private file in loading mode: no
+fsync (the file is a temporary name, removed on any failure; a crash
+leaves only that), foreign keys off (rows
+of a table may arrive before the rows they point at), the secondary
+indexes and the change-log triggers dropped. `finish` ties the rows
+together and builds what was deferred, each step one transaction or a
+batch of them: parent links to lost sessions dropped, a labelled
+placeholder session for each session id that only messages name, rows
+whose parent is still missing moved to the quarantine, sessions
+recounted, the secondary indexes created, the search index filled in
+rowid batches with its watermark at the top, the file checkpointed and
+synced.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import apsw
+
+from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers, one,
+                                   set_watermark)
+
+from .catalog import quote
+from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
+
+FTS_BATCH = 10000  # messages indexed per transaction
+# FTS5 while the index is filled in bulk, and its defaults (put back after)
+LOAD_SETTINGS = (("automerge", 0), ("crisismerge", 2000), ("hashsize", 32 << 20))
+NORMAL_SETTINGS = (("automerge", 4), ("crisismerge", 16), ("hashsize", 1 << 20))
+CACHE_KIB = 8192  # page cache while loading: interior pages of every b-tree stay hot
+Quarantine = Callable[[str, Any, "str | None", str, Any], None]
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Deferred:
+    """What `start` took out of the schema for `finish` to put back."""
+
+    indexes: list[tuple[str, str]] = field(default_factory=list)  # (name, CREATE INDEX)
+
+
+def start(conn: apsw.Connection) -> Deferred:
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA foreign_keys=OFF")
+    conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+    deferred = Deferred()
+    with conn:
+        deferred.indexes = [(n, s) for n, s in conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
+        for name, _sql in deferred.indexes:
+            conn.execute(f"DROP INDEX {quote(name)}")
+        drop_triggers(conn)
+    return deferred
+
+
+def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
+           quarantine: Quarantine, progress: Progress | None = None) -> None:
+    def tick(what: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(what, done, total)
+
+    with conn:
+        tick("linking sessions", 0, 0)
+        _parent_links(conn, stats)
+        _placeholders(conn, stats)
+        _orphans_to_quarantine(conn, stats, quarantine)
+        _recount_sessions(conn)
+    with conn:
+        for i, (_name, sql) in enumerate(deferred.indexes, 1):
+            conn.execute(sql)
+            tick("building indexes", i, len(deferred.indexes))
+        attach_triggers(conn)
+    fill_search(conn, tick)
+    stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
+        "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
+    conn.execute("PRAGMA synchronous=FULL")  # the checkpoint syncs the file, then the WAL goes
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+
+def _parent_links(conn: apsw.Connection, stats: WriteStats) -> None:
+    """A parent that did not survive is unlinked (the child stays)."""
+    conn.execute("UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IS NOT"
+                 " NULL AND parent_session_id NOT IN (SELECT id FROM sessions)")
+    stats.parent_links_dropped += conn.changes()
+
+
+def _placeholders(conn: apsw.Connection, stats: WriteStats) -> None:
+    """A labelled session for every session id whose row did not survive."""
+    now = time.time()
+    orphans = conn.execute(
+        "SELECT session_id, min(t), max(t), count(*) FROM (SELECT session_id, CASE WHEN "
+        "typeof(timestamp) IN ('integer', 'real') THEN timestamp END AS t FROM messages "
+        "WHERE typeof(session_id) = 'text' AND session_id NOT IN (SELECT id FROM sessions))"
+        " GROUP BY session_id ORDER BY session_id").fetchall()
+    for sid, first, last, n in orphans:
+        conn.execute(
+            "INSERT INTO sessions(id, source, title, started_at, updated_at, message_count)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (sid, PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, now if first is None else first,
+             now if last is None else last, n))
+        stats.placeholders.append(str(sid))
+        stats.table("sessions").inserted += 1
+
+
+def _orphans_to_quarantine(conn: apsw.Connection, stats: WriteStats,
+                           quarantine: Quarantine) -> None:
+    """Rows whose parent row is lost (and no placeholder stands in) leave
+    their table for the quarantine, with their values."""
+    bad = sorted({(t, rowid) for t, rowid, _parent, _fk in
+                  conn.execute("PRAGMA foreign_key_check")})
+    for table, rowid in bad:
+        cur = conn.execute(f"SELECT * FROM {quote(table)} WHERE rowid = ?", (rowid,))
+        cols = [d[0] for d in cur.getdescription()]
+        row = cur.fetchone()
+        if row is None:
+            continue
+        quarantine(table, rowid, None, "rejected by the schema: its parent row is lost",
+                   json.dumps(dict(zip(cols, row)), default=repr))
+        conn.execute(f"DELETE FROM {quote(table)} WHERE rowid = ?", (rowid,))
+        stats.table(table).inserted -= 1
+        stats.table(table).quarantined += 1
+
+
+def _recount_sessions(conn: apsw.Connection) -> None:
+    """Every session's counters are what was recovered, never the source row's:
+    a session that lost 4 of 250 rows says 246 (it said 250 once), and one
+    rebuilt from indexes gets counters it had lost. Tool calls are counted
+    the way appends count them (the length of each row's tool_calls list)."""
+    conn.execute(
+        "UPDATE sessions SET message_count = (SELECT count(*) FROM messages AS m"
+        " WHERE m.session_id = sessions.id), tool_call_count = (SELECT coalesce(sum("
+        "CASE WHEN json_valid(m.tool_calls) AND json_type(m.tool_calls) = 'array'"
+        " THEN json_array_length(m.tool_calls) ELSE 0 END), 0) FROM messages AS m"
+        " WHERE m.session_id = sessions.id)")
+
+
+def fill_search(conn: apsw.Connection, tick: Progress) -> None:
+    """Both search indexes from the messages, a rowid range per transaction,
+    then the watermark at the top (nothing left for an indexer). While
+    filling, FTS5 keeps a larger pending-terms buffer and does not merge
+    segments (`LOAD_SETTINGS`): each batch becomes a few large segments, about
+    half the time of merging as it goes, and queries as fast afterwards. The
+    index's normal settings are put back at the end, so later writes merge."""
+    _fts_settings(conn, LOAD_SETTINGS)
+    (total,) = one(conn.execute("SELECT count(*) FROM messages"))
+    done, low = 0, None
+    while True:
+        row = conn.execute("SELECT id FROM messages WHERE id > coalesce(?, -9223372036854775808)"
+                           " ORDER BY id LIMIT 1 OFFSET ?", (low, FTS_BATCH - 1)).fetchone()
+        high = row[0] if row is not None else None
+        with conn:
+            for table in INDEXES:
+                conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM "
+                             f"{TEXT_VIEW} WHERE id > coalesce(?, "
+                             "-9223372036854775808) AND id <= coalesce(?, 9223372036854775807)",
+                             (low, high))
+        done = min(total, done + FTS_BATCH)
+        tick("building the search index", done, total)
+        if high is None:
+            break
+        low = high
+    with conn:
+        _fts_settings(conn, NORMAL_SETTINGS)
+        (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
+        set_watermark(conn, top)
+
+
+def _fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...]) -> None:
+    for table in INDEXES:
+        for key, value in settings:
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))
