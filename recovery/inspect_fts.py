@@ -60,7 +60,7 @@ def _probe_token(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
     return None
 
 
-def _needle(conn: apsw.Connection, name: str, word: str) -> str:
+def match_needle(conn: apsw.Connection, name: str, word: str) -> str:
     """The MATCH expression for ``word``: a phrase, or, for an index that
     keeps no positions (our trigram index since m009: ``detail=none``, which
     refuses phrases), the AND of its trigrams, which every row holding the
@@ -80,15 +80,22 @@ def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
         conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
     except READ_ERRORS as e:
         return FtsHealth(name, False, False, _err(e))
+    return match_probe(conn, name)
+
+
+def match_probe(conn: apsw.Connection, name: str) -> FtsHealth:
+    """A word of an indexed row must find that row (integrity taken as ok:
+    the caller has checked it, or ``PRAGMA integrity_check`` did)."""
+    q = quote(name)
     try:
         probe = _probe_token(conn, name)
         if probe is None:
             conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1",
-                         (_needle(conn, name, "probe"),))
+                         (match_needle(conn, name, "probe"),))
             return FtsHealth(name, True, True)
         rowid, word = probe
         hits = {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
-                                           (_needle(conn, name, word),))}
+                                           (match_needle(conn, name, word),))}
         ok = rowid in hits
         return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
     except READ_ERRORS as e:
@@ -151,12 +158,12 @@ def sampled_health(conn: apsw.Connection, name: str, *, probes: int = SAMPLE_PRO
             rowid, word = found
             done += 1
             if conn.execute(f"SELECT 1 FROM {q} WHERE {q} MATCH ? AND rowid = ?",
-                            (_needle(conn, name, word), rowid)).fetchone() is None:
+                            (match_needle(conn, name, word), rowid)).fetchone() is None:
                 return FtsHealth(name, False, False, f"MATCH probe missed indexed row {rowid}",
                                  "sampled", done)
         if not done:  # nothing to probe (empty): the index must still answer a query
             conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1",
-                         (_needle(conn, name, "probe"),))
+                         (match_needle(conn, name, "probe"),))
     except READ_ERRORS as e:
         return FtsHealth(name, False, False, _err(e), "sampled", done)
     return FtsHealth(name, True, True, None, "sampled", done)

@@ -7,7 +7,6 @@ and that each table holds exactly the rows we wrote.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import AbstractSet, Any, Callable
@@ -16,8 +15,9 @@ import apsw
 
 from sessiondb.recovery_api import applied_migrations, one, pending_migrations, unknown_migrations
 
-from .catalog import READ_ERRORS, quote, read_catalog
-from .inspect import FtsHealth, fts_health
+from .catalog import quote, read_catalog
+from .inspect import fts_health
+from .inspect_fts import match_probe
 
 
 @dataclass
@@ -63,31 +63,12 @@ def _fts(conn: apsw.Connection, v: Verification) -> None:
     (SQLite >= 3.44), so when it said ok only the probe runs: the check
     reads the whole index, as long again as the rest of verification."""
     sound = v.checks.get("integrity_check") == ["ok"]
-    results = [_probe(conn, name) if sound else fts_health(conn, name)
+    results = [match_probe(conn, name) if sound else fts_health(conn, name)
                for name in read_catalog(conn).fts5]
     v.checks["fts"] = [asdict(r) for r in results]
     for r in results:
         if not (r.integrity_ok and r.probe_ok):
             v.findings.append(f"fts table {r.name}: {r.error}")
-
-
-def _probe(conn: apsw.Connection, name: str) -> FtsHealth:
-    """A word of an indexed row must find that row."""
-    q = quote(name)
-    try:
-        for rowid, *values in conn.execute(f"SELECT rowid, * FROM {q} LIMIT 50"):
-            word = next((m.group(0) for x in values if isinstance(x, str)
-                         for m in [re.search(r"[^\W_]{3,}", x)] if m), None)
-            if word is None:
-                continue
-            hits = {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
-                                               (f'"{word}"',))}
-            ok = rowid in hits
-            return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
-        conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1", ('"probe"',)).fetchall()
-        return FtsHealth(name, True, True)
-    except READ_ERRORS as e:
-        return FtsHealth(name, True, False, f"{type(e).__name__}: {e}")
 
 
 def _counts(conn: apsw.Connection, v: Verification, expected: dict[str, int]) -> None:
