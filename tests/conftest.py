@@ -8,6 +8,7 @@ from typing import Callable, Iterator
 import pytest
 
 from sessiondb import SessionDB
+from tests.helpers import pgserver
 
 
 @pytest.fixture(autouse=True)
@@ -40,3 +41,42 @@ def db(open_store: Callable[..., SessionDB]) -> SessionDB:
 @pytest.fixture
 def sid(db: SessionDB) -> str:
     return db.create_session("s1", source="test", model="m")
+
+
+# -- PostgreSQL: one throwaway server per test run, a fresh database per test --
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator["pgserver.PgServer"]:
+    """The run's server; skipped (failed on CI) when the machine cannot run one."""
+    reason = pgserver.missing_driver()
+    server = None
+    if reason is None:
+        try:
+            server = pgserver.PgServer().start()
+        except pgserver.Unavailable as e:
+            reason = str(e)
+    if server is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the PostgreSQL tests: {reason}")
+        pytest.skip(reason)
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_databases(pg_server: "pgserver.PgServer") -> "pgserver.Databases":
+    return pgserver.Databases(pg_server)
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_server: "pgserver.PgServer") -> str:
+    """The server's maintenance database (``postgres``)."""
+    return pg_server.url()
+
+
+@pytest.fixture
+def pg_db_url(pg_databases: "pgserver.Databases") -> Iterator[str]:
+    """A fresh database holding the current schema, dropped afterwards."""
+    url = pg_databases.create()
+    yield url
+    pg_databases.drop(url)
