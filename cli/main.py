@@ -149,6 +149,7 @@ def register_commands(root: click.Group) -> None:
     """Every command, added by name. Command modules never import this one
     (they take `AppContext` from `context`), so any of them imports first."""
     from . import (chat_cmd, demo_cmd, doctor_cmd, install_cmd, maintain_cmd, memory_cmd,
+                   migrate_cmd,
                    recover_cmd, repair_cmd, search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
     command: click.Command
     for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
@@ -158,7 +159,8 @@ def register_commands(root: click.Group) -> None:
                     transfer_cmd.import_cmd, maintain_cmd.prune_cmd, maintain_cmd.optimize_cmd,
                     maintain_cmd.pin_cmd, maintain_cmd.unpin_cmd, maintain_cmd.archive_cmd,
                     maintain_cmd.unarchive_cmd, repair_cmd.repair_cmd, spool_cmd.import_spool_cmd,
-                    recover_cmd.recover_cmd, install_cmd.install_recovered_cmd):
+                    recover_cmd.recover_cmd, install_cmd.install_recovered_cmd,
+                    migrate_cmd.migrate_cmd):
         sessions_cmd.sessions.add_command(command)
 
 

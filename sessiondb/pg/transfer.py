@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
 import apsw
 
-from ..errors import ForeignStore, InvalidInput
+from ..errors import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
 
@@ -79,6 +80,8 @@ class SqliteSide:
     through a `SessionDB` (its migrations, its one transaction primitive)."""
 
     def __init__(self, path: str, *, writable: bool = False) -> None:
+        if not writable and not os.path.exists(path):
+            raise StoreNotFound(f"no store at {path}", path=path)
         who = identify(path)
         if who.kind != OURS and not (writable and who.kind == EMPTY):
             raise ForeignStore(f"{path} is not a hermes-state store ({who.label})", path=path,
@@ -264,3 +267,59 @@ def transfer(src: Side, dst: Side, *, progress: Callable[[int], None] | None = N
         result.source_counts[table] = count(src, table)
         result.target_counts[table] = count(dst, table, src)
     return result
+
+
+def url_label(url: str) -> str:
+    """A PostgreSQL URL without its password, for reports and terminals."""
+    from psycopg.conninfo import conninfo_to_dict
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception as e:  # psycopg.ProgrammingError on a malformed URL
+        raise InvalidInput(f"not a PostgreSQL URL: {type(e).__name__}") from None
+    host = parts.get("host") or "localhost"
+    return f"postgresql://{parts.get('user') or ''}@{host}/{parts.get('dbname') or ''}"
+
+
+def connect(url: str) -> Any:
+    """An autocommit connection to ``url`` with the current schema applied
+    (under the migration advisory lock); typed errors for a bad URL or an
+    unreachable server."""
+    import psycopg
+
+    from . import migrations
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise InvalidInput("a store URL starts with postgresql://")
+    label = url_label(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as e:
+        raise StoreIOError(f"cannot connect to {label}: {_first_line(e)}") from None
+    migrations.apply_pending(conn)
+    return conn
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or ["connection failed"])[0]
+
+
+@contextmanager
+def ends(sqlite_path: str, url: str, *, to_pg: bool) -> Iterator[tuple[Side, Side]]:
+    """The (source, target) pair of a migrate: the SQLite store and the
+    PostgreSQL database, in the direction asked; both closed afterwards."""
+    import psycopg
+    conn = connect(url)
+    pg = PgSide(conn, url_label(url))
+    try:
+        lite = SqliteSide(sqlite_path, writable=not to_pg)
+    except BaseException:
+        conn.close()
+        raise
+    try:
+        yield (lite, pg) if to_pg else (pg, lite)
+    except psycopg.Error as e:  # the server's words only, never row data
+        raise StoreIOError(f"PostgreSQL refused the copy ({e.sqlstate or 'no SQLSTATE'}): "
+                           f"{e.diag.message_primary or type(e).__name__}; nothing committed "
+                           "is lost, run the command again") from None
+    finally:
+        lite.close()
+        conn.close()
