@@ -17,7 +17,7 @@ from .params import SessionId, When
 
 SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
-    "Move": ("export", "import"),
+    "Move": ("export", "import", "migrate"),
     "Change": ("rename", "delete", "pin", "unpin", "archive", "unarchive"),
     "Maintain": ("prune", "optimize", "reindex", "repair", "import-spool", "install-recovered"),
 }
