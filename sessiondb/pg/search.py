@@ -8,9 +8,9 @@ answers differ and why.
 
 - words: each term becomes ``phraseto_tsquery`` of its text (which never
   fails on any input: punctuation is just a separator), prefix terms get
-  ``:*`` on their last lexeme, terms are AND-ed with ``&&``. The tsquery is
-  built by the server in its own round trip and then bound as a constant,
-  so the planner sees it and uses the GIN index.
+  ``:*`` on their last lexeme (``hermes_prefix_tsquery``), terms are AND-ed
+  with ``&&``. The expression is part of the one statement, run unprepared
+  so the planner folds it to a constant (see `TsQuery`).
 - substring (CJK text, no word characters, or words the word index does
   not hold at all): every term is an ``ILIKE`` on the searchable text,
   served by the ``pg_trgm`` GIN index for terms of 3+ characters.
@@ -22,6 +22,7 @@ answers differ and why.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -50,59 +51,45 @@ def _where(filters: Filters) -> tuple[str, list[Any]]:
     return "TRUE" + where[1:].replace("?", "%s"), args
 
 
-def _term_sql(text: str, prefix: bool) -> str:
-    one = f"phraseto_tsquery('{CONFIG}', %s)"
-    if not prefix:
-        return one
-    # ':*' after the last lexeme; an empty query (no lexemes) stays empty.
-    return (f"(SELECT CASE WHEN numnode(q) = 0 THEN q ELSE (q::text || ':*')::tsquery END"
-            f" FROM {one} AS q)")
+@dataclass(frozen=True)
+class TsQuery:
+    """The tsquery of a query as an SQL expression of IMMUTABLE functions
+    and its arguments. Statements run unprepared (custom plans), so the
+    planner folds it to a constant: it then knows how common the terms are
+    (walk the newest rows for a common word, the GIN index for a rare one)
+    and computes it once, not per row. No round trip of its own."""
+
+    expr: str
+    args: tuple[str, ...]
+
+
+def ts_query(query: str, *, raw: bool = False) -> TsQuery:
+    """The words plan's terms (or raw tsquery text) as a `TsQuery`."""
+    if raw:
+        return TsQuery(f"to_tsquery('{CONFIG}', %s)", (query,))
+    terms = [t for t in split_terms(clean(query)) if t.has_word_chars]
+    parts = [f"hermes_prefix_tsquery(%s)" if t.prefix else f"phraseto_tsquery('{CONFIG}', %s)"
+             for t in terms]
+    return TsQuery("(" + " && ".join(parts) + ")", tuple(t.text for t in terms))
 
 
 def tsquery(conn: psycopg.Connection, query: str, *, raw: bool = False) -> str:
-    """The tsquery text for ``query`` (words plan or raw), built by the server."""
-    if raw:
-        try:
-            with conn.transaction():
-                row = conn.execute(f"SELECT to_tsquery('{CONFIG}', %s)::text",
-                                   (query,)).fetchone()
-        except (psycopg.errors.SyntaxError, psycopg.errors.DataException) as e:
-            raise InvalidQuery(f"not a valid tsquery: {e.diag.message_primary}") from None
-        return row[0] if row else ""
-    terms = [t for t in split_terms(clean(query)) if t.has_word_chars]
-    sql = " && ".join(_term_sql(t.text, t.prefix) for t in terms)
-    row = conn.execute(f"SELECT ({sql})::text", [t.text for t in terms]).fetchone()
+    """The tsquery text for ``query`` (for benchmarks and diagnostics)."""
+    q = ts_query(query, raw=raw)
+    row = conn.execute(f"SELECT {q.expr}::text", q.args).fetchone()
     return row[0] if row else ""
 
 
-def _hits(rows: list[tuple], snippets: dict[int, str], via: str) -> list[SearchHit]:
-    return [SearchHit._of(sid, mid, role, ts, snippets.get(mid, ""), title, state, via, score)
-            for mid, sid, role, ts, state, title, score in rows]
-
-
-def _headlines(conn: psycopg.Connection, ids: list[int], q: str,
-               terms: list[str]) -> dict[int, str]:
-    """ts_headline for the page rows; a row whose first hits lie past
-    HEADLINE_CHARS gets a scan snippet around the first occurrence."""
-    if not ids:
-        return {}
-    found = dict(conn.execute(
-        f"SELECT id, ts_headline('{CONFIG}', left({text_expr('m')}, {HEADLINE_CHARS}),"
-        f" %s::tsquery, %s) FROM messages AS m WHERE id = ANY(%s)",
-        (q, HEADLINE_OPTIONS, ids)).fetchall())
-    unmarked = [i for i in ids if MARK_OPEN not in (found.get(i) or "")]
-    if unmarked:
-        found.update(_scan_snippets(conn, unmarked, terms))
-    return found
-
-
-def _scan_snippets(conn: psycopg.Connection, ids: list[int],
-                   terms: list[str]) -> dict[int, str]:
-    if not ids:
-        return {}
-    rows = conn.execute(f"SELECT id, {text_expr('m')} FROM messages AS m WHERE id = ANY(%s)",
-                        (ids,)).fetchall()
-    return {mid: scan_snippet(text or "", terms) for mid, text in rows}
+def _hits(rows: list[tuple], via: str, terms: list[str]) -> list[SearchHit]:
+    """Rows of (id, session_id, role, timestamp, state, title, score, snippet
+    or text); a row without a marked snippet gets a scan snippet of its text
+    (ts_headline saw only HEADLINE_CHARS, or the row came from a substring plan)."""
+    out = []
+    for mid, sid, role, ts, state, title, score, snip, text in rows:
+        if snip is None or MARK_OPEN not in snip:
+            snip = scan_snippet(text or "", terms)
+        out.append(SearchHit._of(sid, mid, role, ts, snip, title, state, via, score))
+    return out
 
 
 def _page(order: str, limit: int, offset: int) -> str:
@@ -110,37 +97,53 @@ def _page(order: str, limit: int, offset: int) -> str:
     return f" ORDER BY {key} LIMIT {int(limit)} OFFSET {int(offset)}"
 
 
-def _words(conn: psycopg.Connection, q: str, filters: Filters, order: str, limit: int,
+def _with_headlines(page_sql: str, q: TsQuery, order: str) -> str:
+    """The page (at most ``limit`` rows) joined back to its messages for
+    ts_headline, in the same statement: snippets for the page rows only.
+    The text goes along only where the headline has no mark (rare)."""
+    key = "p.score, p.id DESC" if order == "rank" else (
+        "p.id ASC" if order == "oldest" else "p.id DESC")
+    head = (f"ts_headline('{CONFIG}', left({text_expr('t')}, {HEADLINE_CHARS}), {q.expr},"
+            f" '{HEADLINE_OPTIONS}')")
+    return (f"SELECT p.*, h.snip, CASE WHEN strpos(h.snip, '{MARK_OPEN}') = 0"
+            f" THEN {text_expr('t')} END FROM ({page_sql}) AS p"
+            f" JOIN messages AS t ON t.id = p.id CROSS JOIN LATERAL (SELECT {head} AS snip) AS h"
+            f" ORDER BY {key}")
+
+
+def _words(conn: psycopg.Connection, q: TsQuery, filters: Filters, order: str, limit: int,
            offset: int) -> list[tuple]:
     where, args = _where(filters)
-    match = f"m.{TSV_COLUMN} @@ %s::tsquery AND {where}"
+    match = f"m.{TSV_COLUMN} @@ {q.expr} AND {where}"
     if order != "rank":
-        return conn.execute(f"SELECT {_COLS}, NULL::float8 {_FROM} WHERE {match}"
-                            f"{_page(order, limit, offset)}", (q, *args)).fetchall()
-    # The window: the RANK_WINDOW most recent matches, scored, best first.
-    return conn.execute(
-        f"SELECT * FROM (SELECT {_COLS}, -ts_rank(m.{TSV_COLUMN}, %s::tsquery) AS score"
-        f" {_FROM} WHERE {match} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w"
-        f" ORDER BY score, id DESC LIMIT {int(limit)} OFFSET {int(offset)}",
-        (q, q, *args)).fetchall()
+        page = f"SELECT {_COLS}, NULL::float8 AS score {_FROM} WHERE {match}"
+        page += _page(order, limit, offset)
+        params: tuple = (*q.args, *args, *q.args)  # placeholders in text order
+    else:  # the window: the RANK_WINDOW most recent matches, scored, best first
+        page = (f"SELECT * FROM (SELECT {_COLS}, -ts_rank(m.{TSV_COLUMN}, {q.expr}) AS score"
+                f" {_FROM} WHERE {match} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w"
+                f" ORDER BY score, id DESC LIMIT {int(limit)} OFFSET {int(offset)}")
+        params = (*q.args, *q.args, *args, *q.args)
+    return conn.execute(_with_headlines(page, q, order), params, prepare=False).fetchall()
 
 
-def _any_word_match(conn: psycopg.Connection, q: str) -> bool:
+def _any_word_match(conn: psycopg.Connection, q: TsQuery) -> bool:
     """Whether any message at all matches (no filters), as on SQLite: a
     query whose words the index holds nowhere runs as substrings."""
-    return conn.execute(f"SELECT 1 FROM messages WHERE {TSV_COLUMN} @@ %s::tsquery LIMIT 1",
-                        (q,)).fetchone() is not None
+    return conn.execute(f"SELECT 1 FROM messages WHERE {TSV_COLUMN} @@ {q.expr} LIMIT 1",
+                        q.args, prepare=False).fetchone() is not None
 
 
 def _substring(conn: psycopg.Connection, p: Plan, filters: Filters, order: str, limit: int,
                offset: int) -> list[tuple]:
     """Every term an ILIKE (the trigram index serves those of 3+ characters).
-    There is no relevance score: ``rank`` is newest first within the window."""
+    There is no relevance score: ``rank`` is newest first."""
     where, args = _where(filters)
     likes = "".join(f" AND {text_expr('m')} ILIKE %s" for _ in p.terms)
     patterns = [_like(t) for t in p.terms]
-    return conn.execute(f"SELECT {_COLS}, NULL::float8 {_FROM} WHERE {where}{likes}"
-                        f"{_page(order, limit, offset)}", (*args, *patterns)).fetchall()
+    return conn.execute(f"SELECT {_COLS}, NULL::float8, NULL::text, {text_expr('m')} {_FROM}"
+                        f" WHERE {where}{likes}{_page(order, limit, offset)}",
+                        (*args, *patterns), prepare=False).fetchall()
 
 
 def _like(term: str) -> str:
@@ -158,8 +161,8 @@ def _scan(conn: psycopg.Connection, p: Plan, filters: Filters, order: str, limit
     inner = (f"SELECT {_COLS}, {text_expr('m')} AS body {_FROM} WHERE {where}"
              f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}")
     key = "ASC" if order == "oldest" else "DESC"
-    sql = (f"SELECT w.id, w.session_id, w.role, w.timestamp, w.state, w.title, w.body"
-           f" FROM ({inner}) AS w WHERE {likes} ORDER BY w.id {key}"
+    sql = (f"SELECT w.id, w.session_id, w.role, w.timestamp, w.state, w.title, NULL::float8,"
+           f" NULL::text, w.body FROM ({inner}) AS w WHERE {likes} ORDER BY w.id {key}"
            f" LIMIT {int(limit)} OFFSET {int(offset)}")
     try:
         with conn.transaction():
@@ -168,9 +171,22 @@ def _scan(conn: psycopg.Connection, p: Plan, filters: Filters, order: str, limit
     except psycopg.errors.QueryCanceled:
         return SearchResults.of([], f"the scan stopped after {SCAN_BUDGET_S:g}s; nothing was "
                                     "found in time (narrow the search with filters)")
-    return SearchResults.of([SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms),
-                                           title, state, "scan")
-                             for mid, sid, role, ts, state, title, body in rows])
+    return SearchResults.of(_hits(rows, "scan", p.terms))
+
+
+def _run_words(conn: psycopg.Connection, q: TsQuery, p: Plan, filters: Filters, order: str,
+               limit: int, offset: int) -> list[SearchHit] | None:
+    """The word index's page; None when it holds no match at all (then
+    the substring plan answers, as on SQLite)."""
+    if p.kind != "raw":
+        rows = _words(conn, q, filters, order, limit, offset)
+        return _hits(rows, "fts", p.terms) if rows or _any_word_match(conn, q) else None
+    try:
+        with conn.transaction():  # a savepoint inside a caller's transaction
+            return _hits(_words(conn, q, filters, order, limit, offset), "fts", p.terms)
+    except (psycopg.errors.SyntaxError, psycopg.errors.DataException) as e:
+        raise InvalidQuery(f"not a valid tsquery: {e.diag.message_primary}") from None
+    return None
 
 
 def search(conn: psycopg.Connection, query: object, *, filters: Filters, limit: int = 20,
@@ -182,15 +198,12 @@ def search(conn: psycopg.Connection, query: object, *, filters: Filters, limit: 
     if p.kind == "scan":
         return _scan(conn, p, filters, order, limit, offset)
     if p.kind in ("words", "raw"):
-        q = tsquery(conn, query, raw=raw)
-        rows = _words(conn, q, filters, order, limit, offset) if q else []
-        if rows or p.kind == "raw" or (q and _any_word_match(conn, q)):
-            ids = [r[0] for r in rows]
-            return SearchResults.of(_hits(rows, _headlines(conn, ids, q, p.terms), "fts"))
+        hits = _run_words(conn, ts_query(query, raw=raw), p, filters, order, limit, offset)
+        if hits is not None:
+            return SearchResults.of(hits)
         alt = p.alt
         if alt is None:
             return SearchResults.of([])
         p = alt
     rows = _substring(conn, p, filters, order, limit, offset)
-    snippets = _scan_snippets(conn, [r[0] for r in rows], p.terms)
-    return SearchResults.of(_hits(rows, snippets, "trigram"))
+    return SearchResults.of(_hits(rows, "trigram", p.terms))

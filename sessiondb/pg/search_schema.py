@@ -61,6 +61,17 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
               END, CASE WHEN role = 'tool' THEN {TOOL_TEXT_CAP} ELSE {TEXT_CAP} END) $f$;
 """
 
+# A prefix term: ':*' on the last lexeme of the phrase (an empty query
+# stays empty). IMMUTABLE SQL, so with a known argument the planner folds it
+# to a constant and estimates the match from the index's statistics.
+_PREFIX = f"""
+CREATE OR REPLACE FUNCTION hermes_prefix_tsquery(term text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
+  SELECT CASE WHEN numnode(phraseto_tsquery('{CONFIG}', term)) = 0
+    THEN phraseto_tsquery('{CONFIG}', term)
+    ELSE (phraseto_tsquery('{CONFIG}', term)::text || ':*')::tsquery END $f$;
+"""
+
 # Words as SQLite's unicode61 tokenizer with remove_diacritics sees them:
 # no stemming, no stop words (the 'simple' dictionary), accents folded.
 _CONFIG = f"""
@@ -78,6 +89,7 @@ def p009_search_text(conn: Any) -> None:
     conn.execute(_BLOCKS)
     conn.execute(_TEXT)
     conn.execute(_CONFIG)
+    conn.execute(_PREFIX)
 
 
 def p010_search_index(conn: Any) -> None:
