@@ -14,7 +14,8 @@ they share its WAL, fsync and CPU like tenants of a real one:
 
 The server keeps PostgreSQL's durable defaults (``fsync=on``,
 ``synchronous_commit=on``): a commit returns once its WAL is flushed, as
-SQLite's ``synchronous=FULL``. Databases are created with
+SQLite's ``synchronous=FULL``; `relaxed` turns synchronous_commit off per
+connection, the counterpart of SQLite's ``NORMAL``. Databases are created with
 ``LC_CTYPE 'C.UTF-8'`` so pg_trgm extracts trigrams from CJK text.
 """
 from __future__ import annotations
@@ -71,6 +72,15 @@ class BenchServer(PgServer):
         return self.url(name)
 
 
+def relaxed(url: str) -> str:
+    """The same database with ``synchronous_commit=off``: a commit returns
+    before its WAL is flushed (the walwriter flushes within 200 ms), the
+    closest PostgreSQL gets to SQLite's WAL with ``synchronous=NORMAL``
+    (which loses nothing when the process dies, only on power loss; a
+    PostgreSQL crash may lose the last 200 ms of commits)."""
+    return url + "&options=-csynchronous_commit%3Doff"
+
+
 class PgFloor:
     """Raw inserts on one connection, the caller's batch in one transaction."""
 
@@ -110,6 +120,8 @@ class PgFloor:
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
+        if self.pool is not None:
+            self.pool.close()
 
 
 class _Reuse:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import message, percentile  # noqa: E402
 from pg_subjects import (BenchServer, LangGraphPostgres, PgFloor, PgOurs,  # noqa: E402
-                         langgraph_status, pg_ours_status)
+                         langgraph_status, pg_ours_status, relaxed)
 from subjects import Ours  # noqa: E402
 
 import pg_search_bench  # noqa: E402
@@ -98,28 +98,40 @@ class _SqliteOurs:
         self.s.close()
 
 
+def _pg_lanes(server: BenchServer, batch: int, n: int, quick: bool) -> list[Lane]:
+    """Every PostgreSQL subject twice: durable commits (synchronous_commit
+    on, beside SQLite FULL) and relaxed ones (off, beside SQLite NORMAL)."""
+    lanes = []
+    cap = min(n, LG_CAPS[batch][0 if quick else 1])
+    for mode, wrap in (("on", str), ("off", relaxed)):
+        def db(name: str, search: bool = True, _m: str = mode) -> str:
+            return server.database(f"{name}{batch}{_m}", search=search)
+        lanes += [Lane(f"pg-floor sc={mode}", lambda w=wrap, d=db: PgFloor(w(d("floor")), "b1"),
+                       n, batch),
+                  Lane(f"pg-floor-no-search sc={mode}", lambda w=wrap, d=db: PgFloor(
+                      w(d("nosearch", False)), "b1"), n, batch)]
+        if pg_ours_status() == "ok":
+            lanes.append(Lane(f"pg-ours sc={mode}", lambda w=wrap, d=db: PgOurs(
+                w(d("ours")), "b1"), n, batch))
+        if langgraph_status() == "ok":
+            lanes.append(Lane(f"langgraph-postgres sc={mode}", lambda w=wrap, m=mode: (
+                LangGraphPostgres(w(server.empty_database(f"lg{batch}{m}")), "b1")), cap, batch))
+    return lanes
+
+
 def b1_case(server: BenchServer, root: Path, batch: int, n: int, quick: bool) -> dict:
     lanes = [Lane("sqlite-ours NORMAL", lambda: _SqliteOurs(root / f"n{batch}.db", "NORMAL",
                                                            "b1"), n, batch),
              Lane("sqlite-ours FULL", lambda: _SqliteOurs(root / f"f{batch}.db", "FULL", "b1"),
-                  n, batch),
-             Lane("pg-floor", lambda: PgFloor(server.database(f"floor{batch}"), "b1"), n, batch),
-             Lane("pg-floor-no-search", lambda: PgFloor(
-                 server.database(f"nosearch{batch}", search=False), "b1"), n, batch)]
-    if pg_ours_status() == "ok":
-        lanes.append(Lane("pg-ours", lambda: PgOurs(server.database(f"ours{batch}"), "b1"),
-                          n, batch))
-    cap = min(n, LG_CAPS[batch][0 if quick else 1])
-    if langgraph_status() == "ok":
-        lanes.append(Lane("langgraph-postgres", lambda: LangGraphPostgres(
-            server.empty_database(f"lg{batch}"), "b1"), cap, batch))
+                  n, batch), *_pg_lanes(server, batch, n, quick)]
     while any(lane.active for lane in lanes):
         for lane in lanes:
             if lane.active:
                 lane.block(500 if batch == 1 else 2000)
     results = {lane.name: lane.result() for lane in lanes}
-    if pg_ours_status() != "ok":
-        results["pg-ours"] = {"unavailable": pg_ours_status().removeprefix("unavailable: ")}
+    for name, why in (("pg-ours", pg_ours_status()), ("langgraph-postgres", langgraph_status())):
+        if why != "ok":
+            results[name] = {"unavailable": why.removeprefix("unavailable: ")}
     return {"batch": batch, "messages": n, "results": results}
 
 
@@ -210,10 +222,12 @@ def b2_one(kind: str, where: str, writers: int, seconds: float) -> dict[str, Any
 
 
 def b2(server: BenchServer, root: Path, seconds: float) -> dict[str, Any]:
-    runs = {"sqlite-ours (1 file)": ("sqlite-ours", str(root / "b2.db")),
-            "pg-floor (2 hosts)": ("pg-floor", server.database("b2floor"))}
+    runs = {"sqlite-ours NORMAL (1 file)": ("sqlite-ours", str(root / "b2.db")),
+            "pg-floor sc=on (2 hosts)": ("pg-floor", server.database("b2floor")),
+            "pg-floor sc=off (2 hosts)": ("pg-floor", relaxed(server.database("b2floor2")))}
     if pg_ours_status() == "ok":
-        runs["pg-ours (2 hosts)"] = ("pg-ours", server.database("b2ours"))
+        runs["pg-ours sc=on (2 hosts)"] = ("pg-ours", server.database("b2ours"))
+        runs["pg-ours sc=off (2 hosts)"] = ("pg-ours", relaxed(server.database("b2ours2")))
     out: dict[str, Any] = {"writers": 8, "seconds": seconds, "results": {}}
     for label, (kind, where) in runs.items():
         out["results"][label] = b2_one(kind, where, 8, seconds)
