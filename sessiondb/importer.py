@@ -513,6 +513,8 @@ def _defer_index(db: SessionDB, plan: ImportResult) -> bool:
     """Detach the search index for the import (marked stale) when building it
     once is cheaper than row by row: the import at least doubles the store,
     and no other process holds it (a rebuild needs the store alone)."""
+    if getattr(db, "backend", "sqlite") != "sqlite":
+        return False  # the SQLite FTS index only; a server's index is its own business
     if plan.messages_added == 0 or holders.other_holders(db.path) != []:
         return False
     with db.atomic() as conn:

@@ -18,19 +18,58 @@ def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "both_backends: the module's store tests run on SQLite "
+                            "and on PostgreSQL (the `backend` fixture)")
+    config.addinivalue_line("markers", "sqlite_only(reason): in a both_backends module, a test "
+                            "about the SQLite file itself (pages, WAL, files, carving, recovery)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`backend` is "sqlite" everywhere; in modules marked both_backends it is
+    also "postgres", except for tests marked sqlite_only."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    both = metafunc.definition.get_closest_marker("both_backends") is not None
+    only = metafunc.definition.get_closest_marker("sqlite_only") is not None
+    params = ["sqlite", "postgres"] if both and not only else ["sqlite"]
+    metafunc.parametrize("backend", params, indirect=True)
+
+
 @pytest.fixture
-def open_store(hermes_home: Path) -> Iterator[Callable[..., SessionDB]]:
-    """Open stores (default: the home's) and close all of them afterwards."""
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which store the `open_store` fixture opens: "sqlite" or "postgres"."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def open_store(hermes_home: Path, backend: str,
+               request: pytest.FixtureRequest) -> Iterator[Callable[..., SessionDB]]:
+    """Open stores (default: the home's) and close all of them afterwards.
+
+    On the postgres backend each distinct ``path`` (None: the home's store)
+    (or home and profile) is a fresh database of the run's server, so handles
+    opened on one path share one store as they share one file on SQLite."""
     opened: list[SessionDB] = []
+    urls: dict[tuple[str, ...], str] = {}
+    databases = request.getfixturevalue("pg_databases") if backend == "postgres" else None
 
     def _open(path: os.PathLike[str] | str | None = None, **kw) -> SessionDB:
-        db = SessionDB(path, **kw) if path is not None else SessionDB.open(**kw)
+        if databases is not None:
+            key = (str(path), str(kw.get("home")), str(kw.get("profile")))
+            if key not in urls:
+                urls[key] = databases.create()
+            db = SessionDB.open(url=urls[key], **kw)
+        else:
+            db = SessionDB(path, **kw) if path is not None else SessionDB.open(**kw)
         opened.append(db)
         return db
 
     yield _open
     for db in opened:
         db.close()
+    for url in urls.values():
+        databases.drop(url)  # type: ignore[union-attr]
 
 
 @pytest.fixture
