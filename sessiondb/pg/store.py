@@ -10,8 +10,9 @@ unchanged through the adapter (adapter.py). What differs is here:
   hosts append in one order and a stalled writer whose lease was taken
   over is refused inside its own transaction, as on SQLite;
 - a batch is inserted with one multi-row statement returning its ids;
-- the SQLite-only operations (pages, WAL, checkpoints, the FTS index)
-  raise `NotOnPostgreSQL`, and search raises `SearchNotYetOnPostgreSQL`.
+- the SQLite-only operations (pages, WAL, checkpoints, FTS5 health)
+  raise `NotOnPostgreSQL`; search runs on tsvector and pg_trgm
+  (sessiondb/pg/search.py), indexed by the insert itself.
 
 ``path`` is the profile directory's ``postgresql`` entry: no file is made
 there; the spool and scratch files go beside it, as for a SQLite store.
@@ -22,13 +23,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compaction, leases, paths, sessions, spool
+from .. import compaction, leases, maintenance, paths, sessions, spool
 from ..codec import EncodedMessage
 from ..errors import InvalidInput, SchemaTooNew, SessionNotFound, StoreNotFound
+from ..search import Filters, SearchResults
 from ..store import DEFAULT_PATIENCE_S, SessionDB
 from . import migrations
 from .core import PgCore
-from .errors import NotOnPostgreSQL, SearchNotYetOnPostgreSQL, redact
+from .errors import NotOnPostgreSQL, redact
 
 #: Options of the SQLite store that tune its file; meaningless here, accepted.
 SQLITE_TUNING = frozenset({"journal_mode", "checkpoint_pages", "background_index"})
@@ -127,26 +129,50 @@ class PgSessionDB(SessionDB):
             conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
                          " DO UPDATE SET value = excluded.value", (key, value))
 
-    # -- search: the PostgreSQL search is another piece of work -------------
+    # -- search: tsvector and pg_trgm, indexed by the insert itself ---------
 
-    def _no_search(self) -> SearchNotYetOnPostgreSQL:
-        return SearchNotYetOnPostgreSQL(
-            f"search is not available on a PostgreSQL store yet ({self.url})", path=self.url)
-
-    def search(self, query: str, **filters: Any) -> Any:  # type: ignore[override]
-        raise self._no_search()
+    def search(self, query: str, *, session_id: str | None = None,  # type: ignore[override]
+               role: str | None = None, source: str | None = None,
+               since: float | None = None, until: float | None = None, limit: int = 20,
+               offset: int = 0, order: str = "rank", include_archived: bool = False,
+               raw: bool = False, archived_sessions: bool = True) -> SearchResults:
+        """`SessionDB.search` on PostgreSQL (sessiondb/pg/search.py; docs/search.md,
+        "PostgreSQL"). ``raw=True`` takes tsquery syntax."""
+        from . import search as pg_search
+        with self._read() as conn:
+            if not archived_sessions:
+                archived_sessions = not maintenance.any_archived(conn)
+            filters = Filters(session_id, role, source, since, until, include_archived,
+                              archived_sessions)
+            return pg_search.search(conn.raw, query, filters=filters, limit=limit,
+                                    offset=offset, order=order, raw=raw)
 
     def index_backlog(self) -> None:
-        return None
+        return None  # the insert writes the index: there is never a backlog
 
     def search_index_stale(self) -> None:
         return None
 
+    def catch_up_index(self, max_rows: int | None = None) -> int:
+        return 0
+
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
-        raise self._no_search()
+        """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
+        from .search_schema import INDEXES
+        started = time.monotonic()
+        with self._pg.read() as conn:
+            if conn.raw.info.transaction_status != 0:  # psycopg's IDLE: not in a transaction
+                raise InvalidInput("rebuild_search_index cannot run inside a transaction")
+            for name in INDEXES:
+                conn.raw.execute(f"REINDEX INDEX CONCURRENTLY {name}")
+            (count,) = conn.raw.execute("SELECT count(*) FROM messages").fetchone()
+        return {"messages": count, "seconds": time.monotonic() - started,
+                "backend": "postgresql"}
 
     def search_health(self) -> Any:
-        raise self._no_search()
+        raise NotOnPostgreSQL("search_health runs FTS5's checks, which belong to the SQLite "
+                              f"backend; `hermes doctor --store-url URL` checks {self.url}'s "
+                              "search index", path=self.url)
 
     # -- writes that lock the session row first ------------------------------
 
