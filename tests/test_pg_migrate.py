@@ -34,6 +34,7 @@ def fill(db: SessionDB, sessions: int = 3, per: int = 40) -> None:
                                         "content": f"message {i} of {sid} deploy", "timestamp": i}
                                        for i in range(per)])
         db.record_usage(sid, input_tokens=10, output_tokens=5)
+        db.append_message(sid, {"role": "tool", "tool_call_id": "t", "content": "nul\x00 \ue000 ok"})
         if s == 0:
             db.archive_and_compact(sid, ids[:5], {"role": "user", "content": "summary of five"})
 
@@ -57,7 +58,7 @@ def test_migrate_to_and_back(open_store, hermes_home, pg_db_url, tmp_path):
     res = run("sessions", "migrate", "--to", pg_db_url, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["verified"] and out["source_counts"]["messages"] == 3 * 40 + 1
+    assert out["verified"] and out["source_counts"]["messages"] == 3 * 41 + 1
     assert out["source_counts"]["compactions"] == 1 and out["source_counts"]["usage_ledger"] == 3
     assert "@" in out["target"] and "\r" not in res.output  # no bar when piped
     assert digest(path) == before
@@ -73,6 +74,12 @@ def test_migrate_to_and_back(open_store, hermes_home, pg_db_url, tmp_path):
     assert [m["content"] for m in copy.get_messages("s2")] == \
         [m["content"] for m in open_store().get_messages("s2")]
     assert copy.search("deploy", session_id="s2", limit=5)
+    with SessionDB.open(url=pg_db_url) as pg:  # the migrated rows are the store's own
+        for sid in ("s0", "s1", "s2"):
+            assert pg.get_messages(sid, include_archived=True) == \
+                open_store().get_messages(sid, include_archived=True)
+        assert pg.get_session("s0").message_count == open_store().get_session("s0").message_count
+        assert pg.search("deploy", session_id="s1", limit=5)
 
 
 def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_db_url):
@@ -94,12 +101,12 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         copied = conn.execute("SELECT count(*) FROM messages").fetchone()[0]
-    assert 300 <= copied < 2001  # killed mid-copy
+    assert 300 <= copied < 2005  # killed mid-copy
     res = run("sessions", "migrate", "--to", pg_db_url, "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["verified"] and out["resumed_after"] > 0
-    assert out["target_counts"]["messages"] == 4 * 500 + 1
+    assert out["target_counts"]["messages"] == 4 * 501 + 1
     assert duplicates(pg_db_url) == []
     assert digest(path) == before
 

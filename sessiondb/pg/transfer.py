@@ -134,7 +134,10 @@ class PgSide:
             " AND table_schema = current_schema() ORDER BY ordinal_position", (table,))]
 
     def select(self, sql: str, args: tuple = ()) -> Iterator[tuple]:
-        with self.conn.cursor() as cur:
+        """Rows streamed by a server-side cursor (bounded memory), in a
+        read transaction of their own."""
+        with self.conn.transaction(), self.conn.cursor(name="hermes_transfer") as cur:
+            cur.itersize = CHUNK
             yield from cur.execute(sql, args)
 
     def one(self, sql: str, args: tuple = ()) -> Any:
@@ -287,6 +290,7 @@ def connect(url: str) -> Any:
     import psycopg
 
     from . import migrations
+    from .adapter import register_numeric_loader, register_text_codec
     if not url.startswith(("postgresql://", "postgres://")):
         raise InvalidInput("a store URL starts with postgresql://")
     label = url_label(url)
@@ -294,6 +298,9 @@ def connect(url: str) -> Any:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as e:
         raise StoreIOError(f"cannot connect to {label}: {_first_line(e)}") from None
+    # Text as the store writes it (NUL escaped, adapter.py), sums as ints.
+    register_text_codec(conn)
+    register_numeric_loader(conn)
     migrations.apply_pending(conn)
     return conn
 
