@@ -115,11 +115,15 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="HERMES_HOME",
               help="Home directory (default: $HERMES_HOME or ~/.hermes).")
 @click.option("--profile", help="Profile name; its store is <home>/profiles/NAME/state.db.")
+@click.option("--store-url", envvar="HERMES_STORE_URL", metavar="URL",
+              help="A PostgreSQL store (postgresql://...) instead of the home's SQLite "
+                   "file; needs the postgres extra. Default: $HERMES_STORE_URL.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Print the hermes and SQLite versions and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the libraries do.")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: bool) -> None:
+def cli(ctx: click.Context, home: Path | None, profile: str | None, store_url: str | None,
+        verbose: bool) -> None:
     """hermes: session store for AI agents, and its recovery tools.
 
     Session commands (list, show, search, stats, export, import, rename,
@@ -138,7 +142,9 @@ def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: boo
             validate_profile(profile)
     except InvalidInput as e:
         raise click.BadParameter(str(e), param_hint="--profile") from e
-    ctx.obj = AppContext(home=resolve_home(home), profile=profile)
+    if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
+        raise click.BadParameter("must start with postgresql://", param_hint="--store-url")
+    ctx.obj = AppContext(home=resolve_home(home), profile=profile, store_url=store_url or None)
 
 
 def main() -> None:

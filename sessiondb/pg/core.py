@@ -11,8 +11,10 @@ transaction, so a row lock held too long by another host ends as
 ``locked`` (SQLSTATE 55P03), like SQLite's busy timeout. Serialization
 failures and deadlocks abort the whole transaction; `run` re-runs a body
 that owns its transaction with jittered backoff until the patience.
-A lost connection is ``io_error``; the pool drops broken connections and
-checks its idle ones, so the next call connects afresh.
+A lost connection is ``io_error``, and the next call gets a new pool: the
+old one's connections are all dead then, and its background reconnects
+back off for seconds, while a new pool connects at once (a connection
+still checked out goes back to the pool it came from, then closes).
 """
 from __future__ import annotations
 
@@ -42,20 +44,40 @@ class PgCore:
 
     def __init__(self, url: str, *, patience: float, min_size: int = 1,
                  max_size: int = 4) -> None:
-        from psycopg_pool import ConnectionPool
         self.url, self.shown, self.patience = url, redact(url), patience
+        self.sizes = (min_size, max_size)
         self.closed = False
+        self.stale = False  # a connection was lost: renew the pool on the next call
         self.local = _Local()
         self.indexer = None  # the SQLite core's threads: none here
         self.checkpointer = None
-        self.pool = ConnectionPool(url, min_size=min_size, max_size=max_size,
-                                   kwargs={"autocommit": True}, configure=self._configure,
-                                   open=False, name="hermes-state", timeout=patience)
+        self.owner: dict[int, Any] = {}  # id(connection) -> the pool it came from
+        self.pool = self._new_pool()
         try:
-            self.pool.open(wait=True, timeout=max(patience, 1.0))
+            self.pool.wait(timeout=max(patience, 1.0))
         except Exception as e:  # noqa: BLE001 (typed below; the pool is closed first)
             self.pool.close()
             raise self.error(e, "cannot connect") from e
+
+    def _new_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+        pool = ConnectionPool(self.url, min_size=self.sizes[0], max_size=self.sizes[1],
+                              kwargs={"autocommit": True}, configure=self._configure,
+                              open=False, name="hermes-state", timeout=self.patience)
+        pool.open(wait=False)
+        return pool
+
+    def _renew(self, patience: float) -> None:
+        """A new pool, once one direct connection shows the server is back:
+        while it is down every call fails at once (as a SQLite I/O error
+        does), instead of waiting out its patience in the pool's queue."""
+        import psycopg
+        try:
+            psycopg.connect(self.url, connect_timeout=max(1, int(patience))).close()
+        except Exception as e:  # noqa: BLE001 (typed: still io_error, still stale)
+            raise self.error(e, "cannot connect") from e
+        old, self.pool, self.stale = self.pool, self._new_pool(), False
+        old.close(timeout=0)
 
     @staticmethod
     def _configure(conn: Any) -> None:
@@ -64,11 +86,8 @@ class PgCore:
 
     def error(self, exc: BaseException, context: str = "") -> StorageError:
         err = from_pg(exc, url=self.url, context=context)
-        if isinstance(err, StoreIOError) and not self.closed:
-            try:
-                self.pool.check()  # drop dead idle connections: the next call reconnects
-            except Exception:  # noqa: BLE001 (best effort; the next getconn retries)
-                log.debug("pool check failed", exc_info=True)
+        if isinstance(err, StoreIOError):
+            self.stale = True
         return err
 
     def check_open(self) -> None:
@@ -86,16 +105,24 @@ class PgCore:
     # -- connections -------------------------------------------------------
 
     def getconn(self, patience: float | None = None) -> Any:
+        patience = self.patience if patience is None else patience
+        if self.stale:
+            self._renew(patience)
+        pool = self.pool
         try:
-            return self.pool.getconn(timeout=self.patience if patience is None else patience)
+            raw = pool.getconn(timeout=patience)
         except Exception as e:  # noqa: BLE001 (PoolTimeout: no server, or all busy)
             raise self.error(e, "cannot get a connection") from e
+        self.owner[id(raw)] = pool
+        return raw
 
     def putconn(self, raw: Any) -> None:
+        pool = self.owner.pop(id(raw), self.pool)
         try:
-            self.pool.putconn(raw)
+            pool.putconn(raw)
         except Exception:  # noqa: BLE001 (a closed pool: the connection is closed anyway)
             log.debug("putconn failed", exc_info=True)
+            raw.close()
 
     # -- transactions ------------------------------------------------------
 
