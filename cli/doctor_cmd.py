@@ -45,16 +45,12 @@ def summary_line(findings: list[Finding]) -> str:
               help="Check every page (integrity_check, FTS5 integrity-check), with progress "
                    "and an estimate; by default a store over 128 MiB is sampled.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("--store-url", metavar="URL", envvar="HERMES_STORE_URL",
-              help="Check this PostgreSQL store (postgresql://...) instead of the home's "
-                   "SQLite file; also read from HERMES_STORE_URL.")
 @click.pass_obj
-def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool,
-           store_url: str | None = None) -> None:
+def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
     """Check the home and its store; say what is wrong and what to run next.
 
-    With --store-url (or HERMES_STORE_URL) the store is a PostgreSQL
-    database: connectivity, server version, schema and pending migrations,
+    With hermes --store-url URL (or HERMES_STORE_URL) the store is a
+    PostgreSQL database: connectivity, server version, schema and pending migrations,
     search index health, long-held locks, replication role.
 
     Read-only unless --fix. Exit status is the worst finding: 0 ok or info,
@@ -65,6 +61,7 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool,
       hermes --home ~/.hermes doctor --fix
     """
     applied = None
+    store_url = app.store_url
     if store_url and (do_fix or full):
         raise click.UsageError("--fix and --full are for SQLite stores, not --store-url")
     try:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from sessiondb.paths import store_path
+from sessiondb import SessionDB
+from sessiondb.paths import ensure_private_dir, store_path
 from sessiondb.pg.transfer import TransferResult, count, ends, transfer
 
 from .context import AppContext
@@ -37,6 +38,8 @@ def migrate_cmd(app: AppContext, to_url: str | None, from_url: str | None,
     and ends by counting sessions, messages, compactions and usage rows on
     both sides. The PostgreSQL schema is created or upgraded first. A
     progress bar is drawn on a terminal only. Exit 1 when counts differ.
+    The SQLite side is always the home's file, whatever --store-url or
+    HERMES_STORE_URL say.
     JSON summary: {"source", "target", "copied", "source_counts",
     "target_counts", "resumed_after", "verified"}.
 
@@ -49,10 +52,11 @@ def migrate_cmd(app: AppContext, to_url: str | None, from_url: str | None,
         raise click.UsageError("give exactly one of --to URL or --from URL")
     url = to_url or from_url
     assert url is not None
-    if from_url:
-        app.open_store().close()  # the target store, created private if missing
-    path = str(store_path(app.home, app.profile))
-    with ends(path, url, to_pg=bool(to_url)) as (src, dst):
+    path = store_path(app.home, app.profile)
+    if from_url and not path.exists():  # the target: the home's SQLite store, made private
+        ensure_private_dir(path.parent)
+        SessionDB(path).close()
+    with ends(str(path), url, to_pg=bool(to_url)) as (src, dst):
         total = count(src, "messages") if stderr_is_tty() else None
         with progress(total, "migrating") as tick:
             result = transfer(src, dst, progress=tick)

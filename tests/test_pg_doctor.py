@@ -14,7 +14,7 @@ CHECKS = {"pg_connect", "pg_version", "pg_schema", "pg_search_index", "pg_locks"
 
 
 def doctor(url: str, *args: str):
-    res = CliRunner().invoke(cli, ["doctor", "--store-url", url, *args])
+    res = CliRunner().invoke(cli, ["--store-url", url, "doctor", *args])
     assert "Traceback" not in res.output
     return res
 
@@ -84,5 +84,5 @@ def test_dropped_index_and_waiting_lock(pg_db_url):
 def test_unreachable_server_is_one_error(pg_server):
     res = doctor(pg_server.url("no_such_database"))
     assert res.exit_code == 4 and "cannot connect to" in res.output
-    assert CliRunner().invoke(cli, ["doctor", "--store-url", "postgresql://x/y",
+    assert CliRunner().invoke(cli, ["--store-url", "postgresql://x/y", "doctor",
                                     "--fix"]).exit_code == 2
