@@ -88,7 +88,7 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
     db.close()
     path = store_path(hermes_home)
     before = digest(path)
-    script = ("import sys, time\nfrom sessiondb.pg import transfer\ntransfer.CHUNK = 25\n"
+    script = ("import sys, time\nfrom sessiondb.pg import transfer\ntransfer.MESSAGE_CHUNK = 25\n"
               "with transfer.ends(sys.argv[1], sys.argv[2], to_pg=True) as (s, d):\n"
               "    transfer.transfer(s, d, progress=lambda n: time.sleep(0.02))\n")
     child = subprocess.Popen([sys.executable, "-c", script, str(path), pg_db_url], cwd=ROOT,
@@ -134,3 +134,28 @@ def test_foreign_source_is_refused_untouched(hermes_home, pg_db_url):
     res = run("sessions", "migrate", "--to", pg_db_url)
     assert res.exit_code == 1 and "not a hermes-state store" in res.output
     assert digest(path) == before
+
+
+def _peak_rss_mb(path: Path, url: str) -> float:
+    script = ("import resource, sys\nfrom sessiondb.pg import transfer\n"
+              "with transfer.ends(sys.argv[1], sys.argv[2], to_pg=True) as (s, d):\n"
+              "    assert transfer.transfer(s, d).verified\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path), url], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                          text=True, timeout=300, check=True)
+    return float(done.stdout.split()[-1])
+
+
+def test_migrate_memory_is_bounded(open_store, tmp_path, pg_databases):
+    """40 MB of message text moves with a peak RSS within 20 MB of a tiny store's."""
+    small, big = tmp_path / "small.db", tmp_path / "big.db"
+    for path, count in ((small, 10), (big, 2000)):
+        db = open_store(path)
+        db.create_session("s", source="cli")
+        for start in range(0, count, 100):
+            db.append_messages("s", [{"role": "user", "content": f"{i} " + "x" * 20_000}
+                                     for i in range(start, min(count, start + 100))])
+        db.close()
+    grown = _peak_rss_mb(big, pg_databases.create()) - _peak_rss_mb(small, pg_databases.create())
+    assert grown < 20, f"peak RSS grew {grown:.0f} MB for 40 MB of text"

@@ -32,6 +32,9 @@ from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
 
 CHUNK = 1_000
+#: Messages per chunk: fewer, since a message may be large (tool output is
+#: often tens of KB); the chunk is what a migrate holds in memory.
+MESSAGE_CHUNK = 250
 #: Copied in this order (foreign keys); ``messages`` is streamed by row id.
 TABLES = ("sessions", "session_flags", "messages", "compactions", "usage_ledger")
 KEYS = {"sessions": ("id",), "session_flags": ("session_id",),
@@ -231,7 +234,7 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
     while True:
         rows = list(src.select(f"SELECT id, {', '.join(cols)} FROM messages WHERE id > %s"
-                               f" ORDER BY id LIMIT {CHUNK}", (after,)))
+                               f" ORDER BY id LIMIT {MESSAGE_CHUNK}", (after,)))
         if not rows:
             break
         after = rows[-1][0]
