@@ -150,3 +150,20 @@ def test_json_blocks_indexed_like_sqlite(stores):
                          (json.dumps([{"type": "text", "text": "x"}, "junk", 3]),)).fetchone()
     assert text == "x"
     assert pg.execute("SELECT hermes_search_text('user', 'json', 'not json')").fetchone() == (None,)
+
+
+def test_a_huge_word_vector_never_fails_the_insert(pg_db_url):
+    """4-byte letters in hyphenated words: their lexemes would pass
+    PostgreSQL's 1 MB tsvector limit and fail the INSERT; the words of the
+    text's head are indexed instead, and the message is stored whole."""
+    import random
+    rng = random.Random(1)
+
+    def ch() -> str:
+        return chr(rng.randint(0x20000, 0x2A6DF))
+    body = "needle " + " ".join(ch() + ch() + "-" + ch() + ch() for _ in range(40_000))
+    with SessionDB.open(url=pg_db_url) as db:
+        db.create_session("big", source="cli")
+        mid = db.append_message("big", {"role": "user", "content": body})
+        assert db.get_messages("big")[0]["content"] == body
+        assert [h.message_id for h in db.search("needle")] == [mid]

@@ -41,6 +41,13 @@ HEADLINE_OPTIONS = (f"StartSel={MARK_OPEN}, StopSel={MARK_CLOSE}, MaxWords={SNIP
                     " MinWords=6, ShortWord=0, MaxFragments=1, FragmentDelimiter=…")
 _COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
 _FROM = "FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+_ROW = "m.id, m.session_id, m.role, m.timestamp, m.state"
+
+
+def _rows_from(filters: Filters) -> str:
+    """The messages alone unless a filter names a session column: the word
+    paths join sessions (for the title) on the page only, not on every match."""
+    return _FROM if filters.source is not None else "FROM messages AS m"
 
 
 def _where(filters: Filters) -> tuple[str, list[Any]]:
@@ -105,23 +112,25 @@ def _with_headlines(page_sql: str, q: TsQuery, order: str) -> str:
         "p.id ASC" if order == "oldest" else "p.id DESC")
     head = (f"ts_headline('{CONFIG}', left({text_expr('t')}, {HEADLINE_CHARS}), {q.expr},"
             f" '{HEADLINE_OPTIONS}')")
-    return (f"SELECT p.*, h.snip, CASE WHEN strpos(h.snip, '{MARK_OPEN}') = 0"
-            f" THEN {text_expr('t')} END FROM ({page_sql}) AS p"
-            f" JOIN messages AS t ON t.id = p.id CROSS JOIN LATERAL (SELECT {head} AS snip) AS h"
-            f" ORDER BY {key}")
+    return (f"SELECT p.id, p.session_id, p.role, p.timestamp, p.state, u.title, p.score,"
+            f" h.snip, CASE WHEN strpos(h.snip, '{MARK_OPEN}') = 0 THEN {text_expr('t')} END"
+            f" FROM ({page_sql}) AS p JOIN messages AS t ON t.id = p.id"
+            f" JOIN sessions AS u ON u.id = p.session_id"
+            f" CROSS JOIN LATERAL (SELECT {head} AS snip) AS h ORDER BY {key}")
 
 
 def _words(conn: psycopg.Connection, q: TsQuery, filters: Filters, order: str, limit: int,
            offset: int) -> list[tuple]:
     where, args = _where(filters)
     match = f"m.{TSV_COLUMN} @@ {q.expr} AND {where}"
+    rows = _rows_from(filters)
     if order != "rank":
-        page = f"SELECT {_COLS}, NULL::float8 AS score {_FROM} WHERE {match}"
+        page = f"SELECT {_ROW}, NULL::float8 AS score {rows} WHERE {match}"
         page += _page(order, limit, offset)
         params: tuple = (*q.args, *args, *q.args)  # placeholders in text order
     else:  # the window: the RANK_WINDOW most recent matches, scored, best first
-        page = (f"SELECT * FROM (SELECT {_COLS}, -ts_rank(m.{TSV_COLUMN}, {q.expr}) AS score"
-                f" {_FROM} WHERE {match} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w"
+        page = (f"SELECT * FROM (SELECT {_ROW}, -ts_rank(m.{TSV_COLUMN}, {q.expr}) AS score"
+                f" {rows} WHERE {match} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w"
                 f" ORDER BY score, id DESC LIMIT {int(limit)} OFFSET {int(offset)}")
         params = (*q.args, *q.args, *args, *q.args)
     return conn.execute(_with_headlines(page, q, order), params, prepare=False).fetchall()

@@ -72,6 +72,23 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
     ELSE (phraseto_tsquery('{CONFIG}', term)::text || ':*')::tsquery END $f$;
 """
 
+# The word vector of a text. PostgreSQL refuses a tsvector whose lexemes
+# pass 1 MB (SQLSTATE 54000), which would fail the INSERT itself: 262,144
+# characters of 4-byte letters in hyphenated words (each indexed whole and in
+# parts) reach 2 MB. Lexemes hold at most about twice the text's bytes, so a
+# text over TSV_MAX_BYTES has the words of its first TSV_SAFE_CHARS
+# characters (at most 4 bytes each) indexed; any text of ASCII, or under
+# 100,000 characters, is indexed whole up to TEXT_CAP. IMMUTABLE SQL: no
+# exception block, so no subtransaction per insert.
+TSV_MAX_BYTES = 400_000
+TSV_SAFE_CHARS = TSV_MAX_BYTES // 4
+_TSV = f"""
+CREATE OR REPLACE FUNCTION hermes_search_tsv(body text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
+  SELECT to_tsvector('{CONFIG}'::regconfig, CASE WHEN octet_length(body) <= {TSV_MAX_BYTES}
+    THEN coalesce(body, '') ELSE left(body, {TSV_SAFE_CHARS}) END) $f$;
+"""
+
 # Words as SQLite's unicode61 tokenizer with remove_diacritics sees them:
 # no stemming, no stop words (the 'simple' dictionary), accents folded.
 _CONFIG = f"""
@@ -90,13 +107,13 @@ def p009_search_text(conn: Any) -> None:
     conn.execute(_TEXT)
     conn.execute(_CONFIG)
     conn.execute(_PREFIX)
+    conn.execute(_TSV)
 
 
 def p010_search_index(conn: Any) -> None:
     """A generated tsvector column with its GIN index, and a trigram GIN index."""
     conn.execute(f"ALTER TABLE messages ADD COLUMN {TSV_COLUMN} tsvector GENERATED ALWAYS AS"
-                 f" (to_tsvector('{CONFIG}'::regconfig, coalesce({text_expr('messages')}, '')))"
-                 " STORED")
+                 f" (hermes_search_tsv({text_expr('messages')})) STORED")
     conn.execute(f"CREATE INDEX {TSV_INDEX} ON messages USING gin ({TSV_COLUMN})")
     conn.execute(f"CREATE INDEX {TRGM_INDEX} ON messages USING gin"
                  f" ({text_expr('messages')} gin_trgm_ops)")
