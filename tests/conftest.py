@@ -15,6 +15,7 @@ from tests.helpers import pgserver
 def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("HERMES_STORE_URL", raising=False)  # tests choose their backend
     return home
 
 
