@@ -111,3 +111,31 @@ def test_a_stalled_lease_holder_on_another_host_is_refused(store, pg_db_url,
     finally:
         host_a.close()
         host_b.close()
+
+
+def test_a_lease_checked_in_a_transaction_holds_off_a_takeover(store, pg_db_url,
+                                                               hermes_home) -> None:
+    """The lease row a write checked stays as checked until that write
+    commits: a takeover from another host (its lease expired there) waits."""
+    import threading
+
+    from sessiondb import leases
+    sid = store.create_session("s", source="test")
+    store.acquire_lease(sid, "a", ttl_s=30)
+    host_b = SessionDB.open(url=pg_db_url, clock=lambda: time.time() + 60)  # a's lease is over
+    took: list[float] = []
+    try:
+        with store.atomic() as conn:
+            leases.check(conn, sid, "a", store.now())
+            thread = threading.Thread(target=lambda: took.append(
+                host_b.acquire_lease(sid, "b", ttl_s=30).expires_at))
+            thread.start()
+            thread.join(0.5)
+            assert thread.is_alive() and took == []  # waiting on the checked row
+            conn.execute("INSERT INTO state_meta(key, value) VALUES ('k', 'written under a')")
+        thread.join(10)
+        assert took and store.meta("k") == "written under a"
+        with pytest.raises(LeaseLost):
+            store.append_message(sid, {"role": "user", "content": "late"}, holder="a")
+    finally:
+        host_b.close()

@@ -57,6 +57,8 @@ class PgConn:
     """An apsw-shaped face of one psycopg connection (see the module doc)."""
 
     __slots__ = ("raw", "_rowcount", "_last_id")
+    #: leases.check reads the lease row with this suffix (see leases.py).
+    LEASE_LOCK = " FOR SHARE"
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
