@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from hermes_cli.main import cli
+from cli.main import cli
 from sessiondb import InvalidInput, SessionDB, StoreIOError, StoreNotFound
 from sessiondb.pg.adapter import escape_text, translate, unescape_text
 from sessiondb.pg.errors import NotOnPostgreSQL, SearchNotYetOnPostgreSQL, redact
