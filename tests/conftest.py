@@ -15,6 +15,7 @@ from tests.helpers import pgserver
 def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("HERMES_STORE_URL", raising=False)  # tests choose their backend
     return home
 
 
@@ -43,16 +44,22 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def open_store(hermes_home: Path, backend: str,
-               request: pytest.FixtureRequest) -> Iterator[Callable[..., SessionDB]]:
+def open_store(hermes_home: Path, backend: str, request: pytest.FixtureRequest,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SessionDB]]:
     """Open stores (default: the home's) and close all of them afterwards.
 
     On the postgres backend each distinct ``path`` (None: the home's store)
     (or home and profile) is a fresh database of the run's server, so handles
-    opened on one path share one store as they share one file on SQLite."""
+    opened on one path share one store as they share one file on SQLite.
+    The home's store is also ``$HERMES_STORE_URL``: the CLI and
+    `SessionDB.open()` in the test body reach the same database."""
     opened: list[SessionDB] = []
     urls: dict[tuple[str, ...], str] = {}
     databases = request.getfixturevalue("pg_databases") if backend == "postgres" else None
+    if databases is not None:
+        home_key = ("None", "None", "None")
+        urls[home_key] = databases.create()
+        monkeypatch.setenv("HERMES_STORE_URL", urls[home_key])
 
     def _open(path: os.PathLike[str] | str | None = None, **kw) -> SessionDB:
         if databases is not None:

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sessiondb import SessionDB
 from sessiondb.export import export_to_path
 from sessiondb.importer import ImportFileError, import_export_file
 from sessiondb.import_spill import PREFIX
 
-import pytest
+pytestmark = pytest.mark.both_backends
 
 
 def make_export(tmp_path: Path, sessions: int = 3, per: int = 1200) -> Path:
@@ -27,6 +29,7 @@ def make_export(tmp_path: Path, sessions: int = 3, per: int = 1200) -> Path:
     return out
 
 
+@pytest.mark.sqlite_only("the SQLite FTS index, detached and rebuilt by the import")
 def test_fresh_store_gets_rows_counters_and_a_rebuilt_index(open_store, tmp_path):
     out = make_export(tmp_path)
     db = open_store(tmp_path / "new" / "state.db")
@@ -44,6 +47,7 @@ def test_fresh_store_gets_rows_counters_and_a_rebuilt_index(open_store, tmp_path
     assert (again.messages_added, again.messages_skipped) == (0, 3600)
 
 
+@pytest.mark.sqlite_only("the SQLite FTS index, detached and rebuilt by the import")
 def test_bigger_store_keeps_the_index_row_by_row(open_store, tmp_path):
     out = make_export(tmp_path, sessions=1, per=50)
     db = open_store(tmp_path / "new" / "state.db")
@@ -54,6 +58,7 @@ def test_bigger_store_keeps_the_index_row_by_row(open_store, tmp_path):
     assert len(db.search("alpha0", limit=100)) == 50
 
 
+@pytest.mark.sqlite_only("the SQLite FTS index, detached and rebuilt by the import")
 def test_under_a_holder_the_index_is_not_detached(open_store, tmp_path):
     out = make_export(tmp_path, sessions=1, per=50)
     path = tmp_path / "new" / "state.db"

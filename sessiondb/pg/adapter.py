@@ -27,10 +27,17 @@ from typing import Any, Iterable, Sequence
 _NUMBERED = re.compile(r"\?(\d+)")
 
 
+#: An INSERT of a message row returns its id in the same round trip, for
+#: `last_insert_rowid` (SQLite knows it without asking; a server must be asked).
+_RETURNS_ID = "INSERT INTO messages("
+
+
 @functools.lru_cache(maxsize=512)
 def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
     """(psycopg SQL, the argument order for numbered placeholders or None)."""
     text = sql.replace("%", "%%")
+    if text.startswith(_RETURNS_ID) and "RETURNING" not in text:
+        text += " RETURNING id"
     order: list[int] = []
     if _NUMBERED.search(text):
         def number(m: re.Match[str]) -> str:
@@ -49,19 +56,25 @@ def _args(order: tuple[int, ...] | None, params: Sequence[Any]) -> Sequence[Any]
 class PgConn:
     """An apsw-shaped face of one psycopg connection (see the module doc)."""
 
-    __slots__ = ("raw", "_rowcount")
+    __slots__ = ("raw", "_rowcount", "_last_id")
+    #: leases.check reads the lease row with this suffix (see leases.py).
+    LEASE_LOCK = " FOR SHARE"
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
         self._rowcount = 0
+        self._last_id: int | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         if not params:  # psycopg interpolates nothing then: no escaping either
+            text = sql
             cur = self.raw.execute(sql)
         else:
             text, order = translate(sql)
             cur = self.raw.execute(text, _args(order, tuple(params)))
         self._rowcount = max(cur.rowcount, 0)
+        if sql.startswith(_RETURNS_ID) and self._rowcount and text.endswith(" RETURNING id"):
+            self._last_id = cur.fetchone()[0]
         return cur
 
     def executemany(self, sql: str, seq: Iterable[Sequence[Any]]) -> None:
@@ -76,11 +89,13 @@ class PgConn:
 
     def last_insert_rowid(self) -> int:
         """The row id the last INSERT of this session generated."""
+        if self._last_id is not None:
+            found, self._last_id = self._last_id, None
+            return found
         return int(self.raw.execute("SELECT lastval()").fetchone()[0])
 
 
 ESC = "\ue000"
-_UNESCAPE = re.compile(ESC + "([01])")
 
 
 def escape_text(value: str) -> str:
@@ -91,7 +106,8 @@ def escape_text(value: str) -> str:
 
 def unescape_text(value: str) -> str:
     if ESC in value:
-        return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "0" else ESC, value)
+        # Every U+E000 starts an escape, so ESC '0' is always an escaped NUL.
+        return value.replace(ESC + "0", "\x00").replace(ESC + "1", ESC)
     return value
 
 

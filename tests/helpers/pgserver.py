@@ -126,7 +126,8 @@ def missing_driver() -> str | None:
 
 class Databases:
     """Fresh databases on one server: each a copy of a template that already
-    holds the schema (CREATE DATABASE ... TEMPLATE copies files: milliseconds)."""
+    holds the schema (CREATE DATABASE ... TEMPLATE with FILE_COPY copies its
+    files: ~40 ms, a quarter of the default WAL_LOG strategy's time here)."""
 
     TEMPLATE = "hermes_template"
 
@@ -147,7 +148,7 @@ class Databases:
         name = f"t{os.getpid()}_{self.count}"
         template = self.TEMPLATE if schema else "template0"
         with psycopg.connect(self.server.url(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
         return self.server.url(name)
 
     def drop(self, url: str) -> None:
