@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from sessiondb import InvalidInput, SessionDB, StoreIOError, StoreNotFound
 from sessiondb.pg.adapter import escape_text, translate, unescape_text
-from sessiondb.pg.errors import NotOnPostgreSQL, SearchNotYetOnPostgreSQL, redact
+from sessiondb.pg.errors import NotOnPostgreSQL, redact
 
 
 @pytest.fixture
@@ -58,8 +58,9 @@ def test_sqlite_only_operations_and_search_say_so(url, hermes_home) -> None:
         for call in (db.quick_check, db.checkpoint, db.journal_mode):
             with pytest.raises(NotOnPostgreSQL, match="SQLite backend"):
                 call()
-        with pytest.raises(SearchNotYetOnPostgreSQL):
-            db.search("anything")
+        assert db.search("anything") == []  # search runs here (sessiondb/pg/search.py)
+        with pytest.raises(NotOnPostgreSQL, match="FTS5"):
+            db.search_health()
         assert db.index_backlog() is None and db.catch_up_index() == 0
         with pytest.raises(InvalidInput, match="vfs"):
             SessionDB.open(url=url, vfs="faulty")

@@ -84,6 +84,3 @@ def is_connection_loss(err: Any) -> bool:
 class NotOnPostgreSQL(InvalidInput):
     """The operation belongs to the SQLite backend (its file, pages or WAL)."""
 
-
-class SearchNotYetOnPostgreSQL(NotOnPostgreSQL):
-    """Search on a PostgreSQL store is not built yet (the SQLite store has it)."""
