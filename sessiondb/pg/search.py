@@ -129,7 +129,9 @@ def _words(conn: psycopg.Connection, q: TsQuery, filters: Filters, order: str, l
         page += _page(order, limit, offset)
         params: tuple = (*q.args, *args, *q.args)  # placeholders in text order
     else:  # the window: the RANK_WINDOW most recent matches, scored, best first
-        page = (f"SELECT * FROM (SELECT {_ROW}, -ts_rank(m.{TSV_COLUMN}, {q.expr}) AS score"
+        # ts_rank for the window's rows only, after the window is cut
+        page = (f"SELECT w.id, w.session_id, w.role, w.timestamp, w.state,"
+                f" -ts_rank(w.tsv, {q.expr}) AS score FROM (SELECT {_ROW}, m.{TSV_COLUMN} AS tsv"
                 f" {rows} WHERE {match} ORDER BY m.id DESC LIMIT {RANK_WINDOW}) AS w"
                 f" ORDER BY score, id DESC LIMIT {int(limit)} OFFSET {int(offset)}")
         params = (*q.args, *q.args, *args, *q.args)
