@@ -15,6 +15,7 @@ from sessiondb.pg.search_schema import INDEXES, TSV_COLUMN
 from sessiondb.pg.transfer import url_label
 
 from .doctor import Finding
+from .vocab import Severity
 
 #: A transaction open longer than this while holding locks is reported.
 LONG_LOCK_S = 60.0
@@ -25,9 +26,9 @@ def check_version(conn: Any) -> list[Finding]:
     num = int(conn.execute("SHOW server_version_num").fetchone()[0])
     text = conn.execute("SHOW server_version").fetchone()[0]
     if num < OLDEST_SUPPORTED:
-        return [Finding("pg_version", "error", f"PostgreSQL {text} is older than 13",
+        return [Finding("pg_version", Severity.ERROR, f"PostgreSQL {text} is older than 13",
                         "upgrade the server to PostgreSQL 13 or newer")]
-    return [Finding("pg_version", "ok", f"PostgreSQL {text}", data={"server_version_num": num})]
+    return [Finding("pg_version", Severity.OK, f"PostgreSQL {text}", data={"server_version_num": num})]
 
 
 def check_schema(conn: Any) -> list[Finding]:
@@ -35,15 +36,15 @@ def check_schema(conn: Any) -> list[Finding]:
     newer, todo = migrations.unknown(conn), migrations.pending(conn)
     data = {"applied": len(done), "pending": todo, "unknown": newer}
     if newer:
-        return [Finding("pg_schema", "error", f"the database has migrations this version does "
+        return [Finding("pg_schema", Severity.ERROR, f"the database has migrations this version does "
                         f"not know ({', '.join(newer)}): a newer hermes wrote it",
                         "upgrade hermes on this host", data=data)]
     if todo:
-        return [Finding("pg_schema", "warn", f"{len(todo)} pending migration(s): "
+        return [Finding("pg_schema", Severity.WARN, f"{len(todo)} pending migration(s): "
                         f"{', '.join(todo)}", "open the store once with a writing command "
                         "(hermes --store-url URL ...) or hermes sessions migrate --to URL;"
                         " migrations run under an advisory lock", data=data)]
-    return [Finding("pg_schema", "ok", f"schema current ({done[-1] if done else 'empty'})",
+    return [Finding("pg_schema", Severity.OK, f"schema current ({done[-1] if done else 'empty'})",
                     data=data)]
 
 
@@ -66,15 +67,15 @@ def check_search_index(conn: Any) -> list[Finding]:
     data = {"column": has_column, "indexes": state}
     if not has_column or bad:
         what = ", ".join(f"{n} {s}" for n, s in bad.items()) or f"column {TSV_COLUMN} missing"
-        return [Finding("pg_search_index", "error", f"search index unhealthy: {what}",
+        return [Finding("pg_search_index", Severity.ERROR, f"search index unhealthy: {what}",
                         "REINDEX INDEX CONCURRENTLY <name> (psql) for an invalid index; a "
                         "missing one comes back with the pending migrations", data=data)]
-    out = [Finding("pg_search_index", "ok", "search column and both GIN indexes valid",
+    out = [Finding("pg_search_index", Severity.OK, "search column and both GIN indexes valid",
                    data=data)]
     ctype = conn.execute("SELECT datctype FROM pg_database WHERE datname = current_database()"
                          ).fetchone()[0]
     if "utf" not in ctype.lower():
-        out.append(Finding("pg_ctype", "info", f"database ctype {ctype}: pg_trgm extracts no "
+        out.append(Finding("pg_ctype", Severity.INFO, f"database ctype {ctype}: pg_trgm extracts no "
                            "trigrams from non-ASCII letters, so CJK substring searches scan",
                            "create the database with LC_CTYPE 'C.UTF-8' (then migrate into it)"))
     return out
@@ -89,12 +90,12 @@ def check_locks(conn: Any) -> list[Finding]:
         " HAVING extract(epoch FROM now() - a.xact_start) > %s OR bool_or(NOT l.granted)",
         (LONG_LOCK_S,)).fetchall()
     if not rows:
-        return [Finding("pg_locks", "ok", f"no lock held longer than {LONG_LOCK_S:g}s, "
+        return [Finding("pg_locks", Severity.OK, f"no lock held longer than {LONG_LOCK_S:g}s, "
                         "none waited on")]
     held = [{"pid": pid, "seconds": round(float(age), 1), "state": state, "waiting": waiting}
             for pid, age, state, waiting in rows]
     pids = ", ".join(str(h["pid"]) for h in held)
-    return [Finding("pg_locks", "warn", f"{len(held)} session(s) hold locks long or wait "
+    return [Finding("pg_locks", Severity.WARN, f"{len(held)} session(s) hold locks long or wait "
                     f"(pids {pids}): writers from other hosts queue behind them",
                     "inspect with SELECT * FROM pg_stat_activity WHERE pid IN (...); end a "
                     "stuck one with SELECT pg_terminate_backend(pid)", data={"sessions": held})]
@@ -102,10 +103,10 @@ def check_locks(conn: Any) -> list[Finding]:
 
 def check_role(conn: Any) -> list[Finding]:
     if conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]:
-        return [Finding("pg_replication", "warn", "this server is a standby (in recovery): "
+        return [Finding("pg_replication", Severity.WARN, "this server is a standby (in recovery): "
                         "searches work, every write fails as readonly",
                         "point --store-url at the primary", data={"role": "standby"})]
-    return [Finding("pg_replication", "ok", "primary (accepts writes)", data={"role": "primary"})]
+    return [Finding("pg_replication", Severity.OK, "primary (accepts writes)", data={"role": "primary"})]
 
 
 PG_CHECKS: tuple[Callable[[Any], list[Finding]], ...] = (
@@ -121,16 +122,16 @@ def run_pg_doctor(url: str) -> list[Finding]:
                                options="-c default_transaction_read_only=on")
     except psycopg.OperationalError as e:
         first = (str(e).strip().splitlines() or ["connection failed"])[0]
-        return [Finding("pg_connect", "error", f"cannot connect to {label}: {first}",
+        return [Finding("pg_connect", Severity.ERROR, f"cannot connect to {label}: {first}",
                         "check that the server runs and the URL, user and database are right "
                         "(psql URL)")]
-    out = [Finding("pg_connect", "ok", f"connected to {label}")]
+    out = [Finding("pg_connect", Severity.OK, f"connected to {label}")]
     with conn:
         for check in PG_CHECKS:
             try:
                 out += check(conn)
             except psycopg.Error as e:
-                out.append(Finding(check.__name__.replace("check_", "pg_"), "error",
+                out.append(Finding(check.__name__.replace("check_", "pg_"), Severity.ERROR,
                                    f"the check failed: {e.sqlstate} "
                                    f"{e.diag.message_primary or type(e).__name__}"))
     return out
