@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from sessiondb.pg import migrations
-from sessiondb.pg.search_schema import INDEXES, TSV_COLUMN
-from sessiondb.pg.transfer import url_label
+from sessiondb.recovery_api import PG_SEARCH_INDEXES as INDEXES
+from sessiondb.recovery_api import PG_TSV_COLUMN as TSV_COLUMN
+from sessiondb.recovery_api import (pg_applied_migrations, pg_pending_migrations,
+                                    pg_unknown_migrations, pg_url_label)
 
 from .doctor import Finding
 from .vocab import Severity
@@ -32,8 +33,8 @@ def check_version(conn: Any) -> list[Finding]:
 
 
 def check_schema(conn: Any) -> list[Finding]:
-    done = migrations.applied(conn)
-    newer, todo = migrations.unknown(conn), migrations.pending(conn)
+    done = pg_applied_migrations(conn)
+    newer, todo = pg_unknown_migrations(conn), pg_pending_migrations(conn)
     data = {"applied": len(done), "pending": todo, "unknown": newer}
     if newer:
         return [Finding("pg_schema", Severity.ERROR, f"the database has migrations this version does "
@@ -116,7 +117,7 @@ PG_CHECKS: tuple[Callable[[Any], list[Finding]], ...] = (
 def run_pg_doctor(url: str) -> list[Finding]:
     """Every PostgreSQL check; a server that cannot be reached is one error."""
     import psycopg
-    label = url_label(url)
+    label = pg_url_label(url)
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
                                options="-c default_transaction_read_only=on")

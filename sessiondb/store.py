@@ -363,6 +363,12 @@ class SessionDB:
                 self._tail = (session_id, end[0], self._core.writer.data_version())
             return result
 
+    def start_position(self, conn: apsw.Connection, session_id: str) -> int:
+        """One past the session's highest position, sought the way this store
+        seeks it (on a server: under the session's row lock), for a bulk
+        writer inside this store's transaction."""
+        return self._start_position(conn, session_id)
+
     @staticmethod
     def _start_position(conn: apsw.Connection, session_id: str) -> int:
         position = messages.start_position(conn, session_id)

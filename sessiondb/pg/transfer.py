@@ -92,7 +92,7 @@ class SqliteSide:
         self.db: SessionDB | None = None
         if writable:
             self.db = SessionDB(path)
-            self.conn = self.db._core.writer
+            self.conn = self.db.core.writer
         else:
             self.conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
             self.conn.execute("PRAGMA busy_timeout = 5000")
