@@ -13,7 +13,7 @@ from typing import Any
 
 import anthropic
 
-from sessiondb.explain import StorageFailure
+from sessiondb import StorageFailure
 
 NO_CREDENTIALS = "model_error:no_credentials"
 

@@ -17,8 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sessiondb.outfile import private_output
-from sessiondb.paths import FILE_MODE, ensure_private_dir
+from sessiondb import FILE_MODE, ensure_private_dir, private_output
 
 from .errors import HomeFileError
 

@@ -11,11 +11,9 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import MARKER_KEY, UID_KEY, SessionDB, SessionTooLong, StorageError
-from sessiondb.explain import StorageFailure, describe_error
-from sessiondb.errors import Cause
-from sessiondb.spool import SPOOL_CAUSES, spool_failed_write
-from sessiondb.transcript import TranscriptWriter
+from sessiondb import (MARKER_KEY, SPOOL_CAUSES, UID_KEY, Cause, SessionDB, SessionTooLong,
+                       StorageError, StorageFailure, TranscriptWriter, describe_error,
+                       spool_failed_write)
 
 log = logging.getLogger(__name__)
 

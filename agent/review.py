@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Callable
 from sessiondb import strip_markers
 
 from .review_config import ReviewConfig
-from .review_fork import ReviewCancelled, ReviewFork, ReviewResult, ReviewRun
+from .review_fork import ReviewCancelled, ReviewFork, ReviewResult, ReviewRun, ReviewStatus
 
 if TYPE_CHECKING:
     from .loop import Agent
@@ -115,9 +115,9 @@ class Reviewer:
                               max_input_tokens=self.config.max_input_tokens)
             fork.execute()
         except ReviewCancelled:
-            result.status = "cancelled"
+            result.status = ReviewStatus.CANCELLED
         except Exception as e:  # noqa: BLE001 (a review never breaks the chat)
-            result.status, result.error = "failed", f"{type(e).__name__}: {e}"
+            result.status, result.error = ReviewStatus.FAILED, f"{type(e).__name__}: {e}"
             log.warning("background review failed: %s", result.error)
         finally:
             self._finish(run)

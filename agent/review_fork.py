@@ -16,6 +16,7 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from . import wire
@@ -35,12 +36,23 @@ ALLOWED = (*WRITE_TOOLS, *READ_TOOLS, *PARENT_READ_TOOLS)
 ASKS_USER = ("clarify", "ask_user", "request_user_input")
 
 
+class ReviewStatus(StrEnum):
+    """How a background review ended (a StrEnum: logs and JSON show the plain word)."""
+
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    MAX_STEPS = "max_steps"
+    TOKEN_BUDGET = "token_budget"
+    FAILED = "failed"
+
+
 @dataclass
 class ReviewResult:
     """How a review ended; ``actions`` are its saves ("Memory updated", ...)."""
 
     origin: str
-    status: str = "running"  # done, cancelled, max_steps, token_budget, failed
+    status: ReviewStatus = ReviewStatus.RUNNING
     actions: list[str] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
@@ -129,19 +141,19 @@ class ReviewFork:
         with silenced():
             for _ in range(self.max_steps):
                 if 0 < self.max_input_tokens <= result.usage.prompt_tokens:
-                    result.status = "token_budget"
+                    result.status = ReviewStatus.TOKEN_BUDGET
                     return result
                 self._check()
                 result.steps += 1
                 reply = self._step(result.usage)
                 self.messages.append(reply)
                 if not reply.get("tool_calls"):
-                    result.status = "done"
+                    result.status = ReviewStatus.DONE
                     return result
                 for call in reply["tool_calls"]:
                     self._check()
                     self._tool(call, result)
-            result.status = "max_steps"
+            result.status = ReviewStatus.MAX_STEPS
         return result
 
     def _check(self) -> None:

@@ -57,12 +57,8 @@ def _hand_back(messages: list[dict[str, Any]], unsaved_to: Path | None) -> None:
     from sessiondb import strip_markers
     clean = strip_markers(messages)
     if unsaved_to is not None:
-        fd = os.open(unsaved_to, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                     0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(m, ensure_ascii=False, default=str) + "\n" for m in clean)
-            f.flush()
-            os.fsync(f.fileno())
+        from sessiondb.outfile import append_lines
+        append_lines(unsaved_to, (json.dumps(m, ensure_ascii=False, default=str) for m in clean))
         click.echo(f"[{len(clean)} unsaved message(s) written to {unsaved_to}]", err=True)
         return
     click.echo(f"[{len(clean)} message(s) saved nowhere; here they are:]", err=True)

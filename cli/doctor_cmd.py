@@ -6,6 +6,7 @@ import click
 from recovery.doctor import Finding, run_doctor, worst
 from recovery.doctor_fix import fix
 from recovery.errors import RecoveryError
+from recovery.vocab import Severity
 
 from .context import AppContext
 from .groups import HermesCommand
@@ -13,7 +14,8 @@ from .output import emit_json, plural, stderr_is_tty, table
 
 # Exit status from the worst finding (docs/state-db-recovery.md): 0 ok/info,
 # 3 warn, 4 error; 1 when --fix was refused or doctor itself failed.
-EXIT_BY_SEVERITY = {"ok": 0, "info": 0, "warn": 3, "error": 4}
+EXIT_BY_SEVERITY = {Severity.OK: 0, Severity.INFO: 0, Severity.WARN: 3,
+                    Severity.ERROR: 4}
 
 
 def _progress(text: str) -> None:
@@ -23,7 +25,7 @@ def _progress(text: str) -> None:
 def _print(findings: list[Finding], applied: list[str] | None) -> None:
     for line in applied or []:
         click.echo(f"fixed: {line}")
-    table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != "ok"
+    table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != Severity.OK
                                               else "") + (f.fix or ""))
            for f in findings), ("severity", "check", "finding", "fix"))
     click.echo(summary_line(findings))
@@ -31,7 +33,7 @@ def _print(findings: list[Finding], applied: list[str] | None) -> None:
 
 def summary_line(findings: list[Finding]) -> str:
     """``15 checks: 14 ok, 1 info, 0 warn, 0 error; worst: info``."""
-    counts = {s: sum(f.severity == s for f in findings) for s in ("ok", "info", "warn", "error")}
+    counts = {s: sum(f.severity == s for f in findings) for s in Severity}
     return (f"{plural(len(findings), 'check')}: "
             + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; worst: {worst(findings)}")
 
@@ -67,7 +69,7 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
         raise click.ClickException(" ".join(str(e).split())) from e
     severity = worst(findings)
     if as_json:
-        emit_json({"healthy": severity in ("ok", "info"), "worst": severity,
+        emit_json({"healthy": severity in (Severity.OK, Severity.INFO), "worst": severity,
                    "applied": applied, "findings": [f.to_dict() for f in findings],
                    "size": next((f.data for f in findings if f.check == "size"), None)})
     else:

@@ -7,6 +7,7 @@ import click
 
 from recovery.errors import RecoveryError
 from recovery.install import InstallReport, install_recovered
+from recovery.vocab import Severity
 
 from .context import AppContext
 from .doctor_cmd import EXIT_BY_SEVERITY
@@ -24,7 +25,7 @@ def _print(r: InstallReport) -> None:
     elif r.spool and r.spool["files"]:
         click.echo(f"spool: imported {r.spool['imported']} message(s) from "
                    f"{len(r.spool['files'])} file(s); {r.spool['problems']} file(s) kept")
-    bad = [f for f in r.findings if f["severity"] in ("warn", "error")]
+    bad = [f for f in r.findings if f["severity"] in (Severity.WARN, Severity.ERROR)]
     for f in bad:
         click.echo(f"doctor {f['severity']}: {f['check']}: {f['message']}")
     click.echo(f"doctor: worst finding {r.worst}")

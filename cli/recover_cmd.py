@@ -16,6 +16,7 @@ from recovery import LANES, InspectReport, RecoveryReport, check_options, inspec
 from recovery.errors import RecoveryError, RecoveryUsageError
 from recovery.install import next_after_recover
 from recovery.report import INSPECT_EXIT
+from recovery.vocab import Outcome
 
 from .groups import HermesCommand
 from .output import emit_json, human_bytes, table
@@ -134,7 +135,7 @@ def print_recovery(r: RecoveryReport) -> None:
         click.echo(f"report: {r.report_path}")
     step = next_after_recover(r.source, r.output, r.outcome,
                               [t["name"] for t in r.inspect.get("tables", [])])
-    if step and r.outcome == "partial":
+    if step and r.outcome == Outcome.PARTIAL:
         click.echo("the output lost rows (see loss: above); if you accept that, install it")
     click.echo(f"next: {step}" if step else "next: no command to run")
 

@@ -5,6 +5,7 @@ import click
 
 from recovery.errors import RecoveryError
 from recovery.repair import RepairReport, repair
+from recovery.vocab import RepairStatus
 
 from .context import AppContext
 from .groups import HermesCommand
@@ -12,14 +13,15 @@ from .output import emit_json
 
 # Exit codes (docs/state-db-recovery.md): 0 healthy or repaired, 1 refused or
 # failed (store unchanged), 3 derived damage found by --check-only, 4 structural.
-_EXIT = {"healthy": 0, "repaired": 0, "needs_repair": 3, "structural": 4}
+_EXIT = {RepairStatus.HEALTHY: 0, RepairStatus.REPAIRED: 0, RepairStatus.NEEDS_REPAIR: 3,
+         RepairStatus.STRUCTURAL: 4}
 
 
 def _print(r: RepairReport) -> None:
     click.echo(f"store: {r.db_path}")
     for problem in r.problems:
         click.echo(f"  problem: {problem}")
-    if r.status == "structural":
+    if r.status == RepairStatus.STRUCTURAL:
         click.echo(r.summary)
         click.echo("Run, in this order:")
         for command in r.commands:
@@ -28,10 +30,11 @@ def _print(r: RepairReport) -> None:
     if r.backup:
         click.echo(f"backup: {r.backup['path']}" + (" (same content as before, reused)"
                                                     if r.backup["reused"] else ""))
-    click.echo({"healthy": "status: healthy, nothing to repair",
-                "needs_repair": "status: derived damage found; run without --check-only "
-                                "to repair it",
-                "repaired": f"status: repaired and verified in {r.seconds:.2f} s"}[r.status])
+    click.echo({RepairStatus.HEALTHY: "status: healthy, nothing to repair",
+                RepairStatus.NEEDS_REPAIR: "status: derived damage found; run without "
+                                           "--check-only to repair it",
+                RepairStatus.REPAIRED: f"status: repaired and verified in {r.seconds:.2f} s",
+                }[r.status])
 
 
 @click.command("repair", cls=HermesCommand)

@@ -5,6 +5,7 @@ import click
 
 from .context import AppContext
 from .groups import HermesCommand
+from sessiondb import MessageState
 from sessiondb.search import MARK_CLOSE, MARK_OPEN
 
 from .output import emit_json, fmt_time, plural, table
@@ -62,14 +63,14 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
         click.echo("no matches")
         return
     table(((h.session_id, h.message_id, fmt_time(h.timestamp),
-            h.role if h.state == "active" else f"{h.role} ({h.state})",
+            h.role if h.state == MessageState.ACTIVE else f"{h.role} ({h.state})",
             highlight(" ".join(h.snippet.split()), MARK_OPEN, MARK_CLOSE)) for h in hits),
           ("session", "msg", "time", "role", "match"))
     first = hits[0]
     # The command gets a line of its own and is never wrapped: it is for pasting.
     click.echo(f"{plural(len(hits), 'hit')}; open one in place:\n  " + app.command(
         "sessions", "show", first.session_id, "--around", str(first.message_id),
-        *(["--archived"] if first.state != "active" else [])))
+        *(["--archived"] if first.state != MessageState.ACTIVE else [])))
 
 
 @click.command("reindex", cls=HermesCommand)

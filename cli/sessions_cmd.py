@@ -5,6 +5,7 @@ from typing import Any
 
 import click
 
+from sessiondb import MessageState
 from sessiondb.export import message_window
 from sessiondb.render import render_text
 from sessiondb.stats import store_stats
@@ -136,7 +137,8 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
               f"  {plural(session.message_count, 'message')}")
     rows, width = [], max(terminal_width() - 48, 20)
     for m in stored:
-        role = m.message["role"] if m.state == "active" else f"{m.message['role']} ({m.state})"
+        role = (m.message["role"] if m.state == MessageState.ACTIVE
+                else f"{m.message['role']} ({m.state})")
         msg = f">{m.key[1]}" if m.key[1] == around else m.key[1]
         rows.append((msg, role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
     table(rows, ("msg", "role", "time", "text"))

@@ -10,7 +10,6 @@ space is checked before anything is written.
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from sessiondb.paths import ensure_private_dir, own_entries
+from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
 
 from .liveread import copy_live
 from .snapshot import check_space, source_bytes
@@ -75,10 +74,9 @@ def make_backup(conn: apsw.Connection, db_path: Path, directory: Path, *,
                 tmp.unlink()
                 return Backup(str(existing), digest, True, [])
         final = directory / f"state-{stamp}-{digest[:16]}.db"
-        os.rename(tmp, final)
+        publish(tmp, final)  # fsync, link into place, fsync the directory
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(directory)
     return Backup(str(final), digest, False, _prune(directory, keep))
 
 
@@ -88,11 +86,3 @@ def _prune(directory: Path, keep: int) -> list[str]:
     for path in doomed:
         path.unlink(missing_ok=True)
     return [str(p) for p in doomed]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -220,11 +220,12 @@ def _begin_immediate(conn: apsw.Connection) -> None:
 def reference_catalog() -> Catalog:
     """Our current schema (every migration applied to an in-memory database):
     the tables to look for when a file's own schema cannot be read."""
-    from sessiondb import migrations  # a store module: keep catalog importable alone
+    # a store module, imported here: keep catalog importable alone
+    from sessiondb.recovery_api import apply_pending_migrations
 
     conn = apsw.Connection(":memory:")
     try:
-        migrations.apply_pending(conn, lambda: _begin_immediate(conn))
+        apply_pending_migrations(conn, lambda: _begin_immediate(conn))
         cat = read_catalog(conn)
     finally:
         conn.close()

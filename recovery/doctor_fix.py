@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessiondb import SessionDB, paths
-from sessiondb.errors import SearchIndexCorrupt
-from sessiondb.spool import import_spool
+from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, SearchIndexCorrupt, SessionDB,
+                                    import_spool)
 
 from . import doctor, liveread
 from .repair import repair
+from .vocab import RepairStatus, Severity
 from .errors import RecoveryError
 
 STORE_FIXES = {"search_index", "fts_stale", "wal_size", "spool"}
@@ -49,12 +49,12 @@ def _tighten(t: doctor.Target) -> list[str]:
     done = []
     for d in dict.fromkeys([t.home, t.pdir]):
         if d.is_dir() and doctor._mode(d) & 0o077:
-            os.chmod(d, paths.HOME_MODE)
+            os.chmod(d, HOME_MODE)
             done.append(f"chmod 700 {d}")
-    for suffix in ("",) + paths.SIDECARS:
+    for suffix in ("",) + SIDECARS:
         f = Path(f"{t.db}{suffix}")
         if f.exists() and doctor._mode(f) & 0o077:
-            os.chmod(f, paths.FILE_MODE)
+            os.chmod(f, FILE_MODE)
             done.append(f"chmod 600 {f}")
     return done
 
@@ -91,7 +91,7 @@ def _store_fixes(t: doctor.Target, wanted: set[str]) -> list[str]:
             done.append(f"PASSIVE checkpoint ({copied} of {frames} WAL frames copied back)")
     if pages_damaged:
         rebuilt = repair(t.home, t.profile)
-        if rebuilt.status == "repaired":
+        if rebuilt.status == RepairStatus.REPAIRED:
             done.append("rebuilt the store from its canonical tables (search index pages "
                         f"were damaged); backup of the damaged file: "
                         f"{(rebuilt.backup or {}).get('path', 'none')}")
@@ -110,8 +110,8 @@ def fix(home: str | os.PathLike[str] | None = None, profile: str | None = None,
             raise FixRefused(f"{t.db} is held by {who}; doctor --fix changes nothing while "
                              "another process holds the store. Stop it and run again",
                              path=str(t.db))
-    problems = {f.check for f in report.before if f.fixable and f.severity != "ok"}
-    structural = any(f.severity == "error" for f in report.before
+    problems = {f.check for f in report.before if f.fixable and f.severity != Severity.OK}
+    structural = any(f.severity == Severity.ERROR for f in report.before
                      if f.check in ("quick_check", "integrity_check", "open", "schema"))
     report.applied += _tighten(t) if "permissions" in problems else []
     report.applied += _remove_scratch(t) if "temp_files" in problems else []

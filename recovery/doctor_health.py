@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from sessiondb import holders
-from sessiondb.errors import Cause, StorageError, from_apsw, on_readonly_mount
+from sessiondb.recovery_api import (PROC, PROC_LOCKS, Cause, StorageError, from_apsw,
+                                    on_readonly_mount)
 
 from . import liveread
+from .vocab import Severity
 
 if TYPE_CHECKING:
     from .doctor import Finding, Target
@@ -53,7 +54,7 @@ class LockHolder:
 def write_lock_holder(db: Path) -> LockHolder | None:
     """The other process holding the store's write lock (from /proc/locks)."""
     try:
-        text = holders.PROC_LOCKS.read_text()
+        text = PROC_LOCKS.read_text()
     except OSError:
         return None
     targets: dict[int, int] = {}
@@ -96,16 +97,16 @@ def check_write_lock(t: "Target") -> list["Finding"]:
         time.sleep(0.05)  # a commit in progress lets go within milliseconds
         holder = write_lock_holder(t.db)
     if holder is None:
-        return [Finding("write_lock", "ok", "no process is sitting on the write lock")]
+        return [Finding("write_lock", Severity.OK, "no process is sitting on the write lock")]
     idle = _bundle_idle_s(t.db)
     who = f"process {holder.pid} ({holder.command})"
     fix = f"stop {who} or let it finish its transaction; then: {t.command('doctor')}"
     if idle >= IDLE_ERROR_S:
-        return [Finding("write_lock", "error", f"{who} holds the write lock (still held "
+        return [Finding("write_lock", Severity.ERROR, f"{who} holds the write lock (still held "
                         f"after {LOCK_WATCH_S:.0f} s of watching) and the store has not "
                         f"changed for {idle:.0f} s: every write waits for it and fails "
                         "with 'locked'", fix)]
-    return [Finding("write_lock", "warn", f"{who} has held the write lock for more than "
+    return [Finding("write_lock", Severity.WARN, f"{who} has held the write lock for more than "
                     f"{LOCK_WATCH_S:.0f} s (a commit takes milliseconds); writes wait "
                     "for it", fix)]
 
@@ -168,25 +169,25 @@ def check_write_probe(t: "Target") -> list["Finding"]:
     from .doctor import Finding
     held = bool(liveread.holder_names(t.db))
     if held and os.path.getsize(t.db) > PROBE_COPY_MAX_BYTES:
-        return [Finding("write_probe", "info", "write probe not run: another process holds "
+        return [Finding("write_probe", Severity.INFO, "write probe not run: another process holds "
                         f"the store and it is larger than {PROBE_COPY_MAX_BYTES >> 20} MiB "
                         "to copy for the probe")]
     try:
         cause = _probe_copy(t) if held else probe_write(t.db)
     except (StorageError, OSError, apsw.Error) as e:
-        return [Finding("write_probe", "info", f"write probe not run: {e}")]
+        return [Finding("write_probe", Severity.INFO, f"write probe not run: {e}")]
     where = "a private copy of the store" if held else "the store"
     if cause is None:
-        return [Finding("write_probe", "ok", f"{where} takes a write (probe rolled back)")]
+        return [Finding("write_probe", Severity.OK, f"{where} takes a write (probe rolled back)")]
     if cause == Cause.LOCKED.value:
-        return [Finding("write_probe", "warn", "the write probe waited for the write lock "
+        return [Finding("write_probe", Severity.WARN, "the write probe waited for the write lock "
                         "and gave up; see write_lock", t.command("doctor"))]
     if cause == Cause.READONLY.value and immutable(t.db):
-        return [Finding("write_probe", "error", f"{t.db} is immutable (chattr +i): every "
+        return [Finding("write_probe", Severity.ERROR, f"{t.db} is immutable (chattr +i): every "
                         "write fails; reading still works",
                         f"as root: chattr -i {t.db}; then: {t.command('doctor')}")]
     failure = t.failure(Cause(cause))
-    return [Finding("write_probe", "error", f"{where} refuses a write: {failure.summary}",
+    return [Finding("write_probe", Severity.ERROR, f"{where} refuses a write: {failure.summary}",
                     t.fix_text(Cause(cause)))]
 
 
@@ -202,11 +203,11 @@ def no_store(t: "Target") -> list["Finding"]:
     from .doctor import Finding
     where = _nearest_dir(t.db.parent)
     if on_readonly_mount(where) or not os.access(where, os.W_OK | os.X_OK):
-        return [Finding("store", "error", f"no store at {t.db}, and none can be created: "
+        return [Finding("store", Severity.ERROR, f"no store at {t.db}, and none can be created: "
                         f"{where} is not writable (permissions or a read-only mount)",
                         f"make {where} writable for this user (chmod/chown, or mount it "
                         f"read-write); then: {t.command('doctor')}")]
-    return [Finding("store", "info", f"no store at {t.db} yet; the first chat or import "
+    return [Finding("store", Severity.INFO, f"no store at {t.db} yet; the first chat or import "
                     "creates it", t.command("chat"))]
 
 
@@ -223,7 +224,7 @@ class DeletedWal:
         return f"/proc/{self.pid}/fd/{self.fd}"
 
 
-def deleted_wal_holders(db: Path, proc: Path = holders.PROC) -> list[DeletedWal]:
+def deleted_wal_holders(db: Path, proc: Path = PROC) -> list[DeletedWal]:
     """Processes with the store's ``-wal`` open after it was deleted: each
     descriptor (``/proc/PID/fd/N -> .../state.db-wal (deleted)``) is then the
     only copy of the transactions in it."""
@@ -252,9 +253,9 @@ def check_deleted_wal(t: "Target") -> list["Finding"]:
     from .doctor import Finding
     held = deleted_wal_holders(t.db)  # even if a reader has made a new, empty -wal
     if not held:
-        return [Finding("deleted_wal", "ok", "no process holds a deleted -wal")]
+        return [Finding("deleted_wal", Severity.OK, "no process holds a deleted -wal")]
     h = held[0]
-    return [Finding("deleted_wal", "error", f"the -wal of {t.db} was deleted while process "
+    return [Finding("deleted_wal", Severity.ERROR, f"the -wal of {t.db} was deleted while process "
                     f"{h.pid} ({h.command}) kept it open: its descriptor {h.proc_path} is "
                     "the only copy of the newest transactions. Do not stop that process "
                     "before copying it out", rescue_fix(t, h))]

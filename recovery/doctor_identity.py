@@ -9,11 +9,10 @@ commands that do apply (inspect, recover, import), from the copy table.
 """
 from __future__ import annotations
 
-from sessiondb import StorageError
-from sessiondb.errors import Cause
-from sessiondb.identify import Identity, identify
+from sessiondb.recovery_api import Cause, Identity, StorageError, identify
 
 from .doctor import Finding, Target
+from .vocab import Severity
 
 
 def identity_of(t: Target) -> Identity | None:
@@ -28,18 +27,18 @@ def check_identity(t: Target) -> list[Finding]:
     try:
         ident = identify(t.db)
     except StorageError as e:
-        return [Finding("identity", "error", str(e), t.fix_text(Cause.CORRUPT))]
+        return [Finding("identity", Severity.ERROR, str(e), t.fix_text(Cause.CORRUPT))]
     if ident.foreign:
         return [foreign_finding(t, ident)]
     version = f" ({ident.version})" if ident.version else ""
-    return [Finding("identity", "ok", f"{t.db} is {ident.label}{version}")]
+    return [Finding("identity", Severity.OK, f"{t.db} is {ident.label}{version}")]
 
 
 def foreign_finding(t: Target, ident: Identity) -> Finding:
     actions = ident.commands(t.home, t.profile)
     if ident.kind in ("hermes-agent", "llm"):
         actions = actions[-1:] + actions[:-1]  # the import first: it is what a user wants
-    return Finding("identity", "warn",
+    return Finding("identity", Severity.WARN,
                    f"{t.db} is {ident.label}, not a hermes-state store; hermes never "
                    f"changes it (no migrations, repair or reindex apply)",
                    "; or ".join(actions))

@@ -29,16 +29,16 @@ from typing import Any
 
 import apsw
 
-from sessiondb import migrations, search_index
-from sessiondb.errors import Cause, StorageError
-from sessiondb.classify import classify
+from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE, Cause,
+                                    StorageError, classify, one, pending_migrations, stale_marker,
+                                    triggers_attached, unknown_migrations)
 
 from . import liveread
 from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, check_store,
                      liveread_bundle)
 from .headers import read_db_header
 from .layouts import is_without_rowid
-from sessiondb.rows import one
+from .vocab import Severity
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table
@@ -86,8 +86,8 @@ def _full(t: Target, size: int) -> list[Finding]:
         check = liveread.bounded_check(conn, full=True, budget_s=float("inf"))
         diag = liveread.Diagnosis(check, liveread.structural(conn, check))
         if not diag.structural:
-            diag.pending, diag.unknown = migrations.pending(conn), migrations.unknown(conn)
-            if search_index.FTS_TABLE in _tables(conn):
+            diag.pending, diag.unknown = pending_migrations(conn), unknown_migrations(conn)
+            if FTS_TABLE in _tables(conn):
                 _note(t, f"search index check on a private copy (2/2), "
                          f"{time.monotonic() - started:.0f} s so far")
                 diag.search, diag.search_error = liveread._search_check(conn, t.db)
@@ -102,7 +102,7 @@ def _full(t: Target, size: int) -> list[Finding]:
 
 def _open_failed(t: Target, e: BaseException) -> Finding:
     failure = t.failure(classify(e))
-    return Finding("open", "error", f"cannot read the store: {e}. {failure.summary}",
+    return Finding("open", Severity.ERROR, f"cannot read the store: {e}. {failure.summary}",
                    "; then ".join(failure.actions) or None)
 
 
@@ -116,7 +116,7 @@ def _fast(t: Target, size: int) -> list[Finding]:
     head = read_db_header(t.db)
     if head.problems or not head.magic_ok:
         failure = t.failure(Cause.CORRUPT)
-        return [Finding("header", "error", f"page 1's header is damaged: "
+        return [Finding("header", Severity.ERROR, f"page 1's header is damaged: "
                         f"{'; '.join(head.problems) or 'no SQLite magic'}. {failure.summary}",
                         "; then ".join(failure.actions))]
     try:
@@ -130,13 +130,14 @@ def _fast(t: Target, size: int) -> list[Finding]:
         if damage:
             failure = t.failure(Cause.CORRUPT)
             return [_journal(mode), Finding(
-                "structure_sample", "error", f"{failure.summary} A sampled read failed: "
+                "structure_sample", Severity.ERROR, f"{failure.summary} A sampled read failed: "
                 f"{damage}", "; then ".join(failure.actions))]
-        diag = liveread.Diagnosis(["ok"], False, migrations.pending(conn),
-                                  migrations.unknown(conn))
+        diag = liveread.Diagnosis(["ok"], False, pending_migrations(conn),
+                                  unknown_migrations(conn))
         out = [_journal(mode), Finding(
-            "structure_sample", "ok", f"{sampled} sampled rows of a {size / (1 << 20):.0f} MiB "
-            f"store read cleanly (every page: {t.command('doctor', '--full')})")]
+            "structure_sample", Severity.OK, f"{sampled} sampled rows of a "
+            f"{size / (1 << 20):.0f} MiB store read cleanly (every page: "
+            f"{t.command('doctor', '--full')})")]
         return out + _schema(t, diag) + sample_search(t, conn)
     except apsw.Error as e:
         return [_open_failed(t, e)]
@@ -193,22 +194,22 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     for ``probes`` random messages (read-only: no integrity-check, which is a
     write in FTS5)."""
     tables = _tables(conn)
-    if search_index.FTS_TABLE not in tables:
-        return [Finding("search_index", "info", "no search index yet (pending migration)")]
-    stale = search_index.stale_marker(conn)
-    out = [Finding("fts_stale", "warn", f"the search index is marked stale "
+    if FTS_TABLE not in tables:
+        return [Finding("search_index", Severity.INFO, "no search index yet (pending migration)")]
+    stale = stale_marker(conn)
+    out = [Finding("fts_stale", Severity.WARN, f"the search index is marked stale "
                    f"({stale.get('reason', '?')}); search scans rows instead",
                    t.fix_text(Cause.FTS_INDEX), True) if stale else
-           Finding("fts_stale", "ok", "the search index is not marked stale")]
+           Finding("fts_stale", Severity.OK, "the search index is not marked stale")]
     if stale:
         return out
-    bad = [] if search_index.triggers_attached(conn) else ["sync triggers missing"]
+    bad = [] if triggers_attached(conn) else ["sync triggers missing"]
     rng = rng or random.Random()
     bounds = _rowid_bounds(conn, "messages")
     checked = 0
     try:
         for _ in range(probes if bounds else 0):
-            row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id >= ?"
+            row = conn.execute(f"SELECT id, text FROM {TEXT_VIEW} WHERE id >= ?"
                                " LIMIT 1",
                                (rng.randint(*bounds),)  # type: ignore[misc]  # bounds set
                                ).fetchone()
@@ -216,8 +217,8 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
             if row is None or word is None:
                 continue
             checked += 1
-            for table, needle in ((search_index.FTS_TABLE, word),
-                                  (search_index.TRIGRAM_TABLE, word[:3])):
+            for table, needle in ((FTS_TABLE, word),
+                                  (TRIGRAM_TABLE, word[:3])):
                 if table in tables and conn.execute(
                         f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
                         ('"' + needle.replace('"', '""') + '"', row[0])).fetchone() is None:
@@ -225,9 +226,9 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
     except apsw.Error as e:
         bad.append(f"{type(e).__name__}: {e}")
     if bad:
-        return out + [Finding("search_index", "warn", t.failure(Cause.FTS_INDEX).summary + " "
-                              + "; ".join(bad[:3]), t.fix_text(Cause.FTS_INDEX), True)]
-    return out + [Finding("search_index", "ok", f"{checked} sampled messages found in both "
+        return out + [Finding("search_index", Severity.WARN, t.failure(Cause.FTS_INDEX).summary
+                              + " " + "; ".join(bad[:3]), t.fix_text(Cause.FTS_INDEX), True)]
+    return out + [Finding("search_index", Severity.OK, f"{checked} sampled messages found in both "
                           "indexes (FTS5 integrity-check: doctor --full)")]
 
 
@@ -267,7 +268,7 @@ def size_report(db_path: Path, *, full: bool = False) -> dict[str, Any]:
     finally:
         conn.close()
     used = (pages - free) * page_size
-    search = (sum(v for k, v in by_name.items() if k.startswith(search_index.INDEXES))
+    search = (sum(v for k, v in by_name.items() if k.startswith(INDEXES))
               if by_name is not None else None)
     return {"file_bytes": db_path.stat().st_size, "wal_bytes": wal.stat().st_size
             if wal.exists() else 0, "page_size": page_size, "page_count": pages,
@@ -302,7 +303,7 @@ def check_size(t: Target) -> list[Finding]:
     try:
         size = size_report(t.db, full=t.full)
     except (StorageError, apsw.Error, OSError) as e:
-        return [Finding("size", "info", f"sizes not measured: {e}")]
+        return [Finding("size", Severity.INFO, f"sizes not measured: {e}")]
     size["advice"] = growth_advice(t, size)
     top = ", ".join(f"{k} {v >> 20} MiB" for k, v in list((size["by_name"] or {}).items())[:3])
     share = size["search_index_share"]
@@ -311,9 +312,9 @@ def check_size(t: Target) -> list[Finding]:
             + (f", search index {share:.0%}" if share is not None else "")
             + (f"; largest: {top}" if top else f"; by table: {size['method']}"))
     if size["advice"]:
-        return [Finding("size", "info", text + "; " + size["advice"][0]["why"],
+        return [Finding("size", Severity.INFO, text + "; " + size["advice"][0]["why"],
                         size["advice"][0]["command"], data=size)]
-    return [Finding("size", "ok", text, data=size)]
+    return [Finding("size", Severity.OK, text, data=size)]
 
 
 __all__ = ["check_store_scaled", "check_size", "size_report", "sample_structure",

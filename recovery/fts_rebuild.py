@@ -18,8 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from sessiondb.search_index import INDEXES, TEXT_VIEW, TRIGGERS
-from sessiondb.rows import one
+from sessiondb.recovery_api import INDEXES, TEXT_VIEW, TRIGGERS, one
 
 FTS5_SHADOWS = ("data", "idx", "docsize", "config", "content")
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import apsw
 
-from sessiondb import explain, migrations
-from sessiondb.errors import Cause, InvalidInput
-from sessiondb.explain import describe
-from sessiondb.paths import STORE_NAME, validate_profile
+from sessiondb.recovery_api import (STORE_NAME, Cause, InvalidInput, applied_migrations, describe,
+                                    explain_commands, pending_migrations, unknown_migrations,
+                                    validate_profile)
 
 from . import headers
 from .carve_types import CarveError
@@ -27,10 +26,10 @@ from .schema_source import guess, survey
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
 from .snapshot import Snapshot, take_snapshot
+from .vocab import Verdict
 
 QUICK_CHECK_SECONDS = 20.0
-VERDICTS = ("healthy", "fts_only", "structural", "not_a_database", "empty", "locked",
-            "source_changing")
+VERDICTS = tuple(v for v in Verdict if v is not Verdict.UNKNOWN)  # UNKNOWN: data only
 
 
 @dataclass
@@ -60,8 +59,8 @@ class InspectReport:
     the health of the copy alone (ignoring processes holding the files)."""
 
     source: str
-    verdict: str
-    data_verdict: str
+    verdict: Verdict
+    data_verdict: Verdict
     explanation: str = ""
     next_command: str | None = None
     header: dict[str, Any] = field(default_factory=dict)
@@ -99,18 +98,21 @@ class InspectReport:
 # names next). The table (sessiondb.explain) holds every explanation of a
 # damaged or held store; damage verdicts skip the entry's "inspect" step,
 # which has just been done.
-FROM_TABLE: dict[str, tuple[Cause, str]] = {
-    "structural": (Cause.CORRUPT, "recover"),
-    "fts_only": (Cause.FTS_INDEX, "repair"),  # repair also heals b-tree damage
-    "locked": (Cause.LOCKED, "doctor"),  # doctor names the holder; inspect again would loop
+FROM_TABLE: dict[Verdict, tuple[Cause, str]] = {
+    Verdict.STRUCTURAL: (Cause.CORRUPT, "recover"),
+    Verdict.FTS_ONLY: (Cause.FTS_INDEX, "repair"),  # repair also heals b-tree damage
+    # doctor names the holder; inspect again would loop
+    Verdict.LOCKED: (Cause.LOCKED, "doctor"),
 }
 # Verdicts that are no storage failure, so the table has no entry for them.
-OWN_WORDS: dict[str, tuple[str, str | None]] = {
-    "healthy": ("The store is readable and consistent; nothing to do.", None),
-    "not_a_database": ("The file is not an SQLite database; nothing can be read from it; "
+OWN_WORDS: dict[Verdict, tuple[str, str | None]] = {
+    Verdict.HEALTHY: ("The store is readable and consistent; nothing to do.", None),
+    Verdict.NOT_A_DATABASE: ("The file is not an SQLite database; nothing can be read from "
+                             "it; "
                        "restore it from a backup.", None),
-    "empty": ("The file holds no data; nothing to recover.", None),
-    "source_changing": ("The store changed while it was copied; stop the process writing "
+    Verdict.EMPTY: ("The file holds no data; nothing to recover.", None),
+    Verdict.SOURCE_CHANGING: ("The store changed while it was copied; stop the process "
+                              "writing "
                         "it, then inspect again.", "inspect"),
 }
 
@@ -130,12 +132,13 @@ def store_place(source: Path) -> tuple[Path, str | None] | None:
     return parent, None
 
 
-def advice(verdict: str, source: Path) -> tuple[str, str | None]:
+def advice(verdict: Verdict | str, source: Path) -> tuple[str, str | None]:
     """The explanation and next command for a verdict, pinned to the home
     and profile ``source`` belongs to."""
+    verdict = Verdict(verdict)
     place = store_place(source)
     home, profile = place or (None, None)
-    actions = explain.commands(source, home, profile)
+    actions = explain_commands(source, home, profile)
     if verdict not in FROM_TABLE:
         text, action = OWN_WORDS[verdict]
         return text, actions[action] if action else None
@@ -264,8 +267,8 @@ def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
 
 
 def _schema_version(conn: apsw.Connection) -> dict[str, list[str]]:
-    return {"applied": migrations.applied(conn), "pending": migrations.pending(conn),
-            "unknown": migrations.unknown(conn)}
+    return {"applied": applied_migrations(conn), "pending": pending_migrations(conn),
+            "unknown": unknown_migrations(conn)}
 
 
 def analyse_copy(snap: Snapshot, report: InspectReport,
@@ -329,30 +332,30 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
     return cat
 
 
-def data_verdict(report: InspectReport) -> str:
+def data_verdict(report: InspectReport) -> Verdict:
     """The verdict from the copy's health alone."""
     head = report.header
     if (head.get("file_size", 0) == 0 or head.get("all_zero")) and not _wal_frames(report):
-        return "empty"
+        return Verdict.EMPTY
     if not head.get("magic_ok") and not report.header_fixes and not report.schema_readable:
         # page 1 gone, yet the carver finds rows on other pages
         est = report.carve_estimate or {}
         # cells of table leaves, attributed or not (a --template can place them)
         carvable = est.get("total", 0) + est.get("unattributed", 0) > 0
-        return "structural" if carvable else "not_a_database"
+        return Verdict.STRUCTURAL if carvable else Verdict.NOT_A_DATABASE
     if not report.schema_readable or report.schema_error:
-        return "structural"
+        return Verdict.STRUCTURAL
     data = [t for t in report.tables if t.kind == "data"]
     if not data:
-        return "empty"
+        return Verdict.EMPTY
     qc = report.quick_check
     if (report.header_fixes or any(not t.readable for t in report.tables)
             or (qc.get("ok") is False and not qc.get("derived_only"))):
-        return "structural"
+        return Verdict.STRUCTURAL
     if (report.fts_stale or qc.get("derived_only")
             or any(not (f.integrity_ok and f.probe_ok) for f in report.fts)):
-        return "fts_only"
-    return "healthy"
+        return Verdict.FTS_ONLY
+    return Verdict.HEALTHY
 
 
 def _wal_frames(report: InspectReport) -> int:
@@ -361,9 +364,9 @@ def _wal_frames(report: InspectReport) -> int:
 
 def finish(report: InspectReport, snap: Snapshot | None) -> InspectReport:
     """Set the headline verdict and the advice."""
-    if snap is not None and snap.holders and report.verdict != "source_changing":
-        report.verdict = "locked"
-    elif report.verdict != "source_changing":
+    if snap is not None and snap.holders and report.verdict != Verdict.SOURCE_CHANGING:
+        report.verdict = Verdict.LOCKED
+    elif report.verdict != Verdict.SOURCE_CHANGING:
         report.verdict = report.data_verdict
     report.explanation, report.next_command = advice(report.verdict, Path(report.source))
     _foreign_advice(report)
@@ -377,13 +380,13 @@ def _foreign_advice(report: InspectReport) -> None:
     needs the schema from a healthy file of the same program."""
     ident = report.identification
     source = Path(report.source)
-    recover_cmd = advice("structural", source)[1]
-    if ident.get("kind") not in (None, "hermes-state") and report.verdict == "fts_only":
+    recover_cmd = advice(Verdict.STRUCTURAL, source)[1]
+    if ident.get("kind") not in (None, "hermes-state") and report.verdict == Verdict.FTS_ONLY:
         report.explanation = (f"Only the search index of this {ident.get('label')} is "
                               "damaged; its rows are intact. Recover it into a new file, "
                               "which rebuilds the index in the file's own schema.")
         report.next_command = recover_cmd
-    elif report.verdict == "structural" and not report.schema_readable:
+    elif report.verdict == Verdict.STRUCTURAL and not report.schema_readable:
         if ident.get("kind") in (None, "sqlite") and recover_cmd:
             report.next_command = recover_cmd + " --template TEMPLATE"
             report.explanation += (" The file's schema page is lost and its format is not "
@@ -427,7 +430,7 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     recover uses) estimates carving only when SQLite cannot read the schema,
     since only then does the verdict depend on it."""
     started = time.monotonic()
-    report = InspectReport(str(snap.source), "healthy", "healthy")
+    report = InspectReport(str(snap.source), Verdict.HEALTHY, Verdict.HEALTHY)
     report.shm_present = snap.has("-shm")
     report.journal_present = snap.has("-journal")
     report.holders = [h.to_dict() for h in snap.holders]
@@ -455,7 +458,7 @@ def inspect(source: str | Path, *, work_dir: str | Path | None = None,
     try:
         snap = take_snapshot(source, Path(work_dir) if work_dir else None, **snapshot_kw)
     except SourceChanging as e:
-        report = InspectReport(str(source), "source_changing", "unknown",
+        report = InspectReport(str(source), Verdict.SOURCE_CHANGING, Verdict.UNKNOWN,
                                holders=[h.to_dict() for h in e.holders],
                                changed_files=e.changed)
         report.free_disk = _free_disk(source, None)

@@ -20,13 +20,14 @@ from typing import Any
 
 import apsw
 
-from sessiondb import SessionDB, holders, identify, migrations, paths
-from sessiondb.errors import ForeignStore, StorageError
-from sessiondb.outfile import fsync_dir
-from sessiondb.spool import import_spool
+from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, ForeignStore,
+                                    SessionDB, StorageError, check_before_open, fsync_dir,
+                                    import_spool, lock_holders, open_holders, profile_dir,
+                                    resolve_home, unknown_migrations)
 
 from . import doctor, liveread
 from .errors import RecoveryError
+from .vocab import Outcome, Severity
 
 ASIDE_PREFIX = "replaced-"
 OUR_TABLES = {"sessions", "messages", "migrations"}
@@ -52,7 +53,7 @@ class InstallReport:
     moved_aside: list[str] = field(default_factory=list)
     spool: dict[str, Any] | None = None
     spool_error: str | None = None
-    worst: str = "ok"
+    worst: Severity = Severity.OK
     findings: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -61,7 +62,7 @@ class InstallReport:
 
 
 def _bundle(db: Path) -> list[Path]:
-    return [p for p in [db] + [Path(f"{db}{s}") for s in paths.SIDECARS] if p.exists()]
+    return [p for p in [db] + [Path(f"{db}{s}") for s in SIDECARS] if p.exists()]
 
 
 def _check_new(new: Path, db: Path) -> None:
@@ -79,7 +80,7 @@ def _check_new(new: Path, db: Path) -> None:
         raise InstallRefused(f"{new} cannot be read as a database: {e}", path=str(new)) from e
     try:
         check = liveread.bounded_check(conn)
-        unknown = migrations.unknown(conn)
+        unknown = unknown_migrations(conn)
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     except apsw.Error as e:
         raise InstallRefused(f"{new} cannot be read as a database: {e}", path=str(new)) from e
@@ -98,8 +99,8 @@ def _check_new(new: Path, db: Path) -> None:
 def _refuse_if_held(db: Path, new: Path) -> None:
     """Refuse unless nobody has the store's bundle (or NEW's) open or locked."""
     files = _bundle(db) + _bundle(new)
-    found = holders.open_holders(files)
-    locks = holders.lock_holders(db)
+    found = open_holders(files)
+    locks = lock_holders(db)
     if locks is None:
         raise InstallRefused(f"cannot tell whether another process has {db} open (no "
                              "/proc/locks on this platform); refusing to replace it",
@@ -117,8 +118,8 @@ def _move_aside(db: Path) -> tuple[Path | None, list[str]]:
         return None, []
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 10**6:06d}"
     aside = db.parent / f"{ASIDE_PREFIX}{stamp}"
-    aside.mkdir(mode=paths.HOME_MODE)
-    os.chmod(aside, paths.HOME_MODE)
+    aside.mkdir(mode=HOME_MODE)
+    os.chmod(aside, HOME_MODE)
     moved = []
     for f in bundle:
         os.rename(f, aside / f.name)
@@ -128,12 +129,12 @@ def _move_aside(db: Path) -> tuple[Path | None, list[str]]:
 
 
 def _put_in_place(new: Path, db: Path) -> None:
-    for suffix in paths.SIDECARS:  # NEW's own -wal first: it belongs to NEW's pages
+    for suffix in SIDECARS:  # NEW's own -wal first: it belongs to NEW's pages
         side = Path(f"{new}{suffix}")
         if side.exists():
             os.rename(side, f"{db}{suffix}")
     os.rename(new, db)
-    os.chmod(db, paths.FILE_MODE)
+    os.chmod(db, FILE_MODE)
     fsync_dir(db.parent)
     if new.parent != db.parent:
         fsync_dir(new.parent)
@@ -143,8 +144,8 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
                       profile: str | None = None) -> InstallReport:
     """Install ``new`` as the store of ``home``/``profile``; see the module doc."""
     started = time.monotonic()
-    root = paths.resolve_home(home)
-    db = paths.profile_dir(root, profile) / paths.STORE_NAME
+    root = resolve_home(home)
+    db = profile_dir(root, profile) / STORE_NAME
     new_path = Path(new).absolute()
     if not db.parent.is_dir():
         raise InstallRefused(f"{db.parent} does not exist; there is no store to replace",
@@ -174,7 +175,7 @@ def _refuse_foreign(db: Path, root: Path, profile: str | None) -> None:
     if not db.exists():
         return
     try:
-        identify.check_before_open(db, create=False, home=root, profile=profile)
+        check_before_open(db, create=False, home=root, profile=profile)
     except ForeignStore:
         raise
     except StorageError:
@@ -203,10 +204,10 @@ def next_after_recover(source: str | os.PathLike[str], output: str | None,
     the home whose store was the source (a `.partial` too, once its losses are
     read); None when there is nothing to install, no home to install into, or
     the source was another program's file (``source_tables``: what inspect read)."""
-    from sessiondb.explain import hermes_command
+    from sessiondb.recovery_api import hermes_command
     from .inspect import store_place
     place = store_place(Path(source))
-    if output is None or outcome not in ("recovered", "partial") or place is None:
+    if output is None or outcome not in (Outcome.RECOVERED, Outcome.PARTIAL) or place is None:
         return None
     if source_tables and not {"sessions", "messages"} <= set(source_tables):
         return None  # another program's file: never installed in place of a store

@@ -18,7 +18,7 @@ from typing import Any, Callable, cast
 
 import apsw
 
-from sessiondb.paths import create_private_file
+from sessiondb.recovery_api import create_private_file
 
 from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
 

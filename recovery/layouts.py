@@ -22,7 +22,7 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.codec import ROLES, fingerprint_of
+from sessiondb.recovery_api import ROLES, MessageState, fingerprint_of
 
 from .fileformat import MISSING
 
@@ -227,7 +227,7 @@ MESSAGES = Layout("messages", (
     C("token_count", INT, True),
     C("meta", TEXT, check=json_object_shape, default="{}"),
     C("fingerprint", TEXT, check=lambda v: isinstance(v, str) and bool(_HEX_RE.match(v))),
-    C("state", TEXT, check=one_of("active", "archived", "rewound"), default="active"),
+    C("state", TEXT, check=one_of(*MessageState), default=MessageState.ACTIVE.value),
     C("compaction_id", TEXT, True),
     C("kind", TEXT, check=non_empty, default="message"),
 ), rowid_column="id", max_extra=8)

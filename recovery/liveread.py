@@ -19,10 +19,10 @@ from typing import Any
 
 import apsw
 
-from sessiondb import holders, migrations, search_index
-from sessiondb.classify import classify_text
-from sessiondb.errors import Cause, StorageError, connection_errno, from_apsw
-from sessiondb.search_maintenance import SearchHealth, health_on
+from sessiondb.recovery_api import (FTS_TABLE, INDEXES, Cause, SearchHealth, StorageError,
+                                    classify_text, connection_errno, corruption_is_index_only,
+                                    from_apsw, health_on, other_holders, pending_migrations,
+                                    unknown_migrations)
 
 from .errors import RecoveryError
 from .layouts import is_shadow_name
@@ -76,12 +76,12 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     judgement (`corruption_is_index_only`) does not put it all in the index."""
     if check == ["ok"] or (len(check) == 1 and check[0].startswith("stopped after")):
         return False
-    if search_index.corruption_is_index_only(conn):
+    if corruption_is_index_only(conn):
         return False
     # FTS5-level damage (valid b-tree pages, junk inside index records): the
     # check names the index, and every canonical table still checks clean.
     if not all(classify_text(line) == Cause.FTS_INDEX or
-               any(t in line for t in search_index.INDEXES) for line in check):
+               any(t in line for t in INDEXES) for line in check):
         return True
     rows: list[tuple[Any, ...]] = conn.execute(
         "SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'"
@@ -89,7 +89,7 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     virtual = {n for n, root, sql in rows if not root and str(sql or "").upper().startswith(
         "CREATE VIRTUAL")}
     # shadow tables of any virtual table are derived, ours or a foreign file's
-    canonical = [n for n, root, _sql in rows if root and not n.startswith(search_index.INDEXES)
+    canonical = [n for n, root, _sql in rows if root and not n.startswith(INDEXES)
                  and not is_shadow_name(n, virtual)]
     return not all(_table_ok(conn, name) for name in canonical)
 
@@ -184,9 +184,9 @@ def _diagnose(conn: apsw.Connection, db_path: Path, full: bool) -> Diagnosis:
     diag = Diagnosis(check, structural(conn, check))
     if diag.structural:
         return diag
-    diag.pending = migrations.pending(conn)
-    diag.unknown = migrations.unknown(conn)
-    if search_index.FTS_TABLE in _tables(conn):
+    diag.pending = pending_migrations(conn)
+    diag.unknown = unknown_migrations(conn)
+    if FTS_TABLE in _tables(conn):
         diag.search, diag.search_error = _search_check(conn, db_path)
     return diag
 
@@ -215,7 +215,7 @@ def _tables(conn: apsw.Connection) -> set[str]:
 
 def holder_names(db_path: Path) -> list[str] | None:
     """Other processes holding the store, as ``pid (command)``; None when unknown."""
-    pids = holders.other_holders(db_path)
+    pids = other_holders(db_path)
     if pids is None:
         return None
     return [f"{pid} ({_cmdline(pid)})" for pid in pids]

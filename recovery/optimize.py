@@ -33,15 +33,13 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import identify, paths, search_index
-from sessiondb.errors import StoreNotFound
-from sessiondb.maintenance import WHY, refuse_if_held
+from sessiondb.recovery_api import (INDEXES, STORE_NAME, WHY, StoreNotFound, check_before_open,
+                                    one, profile_dir, refuse_if_held, resolve_home)
 
 from . import liveread
 # repair's verification and promotion, reused as they are (one promotion path).
 from .repair import _promote as promote_copy, _verify_copy as verify_copy
 from .snapshot import check_space, source_bytes
-from sessiondb.rows import one
 
 Seam = Callable[[str], None]
 
@@ -79,7 +77,7 @@ def _search_bytes(conn: apsw.Connection) -> int | None:
     try:
         (n,) = one(conn.execute(
             "SELECT sum(pgsize) FROM dbstat WHERE aggregate = 1 AND ("
-            + " OR ".join(f"name LIKE '{t}%'" for t in search_index.INDEXES) + ")"))
+            + " OR ".join(f"name LIKE '{t}%'" for t in INDEXES) + ")"))
     except apsw.SQLError:  # no dbstat in this build
         return None
     return n or 0
@@ -91,7 +89,7 @@ def _merge_search(copy: Path) -> None:
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         with conn:
-            for table in search_index.INDEXES:
+            for table in INDEXES:
                 if table in tables:
                     conn.execute(f"INSERT INTO {table}({table}) VALUES ('optimize')")
     finally:
@@ -126,13 +124,13 @@ def optimize(home: str | os.PathLike[str] | None = None, profile: str | None = N
 
     ``seam(step)`` runs after each step (a seam for crash tests)."""
     started = time.monotonic()
-    root = paths.resolve_home(home)
-    pdir = paths.profile_dir(root, profile)
-    db_path = pdir / paths.STORE_NAME
+    root = resolve_home(home)
+    pdir = profile_dir(root, profile)
+    db_path = pdir / STORE_NAME
     if not db_path.is_file():
         raise StoreNotFound(f"no store at {db_path}", path=str(db_path))
     # another program's file: ForeignStore, before anything reads or copies it
-    identify.check_before_open(db_path, create=False, home=root, profile=profile)
+    check_before_open(db_path, create=False, home=root, profile=profile)
     refuse_if_held(db_path, "optimize", WHY["optimize"])
     check_space({pdir: source_bytes(db_path) * 2})
     before = _bundle_bytes(db_path)
@@ -161,7 +159,7 @@ def optimize(home: str | os.PathLike[str] | None = None, profile: str | None = N
         step("copy")
         _merge_search(work / "copy.db")
         step("merge_search")
-        final = work / paths.STORE_NAME
+        final = work / STORE_NAME
         _vacuum_into(work / "copy.db", final)
         (work / "copy.db").unlink()
         step("vacuum_into")

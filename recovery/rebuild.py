@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import apsw
 
-from sessiondb import SessionDB, StorageError
+from sessiondb.recovery_api import SessionDB, StorageError
 
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
 

@@ -19,8 +19,7 @@ from typing import Any, Sequence
 
 import apsw
 
-from sessiondb.outfile import fsync_dir
-from sessiondb.paths import SIDECARS
+from sessiondb.recovery_api import SIDECARS, fsync_dir
 
 from .carve_types import FREELIST, UNCOMMITTED
 from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, Catalog
@@ -36,6 +35,7 @@ from .rebuild import write_store
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
 from .verify import verify_output
+from .vocab import Outcome, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -305,11 +305,11 @@ def _write_and_verify(ctx: LaneContext, output: Path, report: RecoveryReport,
                                            if foreign else [])
     report.loss = bool(report.loss_reasons)
     if not verification.ok:
-        report.outcome, suffix = "unverified", UNVERIFIED_SUFFIX
+        report.outcome, suffix = Outcome.UNVERIFIED, UNVERIFIED_SUFFIX
     elif report.loss:
-        report.outcome, suffix = "partial", "" if allow_partial else PARTIAL_SUFFIX
+        report.outcome, suffix = Outcome.PARTIAL, "" if allow_partial else PARTIAL_SUFFIX
     else:
-        report.outcome, suffix = "recovered", ""
+        report.outcome, suffix = Outcome.RECOVERED, ""
     report.output = str(_place(tmp, output, suffix))
     if foreign and written.lost_file:
         report.lost_and_found_file = str(_place(Path(written.lost_file),
@@ -392,7 +392,7 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
         except (apsw.Error, UnicodeDecodeError):
             conn = None
     states = {t.name: TableState(t) for t in cat.data_tables()} if cat else {}
-    sound = insp.data_verdict in ("healthy", "fts_only")
+    sound = insp.data_verdict in (Verdict.HEALTHY, Verdict.FTS_ONLY)
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
                        structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
                        include_freelist=opts.include_freelist)
@@ -446,7 +446,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     try:
         _recover(source, output, report, opts)
     except SourceChanging as e:
-        report.outcome = "source_changing"
+        report.outcome = Outcome.SOURCE_CHANGING
         report.loss_reasons = [str(e)]
     except OSError as e:
         raise RecoveryIOError(f"recovery stopped by an I/O error: {e}",
@@ -485,7 +485,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
                 ctx.conn.close()
         _tables_report(ctx.states, insp, report)
         if _nothing_read(ctx):
-            report.outcome = "not_recoverable"
+            report.outcome = Outcome.NOT_RECOVERABLE
             report.loss, report.loss_reasons = True, ["no row could be read from the source"]
             return
         _write_and_verify(ctx, output, report, opts.allow_partial, opts.vfs, extras)

@@ -28,14 +28,15 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import SessionDB, identify, migrations, paths
-from sessiondb.errors import Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreNotFound
-from sessiondb.explain import describe
-from sessiondb.search_maintenance import health_on
+from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, SessionDB,
+                                    StorageError, StoreCorrupt, StoreNotFound, check_before_open,
+                                    describe, ensure_private_dir, health_on, pending_migrations,
+                                    private_output, profile_dir, resolve_home)
 
 from . import backups, fts_rebuild, liveread
 from .errors import RecoveryError
 from .snapshot import check_space, source_bytes
+from .vocab import RepairStatus
 
 LEDGER_NAME = "repair-ledger.json"
 MAX_FAILURES = 2
@@ -64,7 +65,7 @@ class RepairReport:
     repaired, or structural (nothing done; see ``commands``)."""
 
     db_path: str
-    status: str
+    status: RepairStatus
     problems: list[str] = field(default_factory=list)
     summary: str = ""
     commands: list[str] = field(default_factory=list)
@@ -121,14 +122,9 @@ class Ledger:
             self._write(data)
 
     def _write(self, data: dict[str, Any]) -> None:
-        paths.ensure_private_dir(self.path.parent)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
+        ensure_private_dir(self.path.parent)
+        with private_output(self.path, force=True) as f:  # temp, fsync, rename, 0600
             json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
 
 
 # -- the repair --------------------------------------------------------------
@@ -136,7 +132,7 @@ class Ledger:
 def _structural_report(db_path: Path, home: Path, profile: str | None,
                        problems: list[str]) -> RepairReport:
     failure = describe(Cause.CORRUPT, db_path=db_path, home=home, profile=profile)
-    return RepairReport(str(db_path), "structural", problems,
+    return RepairReport(str(db_path), RepairStatus.STRUCTURAL, problems,
                         "Structural damage is never repaired in place. " + failure.summary,
                         list(failure.actions))
 
@@ -161,13 +157,13 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     ``after_copy`` runs once the scratch copy is taken (a seam for tests
     that change the store while it is being repaired)."""
     started = time.monotonic()
-    root = paths.resolve_home(home)
-    pdir = paths.profile_dir(root, profile)
-    db_path = pdir / paths.STORE_NAME
+    root = resolve_home(home)
+    pdir = profile_dir(root, profile)
+    db_path = pdir / STORE_NAME
     if not db_path.is_file():
         raise StoreNotFound(f"no store at {db_path}", path=str(db_path))
     try:  # another program's file: ForeignStore, before anything reads or copies it
-        identify.check_before_open(db_path, create=False, home=root, profile=profile)
+        check_before_open(db_path, create=False, home=root, profile=profile)
     except StoreCorrupt as e:
         return _structural_report(db_path, root, profile, [str(e)])
     try:
@@ -186,13 +182,13 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
     if diag.search_error:
         raise RepairRefused(f"could not check the search index of {db_path}: "
                             f"{diag.search_error}", path=str(db_path))
-    report = RepairReport(str(db_path), "healthy", diag.derived_problems)
+    report = RepairReport(str(db_path), RepairStatus.HEALTHY, diag.derived_problems)
     if report.problems and check_only:
-        report.status = "needs_repair"
+        report.status = RepairStatus.NEEDS_REPAIR
     elif report.problems:
         report.backup = _repair_now(db_path, pdir, backup=backup, keep=keep,
                                     after_copy=after_copy)
-        report.status = "repaired"
+        report.status = RepairStatus.REPAIRED
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -216,7 +212,7 @@ def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int,
         digest = liveread.canonical_digest(conn)
         made = (backups.make_backup(conn, db_path, backups.backup_dir(pdir), keep=keep)
                 if backup else None)
-        copy = work / paths.STORE_NAME
+        copy = work / STORE_NAME
         liveread.copy_live(conn, copy)
         conn.close()
         if after_copy is not None:
@@ -272,7 +268,7 @@ def _verify_copy(copy: Path, digest: str) -> None:
         check = [r[0] for r in conn.execute("PRAGMA integrity_check")]
         if check != ["ok"]:
             raise RepairFailed(f"the repaired copy fails integrity_check: {check[:3]}")
-        if migrations.pending(conn):
+        if pending_migrations(conn):
             raise RepairFailed("the repaired copy still has pending migrations")
         if liveread.canonical_digest(conn) != digest:
             raise RepairFailed("the repaired copy's sessions or messages differ from the store's")

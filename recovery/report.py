@@ -8,10 +8,13 @@ overwritten.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sessiondb.recovery_api import OutputError, private_output
+
+from .vocab import Outcome, Verdict
 
 # Exit codes shared by the library's outcome and the CLI (see docs/state-db-recovery.md).
 EXIT_OK = 0
@@ -22,12 +25,13 @@ EXIT_NOT_RECOVERABLE = 4
 EXIT_UNVERIFIED = 5
 EXIT_SOURCE_BUSY = 6
 
-INSPECT_EXIT = {"healthy": EXIT_OK, "fts_only": EXIT_LOSS, "structural": EXIT_LOSS,
-                "not_a_database": EXIT_NOT_RECOVERABLE, "empty": EXIT_NOT_RECOVERABLE,
-                "locked": EXIT_SOURCE_BUSY, "source_changing": EXIT_SOURCE_BUSY}
-OUTCOME_EXIT = {"recovered": EXIT_OK, "partial": EXIT_LOSS,
-                "not_recoverable": EXIT_NOT_RECOVERABLE, "unverified": EXIT_UNVERIFIED,
-                "source_changing": EXIT_SOURCE_BUSY}
+INSPECT_EXIT = {Verdict.HEALTHY: EXIT_OK, Verdict.FTS_ONLY: EXIT_LOSS,
+                Verdict.STRUCTURAL: EXIT_LOSS, Verdict.NOT_A_DATABASE: EXIT_NOT_RECOVERABLE,
+                Verdict.EMPTY: EXIT_NOT_RECOVERABLE, Verdict.LOCKED: EXIT_SOURCE_BUSY,
+                Verdict.SOURCE_CHANGING: EXIT_SOURCE_BUSY}
+OUTCOME_EXIT = {Outcome.RECOVERED: EXIT_OK, Outcome.PARTIAL: EXIT_LOSS,
+                Outcome.NOT_RECOVERABLE: EXIT_NOT_RECOVERABLE,
+                Outcome.UNVERIFIED: EXIT_UNVERIFIED, Outcome.SOURCE_CHANGING: EXIT_SOURCE_BUSY}
 
 
 @dataclass
@@ -60,7 +64,7 @@ class RecoveryReport:
     source: str
     requested_output: str
     output: str | None = None
-    outcome: str = "not_recoverable"
+    outcome: Outcome = Outcome.NOT_RECOVERABLE
     loss: bool = False
     loss_reasons: list[str] = field(default_factory=list)
     verdict_before: str = ""
@@ -96,14 +100,14 @@ class RecoveryReport:
 
 
 def write_json_exclusive(path: Path, document: dict[str, Any]) -> None:
-    """Create ``path`` (0600, failing if it exists), write, fsync."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    """Create ``path`` (0600, failing if it exists) crash-safely: the report
+    appears whole or not at all, so a crash mid-write never leaves a torn
+    report that makes the rerun refuse ``--report``. An I/O failure raises
+    the OSError behind it, as a plain write would."""
     try:
-        os.fchmod(fd, 0o600)
-        data = json.dumps(document, indent=2, sort_keys=True, default=str).encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        with private_output(path) as f:
+            json.dump(document, f, indent=2, sort_keys=True, default=str)
+    except OutputError as e:
+        if isinstance(e.__cause__, OSError):
+            raise e.__cause__ from None
+        raise

@@ -15,8 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb.holders import Holder, open_holders
-from sessiondb.paths import SIDECARS
+from sessiondb.recovery_api import SIDECARS, Holder, open_holders
 
 from .errors import InsufficientSpace, SourceChanging, SourceMissing
 

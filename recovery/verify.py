@@ -13,11 +13,10 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb import migrations
+from sessiondb.recovery_api import applied_migrations, one, pending_migrations, unknown_migrations
 
 from .catalog import quote, read_catalog
 from .inspect import fts_health
-from sessiondb.rows import one
 
 
 @dataclass
@@ -50,8 +49,8 @@ def _foreign_keys(conn: apsw.Connection, v: Verification) -> None:
 
 
 def _schema(conn: apsw.Connection, v: Verification) -> None:
-    pending, unknown = migrations.pending(conn), migrations.unknown(conn)
-    v.checks["schema"] = {"applied": migrations.applied(conn), "pending": pending,
+    pending, unknown = pending_migrations(conn), unknown_migrations(conn)
+    v.checks["schema"] = {"applied": applied_migrations(conn), "pending": pending,
                           "unknown": unknown}
     if pending or unknown:
         v.findings.append(f"schema is not current (pending {pending}, unknown {unknown})")

@@ -19,6 +19,7 @@ from . import leases, sessions
 from . import messages as rows
 from .codec import MARKER_KEY, UID_KEY, Persisted, encode, new_uid
 from .errors import Cause, InvalidInput, StorageError
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -76,10 +77,11 @@ def checked_ids(absorbed_ids: Any) -> list[int]:
     return list(absorbed_ids)
 
 
-def _live_rows(conn: apsw.Connection, session_id: str, ids: list[int]) -> dict[int, tuple]:
+def _live_rows(conn: apsw.Connection, session_id: str,
+               ids: list[int]) -> dict[int, rows.RowPlace]:
     found = rows.rows_by_id(conn, ids)
-    bad = [i for i in ids if i not in found or found[i][0] != session_id
-           or found[i][3] != rows.ACTIVE]
+    bad = [i for i in ids if i not in found or found[i].session_id != session_id
+           or found[i].state != MessageState.ACTIVE]
     if bad:
         raise CompactionError(f"{len(bad)} absorbed id(s) are not live messages of session "
                               f"{session_id!r}: {', '.join(map(str, bad[:10]))}", ids=bad)
@@ -105,15 +107,16 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
     enc = encode(summary_message, uid=uid)
     cid = uuid.uuid4().hex
 
-    def body(conn: apsw.Connection) -> tuple[int, dict, int, list]:
+    def body(conn: apsw.Connection) -> tuple[int, dict[int, rows.RowPlace], int,
+                                             list[rows.SummaryRow]]:
         sessions.require(conn, session_id)
         if holder is not None:
             leases.check(conn, session_id, holder, db.now())
         found = _live_rows(conn, session_id, ids)
-        position = min(found[i][2] for i in ids)
-        superseded = ([s for s in rows.live_summaries(conn, session_id) if s[0] not in found]
+        position = min(found[i].position for i in ids)
+        superseded = ([s for s in rows.live_summaries(conn, session_id) if s.id not in found]
                       if supersede_previous else [])
-        rows.set_state(conn, ids + [s[0] for s in superseded], rows.ARCHIVED, cid)
+        rows.set_state(conn, ids + [s.id for s in superseded], MessageState.ARCHIVED, cid)
         summary_id, _ = rows.insert(conn, session_id, enc, position, SUMMARY_KIND)
         conn.execute("INSERT INTO compactions(id, session_id, summary_id, absorbed_count,"
                      " created_at) VALUES (?, ?, ?, ?, ?)",
@@ -126,8 +129,8 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
     summary_message[UID_KEY] = uid
     summary_message[MARKER_KEY] = Persisted(summary_id, enc.fingerprint)
     return CompactionResult(cid, session_id, summary_id, position, tuple(ids),
-                            tuple(found[i][1] for i in ids), tuple(s[0] for s in superseded),
-                            tuple(s[1] for s in superseded))
+                            tuple(found[i].uid for i in ids), tuple(s.id for s in superseded),
+                            tuple(s.uid for s in superseded))
 
 
 def restore_compaction(db: "SessionDB", compaction_id: str, *,
@@ -151,13 +154,14 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
             leases.check(conn, session_id, holder, db.now())
         if restored_at is not None:
             raise CompactionError(f"compaction {compaction_id!r} was already restored")
-        if (rows.status(conn, summary_id) or ("", ""))[1] != rows.ACTIVE:
+        summary = rows.status(conn, summary_id)
+        if summary is None or summary.state != MessageState.ACTIVE:
             raise CompactionError(f"the summary of compaction {compaction_id!r} is no longer "
                                   "live; restore the compaction that archived it first",
                                   ids=[summary_id])
         restored = rows.archived_by(conn, compaction_id)
-        rows.set_state(conn, restored, rows.ACTIVE, None)
-        rows.set_state(conn, [summary_id], rows.ARCHIVED, compaction_id)
+        rows.set_state(conn, restored, MessageState.ACTIVE, None)
+        rows.set_state(conn, [summary_id], MessageState.ARCHIVED, compaction_id)
         conn.execute("UPDATE compactions SET restored_at = ? WHERE id = ?",
                      (db.now(), compaction_id))
         return session_id, summary_id, restored
@@ -169,7 +173,7 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
 
 def list_compactions(db: "SessionDB", session_id: str) -> list[dict[str, Any]]:
     """The session's compactions, oldest first (ids, summary row, counts, times)."""
-    with db._read() as conn:
+    with db.core.read() as conn:
         sessions.require(conn, session_id)
         cur = conn.execute("SELECT id, summary_id, absorbed_count, created_at, restored_at"
                            " FROM compactions WHERE session_id = ? ORDER BY created_at, rowid",

@@ -32,6 +32,7 @@ import apsw
 
 from .errors import (Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreReplaced,
                      from_apsw)
+from .outfile import OutputError, publish, temp_name
 from .paths import FILE_MODE, create_private_file
 from .search_index import corruption_is_index_only, fts_structures_damaged
 from .rows import one
@@ -390,11 +391,15 @@ class Guard:
             return None
         target = self.path.with_name(
             f"{self.path.name}.rescued-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.db")
+        tmp = temp_name(target)  # whole or absent: a rescued file is a store to restore
         try:
-            create_private_file(target)
-            conns[0].execute("VACUUM INTO ?", (str(target),))
-            os.chmod(target, FILE_MODE)
-        except (apsw.Error, OSError):
+            create_private_file(tmp)
+            conns[0].execute("VACUUM INTO ?", (str(tmp),))
+            os.chmod(tmp, FILE_MODE)
+            publish(tmp, target)
+        except (apsw.Error, OSError, OutputError):
             log.exception("could not save a rescue copy of %s", self.path)
             return None
+        finally:
+            tmp.unlink(missing_ok=True)
         return str(target)

@@ -103,7 +103,7 @@ def message_window(db: SessionDB, session_id: str, message_id: int, *, context: 
     does not hold that message."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidInput("context must be a non-negative integer")
-    with db._read() as conn:
+    with db.core.read() as conn:
         window = pages.message_window(conn, session_id, message_id, context=context,
                                       include_archived=include_archived)
     if window is None:
@@ -114,7 +114,7 @@ def message_window(db: SessionDB, session_id: str, message_id: int, *, context: 
 
 def session_record(db: SessionDB, session: Session) -> dict[str, Any]:
     """The session's row and its usage ledger rows."""
-    with db._read() as conn:
+    with db.core.read() as conn:
         rows = usage.ledger_rows(conn, session.id)
     return {"session": session.to_dict(), "usage": rows}
 

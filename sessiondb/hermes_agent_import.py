@@ -44,6 +44,7 @@ from .foreign_copy import connect_copy, foreign_copy, identify_source
 from .identify import HERMES_AGENT, SHADOW_SUFFIXES
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -102,9 +103,12 @@ def _content(value: Any) -> Any:
 
 
 def _state(row: sqlite3.Row, cols: set[str]) -> str:
+    """The plain value: records go through the import spill's marshal."""
     if "active" not in cols or row["active"] in (None, 1):
-        return "active"
-    return "archived" if "compacted" in cols and row["compacted"] else "rewound"
+        return MessageState.ACTIVE.value
+    state = MessageState.ARCHIVED if "compacted" in cols and row["compacted"] else \
+        MessageState.REWOUND
+    return state.value
 
 
 def message_dict(row: sqlite3.Row, cols: set[str]) -> dict[str, Any]:

@@ -45,12 +45,13 @@ from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 CHUNK = 500
-STATES = frozenset({"active", "archived", "rewound"})
+STATES = frozenset(s.value for s in MessageState)  # plain: named in error text
 
 
 class ImportFileError(StorageError):
@@ -82,7 +83,7 @@ class MessageIn:
     session_id: str
     uid: str
     timestamp: float
-    state: str
+    state: str  # a MessageState's plain value: records are marshalled to the spill
     compaction_id: str | None
     kind: str
     message: dict[str, Any] | None
@@ -336,7 +337,7 @@ class _Run:
         dry, now = self.result.dry_run, self.db.now()
         # Ledger rows go in with the session (or fill the keys an existing one
         # lacks) in the same transaction: a re-run adds none twice.
-        with (self.db._read() if dry else self.db.atomic()) as conn:
+        with (self.db.core.read() if dry else self.db.atomic()) as conn:
             created = not _session_exists(conn, rec.id)
             if created and not dry:
                 self._insert_session(conn, rec.row)
@@ -401,7 +402,7 @@ class _Run:
         """Messages of the chunk whose uid the session does not hold (first of duplicates)."""
         sid = chunk[0].session_id
         uids = [m.uid for m in chunk]
-        with db._read() as conn:
+        with db.core.read() as conn:
             known = {r[0] for r in conn.execute(
                 f"SELECT uid FROM messages WHERE session_id = ? AND uid IN "
                 f"({','.join('?' * len(uids))})", (sid, *uids))}
@@ -420,7 +421,7 @@ class _Run:
             encoded = [m.row() for m in batch]
             ids = self.db.insert_encoded(conn, sid, encoded, kind=kind)
             for m, rid in zip(batch, ids):
-                if m.state != "active" or m.compaction_id is not None:
+                if m.state != MessageState.ACTIVE or m.compaction_id is not None:
                     rows.set_state(conn, [rid], m.state, m.compaction_id)
         return len(fresh)
 

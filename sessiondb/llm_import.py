@@ -41,6 +41,7 @@ from .foreign_copy import connect_copy, foreign_copy, identify_source
 from .identify import LLM
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
@@ -146,16 +147,17 @@ def _messages(sid: str, r: dict[str, Any], last_system: str | None) -> Iterator[
     ts = parse_time(r["datetime_utc"])
     rid = r["id"]
     if r["system"] and r["system"] != last_system:
-        yield MessageIn(sid, f"llm:{rid}:system", ts, "active", None, "message",
+        yield MessageIn(sid, f"llm:{rid}:system", ts, MessageState.ACTIVE.value, None, "message",
                         {"role": "system", "content": r["system"]})
     if r["prompt"] is not None:
-        yield MessageIn(sid, f"llm:{rid}:user", ts, "active", None, "message",
+        yield MessageIn(sid, f"llm:{rid}:user", ts, MessageState.ACTIVE.value, None, "message",
                         {"role": "user", "content": r["prompt"]})
     if r["response"] is not None:
         reply = {"role": "assistant", "content": r["response"], "response_id": str(rid)}
         if r["model"]:
             reply["model"] = r["model"]
-        yield MessageIn(sid, f"llm:{rid}:assistant", ts, "active", None, "message", reply)
+        yield MessageIn(sid, f"llm:{rid}:assistant", ts, MessageState.ACTIVE.value, None, "message",
+                        reply)
 
 
 def read_llm_logs(logs: sqlite_utils.Database) -> Iterator[Record]:

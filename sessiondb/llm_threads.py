@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 from .codec import ROLES
 from .importer import MessageIn, Record, SessionIn
+from .vocab import MessageState
 
 SOURCE = "llm"
 _MAX_CHAIN = 1_000_000
@@ -159,10 +160,10 @@ def _messages(conn: sqlite3.Connection, sid: str, h: str, ts: float,
         msg["model"] = model
     results = [(pos, p) for pos, p in parts if p["type"] == "tool_result"]
     if msg["content"] is not None or len(msg) > 2 or not results:
-        yield MessageIn(sid, f"llm:{h}", ts, "active", None, "message", msg)
+        yield MessageIn(sid, f"llm:{h}", ts, MessageState.ACTIVE.value, None, "message", msg)
     for pos, r in results:
         tool = {"role": "tool", "content": r.get("output", ""),
                 "tool_call_id": r.get("tool_call_id"), "name": r.get("name")}
         if r.get("exception") is not None:
             tool["exception"] = r["exception"]
-        yield MessageIn(sid, f"llm:{h}:{pos}", ts, "active", None, "message", tool)
+        yield MessageIn(sid, f"llm:{h}:{pos}", ts, MessageState.ACTIVE.value, None, "message", tool)

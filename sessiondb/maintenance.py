@@ -118,7 +118,7 @@ class Flags:
 
 
 def flags_of(db: SessionDB, session_id: str) -> Flags:
-    with db._read() as conn:
+    with db.core.read() as conn:
         sessions.require(conn, session_id)
         row = conn.execute("SELECT pinned, archived_at FROM session_flags WHERE session_id = ?",
                            (session_id,)).fetchone()
@@ -302,7 +302,7 @@ def plan_prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = True) -> PruneP
     f.check()
     now = db.now()
     plan = PrunePlan(dry_run)
-    with db._snapshot() as conn:
+    with db.core.snapshot() as conn:
         selected = {sid for sid, _ in _candidates(conn, f, now)}
         sizes = _sizes(conn, sorted(selected))
         scale = _scale(conn) if selected else 1.0
@@ -374,9 +374,9 @@ def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
         plan.deleted_messages += messages
         if progress is not None:
             progress(sum(i.messages for i in batch))
-    with db._read() as conn:
-        plan.freelist_bytes_after = (conn.execute("PRAGMA freelist_count").fetchone()[0]
-                                     * conn.execute("PRAGMA page_size").fetchone()[0])
+    with db.core.read() as conn:
+        plan.freelist_bytes_after = (one(conn.execute("PRAGMA freelist_count"))[0]
+                                     * one(conn.execute("PRAGMA page_size"))[0])
     return plan
 
 

@@ -4,16 +4,13 @@ Functions take a connection already in the right transaction.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import apsw
 
 from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode
 from .rows import one
 
-ACTIVE = "active"
-ARCHIVED = "archived"
-REWOUND = "rewound"
 STATE_KEY = "_db_state"
 COMPACTION_KEY = "_db_compaction_id"
 
@@ -172,18 +169,50 @@ def rewrite(conn: apsw.Connection, session_id: str, row_id: int, enc: EncodedMes
     return conn.changes() == 1
 
 
-def find_uid(conn: apsw.Connection, session_id: str, uid: str) -> tuple[int, str, str] | None:
-    """(id, fingerprint, state) of the session's row with this uid, or None."""
+class StoredRow(NamedTuple):
+    """A session's row found by uid: what a re-flush compares a message with."""
+
+    id: int
+    fingerprint: str
+    state: str
+
+
+class RowStatus(NamedTuple):
+    """A row's content fingerprint and state."""
+
+    fingerprint: str
+    state: str
+
+
+class RowPlace(NamedTuple):
+    """Where a row is and what it is, for compaction's checks."""
+
+    session_id: str
+    uid: str
+    position: int
+    state: str
+    kind: str
+
+
+class SummaryRow(NamedTuple):
+    """A live rolling-summary row."""
+
+    id: int
+    uid: str
+
+
+def find_uid(conn: apsw.Connection, session_id: str, uid: str) -> StoredRow | None:
+    """The session's row with this uid, or None."""
     row = conn.execute("SELECT id, fingerprint, state FROM messages"
                        " WHERE session_id = ? AND uid = ?", (session_id, uid)).fetchone()
-    return (row[0], row[1], row[2]) if row else None
+    return StoredRow(row[0], row[1], row[2]) if row else None
 
 
-def status(conn: apsw.Connection, row_id: int) -> tuple[str, str] | None:
-    """(fingerprint, state) of a row, or None."""
+def status(conn: apsw.Connection, row_id: int) -> RowStatus | None:
+    """A row's fingerprint and state, or None."""
     row = conn.execute("SELECT fingerprint, state FROM messages WHERE id = ?",
                        (row_id,)).fetchone()
-    return (row[0], row[1]) if row else None
+    return RowStatus(row[0], row[1]) if row else None
 
 
 def rewind_uids(conn: apsw.Connection, session_id: str, uids: Iterable[str]) -> int:
@@ -197,23 +226,23 @@ def rewind_uids(conn: apsw.Connection, session_id: str, uids: Iterable[str]) -> 
     return count
 
 
-def rows_by_id(conn: apsw.Connection, ids: list[int]) -> dict[int, tuple]:
-    """id -> (session_id, uid, position, state, kind) for the rows that exist."""
-    found: dict[int, tuple] = {}
+def rows_by_id(conn: apsw.Connection, ids: list[int]) -> dict[int, RowPlace]:
+    """id -> place of each of the rows that exist."""
+    found: dict[int, RowPlace] = {}
     for start in range(0, len(ids), 500):  # stay under SQLite's variable limit
         chunk = ids[start:start + 500]
         marks = ",".join("?" * len(chunk))
         for row in conn.execute("SELECT id, session_id, uid, position, state, kind"
                                 f" FROM messages WHERE id IN ({marks})", chunk):
-            found[row[0]] = row[1:]
+            found[row[0]] = RowPlace(*row[1:])
     return found
 
 
-def live_summaries(conn: apsw.Connection, session_id: str) -> list[tuple[int, str]]:
-    """(id, uid) of the session's live rolling-summary rows (a partial-index seek)."""
-    return list(conn.execute("SELECT id, uid FROM messages WHERE session_id = ?"
-                             " AND kind = 'rolling_summary' AND state = 'active'",
-                             (session_id,)))
+def live_summaries(conn: apsw.Connection, session_id: str) -> list[SummaryRow]:
+    """The session's live rolling-summary rows (a partial-index seek)."""
+    return [SummaryRow(*r) for r in conn.execute(
+        "SELECT id, uid FROM messages WHERE session_id = ?"
+        " AND kind = 'rolling_summary' AND state = 'active'", (session_id,))]
 
 
 def set_state(conn: apsw.Connection, ids: Iterable[int], state: str,

@@ -12,6 +12,16 @@ target is refused with `OutputNotRegular` whether or not ``force`` is
 given, checked before any work and again just before the rename: renaming
 over them would replace the node itself, not write into it. Standard
 output is asked for as ``-`` by the CLI, never through a path.
+
+`publish` is the same last step for a file another writer filled under a
+temp name (SQLite's backup API, ``VACUUM INTO``): fsync, link into place,
+fsync the directory.
+
+`append_lines` is the one append path for a log a crash may cut short
+(``hermes chat --unsaved-to``): every line is whole after its fsync, and a
+line a crash tore is closed with a newline before the next append, so it
+stays one bad line instead of swallowing the next record. The spool keeps
+its own append (it locks, reserves space and cuts a failed append back).
 """
 from __future__ import annotations
 
@@ -21,7 +31,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from .errors import Cause, StorageError
 from .paths import FILE_MODE
@@ -110,12 +120,30 @@ def _install(tmp: Path, path: Path, force: bool) -> None:
     os.unlink(tmp)
 
 
+def temp_name(target: Path) -> Path:
+    """A fresh dot-named temp path beside ``target`` (what `doctor` and
+    `clean_stale_temps` look for: ``.NAME.*.tmp``)."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+
+
+def publish(tmp: Path, target: Path) -> None:
+    """Make the finished file ``tmp`` durable and move it to ``target``,
+    never replacing an existing file (`OutputExists`); ``tmp`` is gone after."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _install(tmp, target, False)
+    fsync_dir(target.parent)
+
+
 @contextmanager
 def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iterator[IO[str]]:
     """A text file to write ``path`` through; it appears only if the block succeeds."""
     target = Path(path)
     check_output(target, force=force)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    tmp = temp_name(target)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     except OSError as e:
@@ -138,3 +166,31 @@ def private_output(path: str | os.PathLike[str], *, force: bool = False) -> Iter
                 os.unlink(tmp)
             except FileNotFoundError:
                 pass
+
+
+def append_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Append ``lines`` (each without its newline) to a regular file, created
+    0600 if missing, and fsync; never through a symlink."""
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     FILE_MODE)
+    except OSError as e:
+        raise _fail(target, e) from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OutputNotRegular(f"{target} is a {_kind(st.st_mode)}, not a regular file",
+                                   kind=_kind(st.st_mode), path=str(target))
+        torn = st.st_size > 0 and os.pread(fd, 1, st.st_size - 1) != b"\n"
+        data = ("\n" if torn else "") + "".join(line + "\n" for line in lines)
+        view = memoryview(data.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        if st.st_size == 0:
+            fsync_dir(target.parent)  # a new file's entry
+    except OSError as e:
+        raise _fail(target, e) from e
+    finally:
+        os.close(fd)

@@ -12,6 +12,7 @@ from typing import Any
 
 from .pages import StoredMessage
 from .sessions import Session
+from .vocab import MessageState
 
 ARGUMENT_WIDTH = 120
 
@@ -83,7 +84,7 @@ def markdown_message(m: StoredMessage) -> str:
     role = str(msg.get("role"))
     if msg.get("tool_call_id"):
         role += f" (result of `{msg['tool_call_id']}`)"
-    if m.state != "active":
+    if m.state != MessageState.ACTIVE:
         role += f" ({m.state})"
     parts = [f"### {role} · {_when(m.timestamp)}", ""]
     text = content_text(msg)

@@ -29,6 +29,7 @@ from . import search_index, search_tail
 from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -66,7 +67,7 @@ class SearchHit:
 
     @property
     def archived(self) -> bool:
-        return self.state == "archived"
+        return self.state == MessageState.ARCHIVED
 
     @property
     def fallback(self) -> bool:
@@ -500,7 +501,7 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
     p = make_plan(query, raw=raw)
     damage: apsw.Error | None = None
     for attempt in (1, 2):  # the second after indexing a long backlog
-        with db._snapshot() as conn:
+        with db.core.snapshot() as conn:
             backlog = search_index.backlog(conn)
             stale = (backlog.stale if backlog is not None
                      else search_index.stale_marker(conn) is not None)
@@ -517,7 +518,7 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
         _catch_up(db)  # what is still left after it is searched partially
     if damage is not None:
         mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
-    with db._snapshot() as conn:
+    with db.core.snapshot() as conn:
         return _scan(conn, fallback_plan(p), filters, order, limit, offset, "fallback")
 
 

@@ -297,7 +297,7 @@ def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
     """Insert what is missing (one transaction); returns how many were present."""
     uids = [e.uid for e in encoded]
     if dry_run:
-        with db._read() as conn:
+        with db.core.read() as conn:
             if not sessions.exists(conn, session_id):
                 return 0
             return len(_present_uids(conn, session_id, uids))

@@ -18,13 +18,14 @@ import apsw
 from . import usage
 from .search_index import INDEXES
 from .rows import one
+from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 # Both full-text indexes (word and trigram) and their shadow tables.
 FTS_PREFIXES = INDEXES
-STATES = ("active", "archived", "rewound")
+STATES = tuple(s.value for s in MessageState)
 
 
 def _file_size(path: Path) -> int | None:
@@ -63,8 +64,8 @@ def store_stats(db: SessionDB) -> dict[str, Any]:
     if getattr(db, "backend", "sqlite") != "sqlite":
         return db.store_stats()  # type: ignore[attr-defined]  # the server's own measures
     path = Path(db.path)
-    with db._snapshot() as conn:  # one snapshot for every count below
-        (sessions,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
+    with db.core.snapshot() as conn:  # one snapshot for every count below
+        (sessions,) = one(conn.execute("SELECT count(*) FROM sessions"))
         by_state = dict.fromkeys(STATES, 0)
         by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))
         pages = {"page_size": _pragma(conn, "page_size"),

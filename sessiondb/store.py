@@ -108,6 +108,13 @@ class SessionDB:
         directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
         return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
 
+    @property
+    def core(self) -> StoreCore:
+        """The store core: the package's feature modules read through it
+        (`core.read()`, `core.snapshot()`), not through this class's private
+        methods."""
+        return self._core
+
     # -- the core's state, read-only views (tests and benches look at them) --
 
     @property

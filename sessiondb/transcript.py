@@ -21,6 +21,7 @@ from .codec import public_fields
 from .errors import InvalidInput, InvalidMessage, StorageError
 from .paths import validate_session_id
 from .spool import spool_failed_write
+from .vocab import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB
@@ -194,7 +195,8 @@ class TranscriptWriter:
         inserted = updated = calls = 0
         for w in plan:
             if w.marker is not None:
-                stored: tuple[int, str, str] | None = (w.marker.id, "", rows.ACTIVE)
+                stored: rows.StoredRow | None = rows.StoredRow(w.marker.id, "",
+                                                               MessageState.ACTIVE)
             else:
                 stored = rows.find_uid(conn, sid, w.enc.uid) if w.had_uid else None
             if stored is None:
@@ -205,20 +207,20 @@ class TranscriptWriter:
                     calls += w.enc.tool_call_total
                     continue
                 # The uid was known after all: treat it as the stored row it is.
-                stored = rows.find_uid(conn, sid, w.enc.uid) or (rid, "", "")
+                stored = rows.find_uid(conn, sid, w.enc.uid) or rows.StoredRow(rid, "", "")
             if inserted:
                 raise InvalidInput(f"message {w.index} is already stored but comes after a new "
                                    "message; new messages can only be added at the end")
             updated += self._rewrite(conn, w, stored)
-            ids.append(stored[0])
+            ids.append(stored.id)
         if inserted:
             sessions.add_message_counts(conn, sid, self.db.now(), inserted, calls)
         return (ids, inserted, updated), position
 
-    def _rewrite(self, conn: apsw.Connection, w: _Write, stored: tuple[int, str, str]) -> bool:
-        """Bring a stored row (id, fingerprint, state) up to date; False if it was."""
+    def _rewrite(self, conn: apsw.Connection, w: _Write, stored: rows.StoredRow) -> bool:
+        """Bring a stored row up to date; False if it was."""
         rid, fingerprint, state = stored
-        if state == rows.ACTIVE and fingerprint == w.enc.fingerprint:
+        if state == MessageState.ACTIVE and fingerprint == w.enc.fingerprint:
             return False
         if not rows.rewrite(conn, self.session_id, rid, w.enc, _explicit_timestamp(w.message)):
             raise InvalidInput(f"message {w.index} belongs to row {rid}, which is not a live "

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from recovery import doctor, liveread
-from sessiondb import SessionDB, policy
+from sessiondb import SessionDB
 from sessiondb.errors import DiskFull
 from sessiondb.spool import spool_failed_write
 from tests.helpers.damage import copy_open_bundle
@@ -102,7 +102,8 @@ def test_no_room_for_the_private_copy_leaves_search_unchecked(hermes_home: Path,
 
 def test_sqlite_in_the_wal_reset_band_is_an_error(hermes_home: Path, monkeypatch) -> None:
     fill_home(hermes_home)
-    monkeypatch.setattr(policy, "sqlite_library_version", lambda: "3.45.1")
+    # doctor binds the name from sessiondb.recovery_api: patch what doctor calls
+    monkeypatch.setattr(doctor, "sqlite_library_version", lambda: "3.45.1")
     code, doc = run_doctor()
     assert code == 4 and only(doc, "sqlite_version")["severity"] == "error"
     assert "3.45.1" in only(doc, "sqlite_version")["message"]

@@ -33,20 +33,28 @@ WRITERS, READERS = 4, 2
 SESSIONS = [f"w{i}" for i in range(WRITERS)] + ["shared"]
 
 
-def _wait(start_at: float) -> None:
-    while time.time() < start_at:
+def _wait(ready_dir: str, name: str, total: int) -> float:
+    """A barrier across processes: each says it is open, then waits for all.
+    Returns the start time; a fixed head start was too short on a loaded
+    machine (the window passed while workers were still importing)."""
+    Path(ready_dir, name).touch()
+    give_up = time.time() + 120
+    while len(list(Path(ready_dir).iterdir())) < total and time.time() < give_up:
         time.sleep(0.005)
+    return time.time()
 
 
-def writer(path: str, w: int, start_at: float, seconds: float, seed: int) -> dict[str, Any]:
-    """Append until the deadline; report what was acknowledged."""
+def writer(path: str, w: int, ready: tuple[str, int], seconds: float, seed: int,
+           min_rows: int = 0) -> dict[str, Any]:
+    """Append until the deadline and at least ``min_rows`` (within a minute
+    more); report what was acknowledged."""
     rng = random.Random(seed * 100 + w)
     acked: list[tuple[str, str]] = []
     locked, errors, checkpoints, checkpoints_busy, n = 0, [], 0, 0, 0
     with SessionDB(path) as db:
-        _wait(start_at)
-        deadline = start_at + seconds
-        while time.time() < deadline:
+        start = _wait(ready[0], f"w{w}", ready[1])
+        deadline, cap = start + seconds, start + seconds + 60
+        while time.time() < deadline or (len(acked) < min_rows and time.time() < cap):
             sid = "shared" if rng.random() < 0.3 else f"w{w}"
             batch = [{"role": "user", "content": f"w{w} n{n + i}"}
                      for i in range(rng.choice((1, 1, 1, 4, 16)))]
@@ -70,14 +78,14 @@ def writer(path: str, w: int, start_at: float, seconds: float, seed: int) -> dic
             "checkpoints": checkpoints, "checkpoints_busy": checkpoints_busy}
 
 
-def reader(path: str, r: int, start_at: float, seconds: float, search: bool) -> dict[str, Any]:
+def reader(path: str, r: int, ready: tuple[str, int], seconds: float,
+           search: bool) -> dict[str, Any]:
     """Count, page (and search) every session; counts must never go backwards."""
     last: dict[str, int] = {}
     reads, errors = 0, []
     with SessionDB(path) as db:
-        _wait(start_at)
-        deadline = start_at + seconds
-        while time.time() < deadline:
+        deadline = _wait(ready[0], f"r{r}", ready[1]) + seconds
+        while time.time() < deadline or reads == 0:
             sid = SESSIONS[reads % len(SESSIONS)]
             try:
                 if search and hasattr(db, "search"):
@@ -95,8 +103,9 @@ def reader(path: str, r: int, start_at: float, seconds: float, search: bool) -> 
             "locked": 0}
 
 
-def run(directory: Path, seconds: float, seed: int = 1) -> dict[str, Any]:
-    """Run the contention for ``seconds``; returns the summary and findings."""
+def run(directory: Path, seconds: float, seed: int = 1, min_rows: int = 0) -> dict[str, Any]:
+    """Run the contention for ``seconds`` once every process is open (each
+    writer also until ``min_rows``); returns the summary and findings."""
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = str(directory / "state.db")
     with SessionDB(path) as db:
@@ -104,13 +113,15 @@ def run(directory: Path, seconds: float, seed: int = 1) -> dict[str, Any]:
             db.create_session(sid, source="contention")
         searcher = hasattr(db, "search")
     ctx = mp.get_context("spawn")
-    start_at = time.time() + 1.5  # after every process has imported and opened
-    jobs = ([(writer, (path, w, start_at, seconds, seed)) for w in range(WRITERS)]
-            + [(reader, (path, r, start_at, seconds, False)) for r in range(READERS)]
-            + ([(reader, (path, 9, start_at, seconds, True))] if searcher else []))
+    ready_dir = directory / "ready"
+    ready_dir.mkdir(mode=0o700)
+    ready = (str(ready_dir), WRITERS + READERS + (1 if searcher else 0))
+    jobs = ([(writer, (path, w, ready, seconds, seed, min_rows)) for w in range(WRITERS)]
+            + [(reader, (path, r, ready, seconds, False)) for r in range(READERS)]
+            + ([(reader, (path, 9, ready, seconds, True))] if searcher else []))
     with ctx.Pool(len(jobs)) as pool:
         pending = [pool.apply_async(f, a) for f, a in jobs]
-        results = [p.get(timeout=seconds + 120) for p in pending]
+        results = [p.get(timeout=seconds + 300) for p in pending]
     return summarize(Path(path), results, seconds, searcher)
 
 

@@ -1,0 +1,65 @@
+"""The store surface recovery/ is allowed to use: one declared module.
+
+recovery/ (inspect, salvage, verify, repair, doctor) needs more of the
+store than an application does: file layout and modes, the identify gate,
+the migrations ledger, the names of the derived search tables, holder
+probes and the error taxonomy. It imports all of it from here and from
+nowhere else in sessiondb (tests/test_core_surface.py enforces it), so a
+change inside sessiondb that would break recovery shows up as a change to
+this file, and the surface recovery depends on can be read in one place.
+
+This module only re-exports; the code stays in the module that owns it.
+A few names are re-exported under a longer alias where the original
+(`migrations.pending`, `explain.commands`) reads as something else once
+it leaves its module.
+"""
+from __future__ import annotations
+
+from .classify import classify, classify_text
+from .codec import ROLES, fingerprint_of
+from .errors import (Cause, ForeignStore, InvalidInput, SearchIndexCorrupt, StorageError,
+                     StoreCorrupt, StoreNotFound, connection_errno, from_apsw, on_readonly_mount)
+from .explain import RECOVERED_NAME, StorageFailure, describe, hermes_command
+from .explain import commands as explain_commands
+from .holders import PROC, PROC_LOCKS, Holder, lock_holders, open_holders, other_holders
+from .identify import Identity, check_before_open, identify
+from .maintenance import WHY, refuse_if_held
+from .migrations import applied as applied_migrations
+from .migrations import apply_pending as apply_pending_migrations
+from .migrations import pending as pending_migrations
+from .migrations import unknown as unknown_migrations
+from .outfile import OutputError, fsync_dir, private_output, publish
+from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_file,
+                    ensure_private_dir, own_entries, profile_dir, resolve_home, validate_profile)
+from .policy import in_wal_reset_band, sqlite_library_version
+from .rows import one
+from .search_index import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE,
+                           corruption_is_index_only, stale_marker, triggers_attached)
+from .search_maintenance import SearchHealth, health_on
+from .spool import import_spool, spool_dir_for
+from .store import SessionDB
+from .vocab import MessageState
+
+__all__ = [
+    # the store and its errors
+    "SessionDB", "Cause", "StorageError", "ForeignStore", "InvalidInput", "SearchIndexCorrupt",
+    "StoreCorrupt", "StoreNotFound", "connection_errno", "from_apsw", "on_readonly_mount",
+    # classifying and explaining a failure
+    "classify", "classify_text", "StorageFailure", "describe", "hermes_command",
+    "explain_commands", "RECOVERED_NAME",
+    # files: layout, modes, durable renames
+    "FILE_MODE", "HOME_MODE", "SIDECARS", "STORE_NAME", "create_private_file",
+    "ensure_private_dir", "own_entries", "profile_dir", "resolve_home", "validate_profile",
+    "fsync_dir", "private_output", "publish", "OutputError",
+    # what a file is, and who holds it
+    "Identity", "identify", "check_before_open", "Holder", "PROC", "PROC_LOCKS",
+    "lock_holders", "open_holders", "other_holders", "refuse_if_held", "WHY",
+    # schema ledger and SQLite build policy
+    "applied_migrations", "pending_migrations", "unknown_migrations",
+    "apply_pending_migrations", "in_wal_reset_band", "sqlite_library_version",
+    # the derived search index
+    "FTS_TABLE", "TRIGRAM_TABLE", "INDEXES", "TEXT_VIEW", "TRIGGERS", "stale_marker",
+    "triggers_attached", "corruption_is_index_only", "SearchHealth", "health_on",
+    # row formats and the spool
+    "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
+]
