@@ -1,7 +1,7 @@
 """Scale benchmark (issue 19): a realistic store of N messages, and what costs what on it.
 
     python bench/scale.py [--messages 100000] [--long 100000] [--sqlite3 PATH]
-                          [--skip-recover] [--json OUT] [--work DIR]
+                          [--skip-recover] [--only PARTS] [--json OUT] [--work DIR]
 
 Builds, in one run (each measurement is its own process, so its peak RSS is
 its own; wall times are one run each):
@@ -11,9 +11,12 @@ its own; wall times are one run each):
    every 25,000 messages), and the time `sessions export` of the imported
    store takes (the peer of the import);
 2. `sessions import` of it into a fresh home: msg/s overall, and split into
-   the rows and the one-off search index build;
+   the rows (checked, committed, searchable through the exact tail) and the
+   search index catch-up the import drives after them in short batches;
 3. `doctor` (default) and `doctor --full`;
-4. `recover --inspect-only` beside `PRAGMA quick_check` on the same file;
+4. `recover --inspect-only` (the CLI, its quick_check stopped after 20 s,
+   and in-process without that deadline, by phase) beside `PRAGMA
+   quick_check` on the same file;
 5. `sessions show` (JSON, default page) and the API's `get_messages`
    (tail 500) of a separate store holding one session of --long messages;
 6. prune half of the sessions (the older half) + `sessions optimize`: the
@@ -91,17 +94,35 @@ def find_sqlite3(given: Path | None) -> Path | None:
 
 
 def import_split(home: Path, export: Path) -> dict[str, Any]:
-    """The import in-process, timing the one-off index build apart from the rows."""
+    """The import in-process, as the CLI runs it (no background indexer), timing
+    the rows (checked, committed, searchable through the tail) apart from the
+    index catch-up the import drives after them (importer._catch_up)."""
     code = ("import json, sys, time\nfrom sessiondb import SessionDB, importer\n"
-            "spent = {}\nbuild = importer._rebuild_index\n"
-            "def timed(db):\n    t = time.monotonic(); r = build(db)\n"
-            "    spent['index'] = time.monotonic() - t; return r\n"
-            "importer._rebuild_index = timed\n"
-            "t = time.monotonic()\nwith SessionDB.open(sys.argv[1]) as db:\n"
+            "spent = {}\ncatch = importer._catch_up\n"
+            "def timed(*a):\n    t = time.monotonic(); catch(*a)\n"
+            "    spent['index'] = time.monotonic() - t\n"
+            "importer._catch_up = timed\n"
+            "t = time.monotonic()\nwith SessionDB.open(sys.argv[1], background_index=False) as db:\n"
             "    r = importer.import_export_file(db, sys.argv[2])\n"
             "print(json.dumps({'seconds': time.monotonic() - t, 'index_seconds': spent.get('index', 0),"
             " 'messages': r.messages_added, 'search_index': r.search_index}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(home), str(export)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def inspect_phases(db: Path) -> dict[str, Any]:
+    """`recovery.inspect` in-process with no quick_check deadline (the CLI's is
+    20 s, which a loaded machine reaches at 100k), timing each phase."""
+    code = ("import json, sys, time\nfrom recovery import inspect\n"
+            "marks = []\nt = time.monotonic()\n"
+            "r = inspect(sys.argv[1], quick_seconds=1e9,"
+            " progress=lambda p: marks.append((p, time.monotonic())))\n"
+            "end = time.monotonic()\nmarks.append(('end', end))\n"
+            "print(json.dumps({'seconds': round(end - t, 3), 'verdict': r.verdict,"
+            " 'timed_out': r.quick_check['timed_out'], 'phases': {p: round(marks[i + 1][1] - m, 3)"
+            " for i, (p, m) in enumerate(marks[:-1])}}))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(db)], cwd=ROOT,
                           stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
 
@@ -142,7 +163,11 @@ def main() -> None:
     ap.add_argument("--skip-recover", action="store_true")
     ap.add_argument("--work", type=Path, help="directory for the stores (default: a temp dir)")
     ap.add_argument("--json", type=Path, help="write the results here too")
+    ap.add_argument("--only", default=",".join(PARTS),
+                    help=f"comma-separated parts to run (default all: {','.join(PARTS)}); "
+                         "the export and the import always run")
     a = ap.parse_args()
+    a.only = set(a.only.split(","))
     work = Path(tempfile.mkdtemp(prefix="hermes-scale-", dir=a.work))
     res: dict[str, Any] = {"messages": a.messages, "long": a.long, "work": str(work)}
     try:
@@ -159,7 +184,11 @@ def step(res: dict[str, Any], name: str, value: Any) -> None:
     print(f"{name}: {json.dumps(value)}", file=sys.stderr, flush=True)
 
 
+PARTS = ("doctor", "inspect", "recover", "long", "reclaim")
+
+
 def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
+    res["load_average_start"] = os.getloadavg()
     export = work / "export.jsonl"
     t = time.monotonic()
     step(res, "export_file", {**write_export(export, a.messages),
@@ -168,22 +197,35 @@ def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     split = import_split(home, export)
     step(res, "import", {**split, "msg_per_s": round(split["messages"] / split["seconds"]),
                          "rows_msg_per_s": round(split["messages"] / max(
-                             split["seconds"] - split["index_seconds"], 1e-9))})
+                             split["seconds"] - split["index_seconds"], 1e-9)),
+                         "load_average": os.getloadavg()})
     db = home / "state.db"
     step(res, "store_bytes", bundle_bytes(db))
     step(res, "export_peer", hermes(home, "sessions", "export", "--all", "-o",
                                     str(work / "re.jsonl")))
     (work / "re.jsonl").unlink(missing_ok=True)
-    step(res, "doctor_default", hermes(home, "doctor", "--json"))
-    step(res, "doctor_full", hermes(home, "doctor", "--full", "--json"))
-    step(res, "inspect_only", hermes(home, "sessions", "recover", "--source", str(db),
-                                     "--inspect-only", "--json"))
-    step(res, "quick_check_seconds", quick_check_seconds(db))
-    if not a.skip_recover:
+    if "doctor" in a.only:
+        step(res, "doctor_default", hermes(home, "doctor", "--json"))
+        step(res, "doctor_full", hermes(home, "doctor", "--full", "--json"))
+    if "inspect" in a.only:
+        insp = hermes(home, "sessions", "recover", "--source", str(db), "--inspect-only",
+                      "--json", out=work / "inspect.json")
+        report = json.loads((work / "inspect.json").read_text())
+        step(res, "inspect_only", {**insp, "verdict": report["verdict"],
+                                   "quick_check": report["quick_check"],
+                                   "fts": [(f["name"], f["method"], f["probes"])
+                                           for f in report["fts"]],
+                                   "elapsed_s": report["elapsed_s"]})
+        step(res, "inspect_unbounded", inspect_phases(db))
+        step(res, "quick_check_seconds", quick_check_seconds(db))
+        step(res, "inspect_over_quick_check", round(
+            res["inspect_unbounded"]["seconds"] / res["quick_check_seconds"], 2))
+    if not a.skip_recover and "recover" in a.only:
         recover_pair(a, home, db, work, res)
-    if a.long:
+    if a.long and "long" in a.only:
         long_session(a, work, res)
-    reclaim(home, db, work, res)
+    if "reclaim" in a.only:
+        reclaim(home, db, work, res)
 
 
 def recover_pair(a: argparse.Namespace, home: Path, db: Path, work: Path,

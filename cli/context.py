@@ -19,10 +19,11 @@ class AppContext:
     #: the home's SQLite file (the home still holds the spool).
     store_url: str | None = None
 
-    def open_store(self, *, create: bool = True) -> SessionDB:
+    def open_store(self, *, create: bool = True, background_index: bool = True) -> SessionDB:
         """The home's store. Reading commands pass ``create=False``: a missing
         store is then "no store at PATH" and nothing is created."""
-        return SessionDB.open(self.home, self.profile, create=create, url=self.store_url)
+        return SessionDB.open(self.home, self.profile, create=create, url=self.store_url,
+                              background_index=background_index)
 
     def command(self, *args: str) -> str:
         """A hermes command line pinned to this home and profile, ready to paste."""

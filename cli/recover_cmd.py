@@ -88,7 +88,8 @@ def print_inspect(r: InspectReport) -> None:
         table(((t.name, t.kind, "yes" if t.readable else "NO", t.rows) for t in r.tables),
               ("table", "kind", "readable", "rows read"))
     for f in r.fts:
-        click.echo(f"fts {f.name}: integrity {'ok' if f.integrity_ok else 'FAILED'}, "
+        check = "integrity" if f.method == "integrity-check" else f"{f.probes} sampled probes"
+        click.echo(f"fts {f.name}: {check} {'ok' if f.integrity_ok else 'FAILED'}, "
                    f"probe {'ok' if f.probe_ok else 'FAILED'}")
     if r.fts_stale:
         click.echo("fts: marked stale (fts_stale)")
@@ -140,8 +141,13 @@ def print_recovery(r: RecoveryReport) -> None:
     click.echo(f"next: {step}" if step else "next: no command to run")
 
 
-def _run_inspect(source: Path, work_dir: Path | None, as_json: bool) -> int:
-    report = inspect(source, work_dir=work_dir)
+def _inspect_phase(text: str) -> None:
+    click.echo(f"inspect: {text}...", err=True)
+
+
+def _run_inspect(source: Path, work_dir: Path | None, as_json: bool, full: bool) -> int:
+    report = inspect(source, work_dir=work_dir, fts_full=True if full else None,
+                     progress=_inspect_phase if sys.stderr.isatty() else None)
     emit_json(report.to_dict()) if as_json else print_inspect(report)
     return INSPECT_EXIT[report.verdict]
 
@@ -176,10 +182,14 @@ def _run_recover(source: Path, output: Path, opts: dict[str, Any], as_json: bool
 @click.option("--template", type=click.Path(path_type=Path),
               help="When the source's schema page is lost: a healthy file (or a .sql "
                    "schema) from the same program, read only, whose schema to recover by.")
+@click.option("--full", is_flag=True,
+              help="With --inspect-only: FTS5's integrity-check at any size (past 128 MiB "
+                   "the default samples the search index).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full report as JSON.")
 def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_path: Path | None,
                 work_dir: Path | None, allow_partial: bool, lanes: tuple[str, ...],
-                include_freelist: bool, template: Path | None, as_json: bool) -> None:
+                include_freelist: bool, template: Path | None, full: bool,
+                as_json: bool) -> None:
     """Inspect a damaged store, or copy every readable row into a new verified one.
 
     Exit codes: 0 healthy / fully recovered, 1 runtime error, 2 usage error,
@@ -204,8 +214,10 @@ def recover_cmd(source: Path, inspect_only: bool, output: Path | None, report_pa
                              or template):
             raise RecoveryUsageError("--report, --allow-partial, --lane, --template and "
                                      "--include-freelist only apply with --output")
+        if full and not inspect_only:
+            raise RecoveryUsageError("--full only applies with --inspect-only")
         if inspect_only:
-            code = _run_inspect(source, work_dir, as_json)
+            code = _run_inspect(source, work_dir, as_json, full)
         else:
             assert output is not None
             code = _run_recover(source, output, {

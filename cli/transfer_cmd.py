@@ -134,8 +134,8 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
     SQLite sources (hermes-agent, llm) are read through a private copy,
     never opened in place. JSON keys: source_format, path, dry_run,
     sessions_in_file, sessions_created, sessions_existing, messages_in_file,
-    messages_added, messages_skipped, usage_rows_in_file, usage_rows_added,
-    tables, not_carried.
+    messages_added, messages_skipped, search_index, index_backlog,
+    usage_rows_in_file, usage_rows_added, tables, not_carried.
 
     \b
     Example:
@@ -144,9 +144,14 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
       hermes --home ~/.hermes-state sessions import --from hermes-agent ~/.hermes/state.db
     """
     run = _IMPORTERS[source]
-    with app.open_store(create=not dry_run) as db, ExitStack() as stack:
-        result = run(db, path, dry_run=dry_run, progress_for=lambda total: stack.enter_context(
-            progress(total, "importing")))
+    # No background indexer: the import drives the index itself once its rows
+    # are in (sessiondb/import_index.py), instead of a thread interleaving batches.
+    with app.open_store(create=not dry_run, background_index=False) as db, \
+            ExitStack() as bars:
+        def bar(total: int, label: str = "importing") -> Any:
+            bars.close()  # one bar at a time: the rows', then the index's
+            return bars.enter_context(progress(total, label))
+        result = run(db, path, dry_run=dry_run, progress_for=bar)
     if as_json:
         emit_json(result.to_dict())
     else:

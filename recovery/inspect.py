@@ -7,12 +7,11 @@ do next: the copy table `sessiondb.explain` words every damage verdict
 """
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import apsw
 
@@ -25,6 +24,8 @@ from .carve_types import CarveError
 from .schema_source import guess, survey
 from .catalog import READ_ERRORS, Catalog, quote, read_catalog
 from .errors import RecoveryIOError, SourceChanging
+from .inspect_fts import FULL_CHECK_BYTES, FtsHealth, check_fts
+from .inspect_fts import fts_health as fts_health  # verify.py's full check, by its old name
 from .snapshot import Snapshot, take_snapshot
 from .vocab import Verdict
 
@@ -40,16 +41,6 @@ class TableHealth:
     kind: str
     readable: bool
     rows: int
-    error: str | None = None
-
-
-@dataclass
-class FtsHealth:
-    """One fts5 table: its integrity-check and a MATCH probe."""
-
-    name: str
-    integrity_ok: bool
-    probe_ok: bool
     error: str | None = None
 
 
@@ -201,20 +192,22 @@ def _check_one_file(conn: apsw.Connection) -> list[str]:
 
 
 def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float) -> dict[str, Any]:
-    """``PRAGMA quick_check`` table by table (so damage can be placed in data
-    or in derived tables), interrupted after ``seconds`` on large files."""
+    """``PRAGMA quick_check``, interrupted after ``seconds`` on large files.
+    The whole file once (it covers every table, the freelist and the page
+    accounting); only when it finds damage, table by table, so the damage
+    can be placed in data or in derived tables."""
     deadline = time.monotonic() + seconds
     conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
     per_table: dict[str, list[str]] = {}
     timed_out = False
     try:
-        for name, spec in cat.tables.items():
-            if spec.kind != "internal":
-                per_table[name] = _check_one(conn, name)
-        if all(lines == ["ok"] for lines in per_table.values()):
-            # Per-table checks skip the freelist and page accounting; a
-            # damaged freelist would hand garbage pages to the next write.
-            per_table[FILE_CHECK] = _check_one_file(conn)
+        whole = _check_one_file(conn)
+        if whole != ["ok"]:
+            for name, spec in cat.tables.items():
+                if spec.kind != "internal":
+                    per_table[name] = _check_one(conn, name)
+            if all(lines == ["ok"] for lines in per_table.values()):
+                per_table[FILE_CHECK] = whole  # damage no table owns (freelist, pages)
     except apsw.InterruptError:
         timed_out = True
     finally:
@@ -223,37 +216,6 @@ def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float) -> 
     data_bad = [n for n in bad if n not in cat.tables or cat.tables[n].kind != "derived"]
     return {"ok": None if timed_out and not bad else not bad, "timed_out": timed_out,
             "damaged": bad, "derived_only": bool(bad) and not data_bad}
-
-
-def _probe_token(conn: apsw.Connection, name: str) -> tuple[int, str] | None:
-    for row in conn.execute(f"SELECT rowid, * FROM {quote(name)} LIMIT 50"):
-        for value in row[1:]:
-            if isinstance(value, str):
-                m = re.search(r"[^\W_]{3,}", value)
-                if m:
-                    return row[0], m.group(0)
-    return None
-
-
-def fts_health(conn: apsw.Connection, name: str) -> FtsHealth:
-    """integrity-check, then a MATCH for a word of an indexed row must find it."""
-    q = quote(name)
-    try:
-        conn.execute(f"INSERT INTO {q}({q}) VALUES('integrity-check')")
-    except READ_ERRORS as e:
-        return FtsHealth(name, False, False, _err(e))
-    try:
-        probe = _probe_token(conn, name)
-        if probe is None:
-            conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ? LIMIT 1", ('"probe"',))
-            return FtsHealth(name, True, True)
-        rowid, word = probe
-        hits = {r[0] for r in conn.execute(f"SELECT rowid FROM {q} WHERE {q} MATCH ?",
-                                           (f'"{word}"',))}
-        ok = rowid in hits
-        return FtsHealth(name, True, ok, None if ok else "MATCH probe missed an indexed row")
-    except READ_ERRORS as e:
-        return FtsHealth(name, True, False, _err(e))
 
 
 def _fts_stale(conn: apsw.Connection, cat: Catalog) -> bool:
@@ -271,24 +233,35 @@ def _schema_version(conn: apsw.Connection) -> dict[str, list[str]]:
             "unknown": unknown_migrations(conn)}
 
 
+Phase = Callable[[str], None]  # told each phase of a long check, for a terminal
+
+
 def analyse_copy(snap: Snapshot, report: InspectReport,
-                 quick_seconds: float = QUICK_CHECK_SECONDS) -> Catalog | None:
-    """Fill ``report`` from the snapshot copy; returns the catalog if readable."""
+                 quick_seconds: float = QUICK_CHECK_SECONDS, *, fts_full: bool | None = None,
+                 progress: Phase | None = None) -> Catalog | None:
+    """Fill ``report`` from the snapshot copy; returns the catalog if readable.
+    ``fts_full`` None: the exhaustive FTS5 check only up to FULL_CHECK_BYTES."""
     copy = snap.db_copy
     wal = Path(f"{copy}-wal")
     report.wal = headers.summarize_wal(wal) if wal.exists() else None
     report.header = headers.read_db_header(copy).to_dict()
     report.header_fixes = headers.repair_header(
         copy, (report.wal or {}).get("page_size"), wal.exists())
+    if fts_full is None:
+        fts_full = sum(p.stat().st_size for p in (copy, wal) if p.exists()) <= FULL_CHECK_BYTES
     try:
         conn = open_copy(copy)
     except READ_ERRORS as e:
         report.schema_error = _err(e)
         return None
     try:
-        return _analyse_open(conn, report, quick_seconds)
+        return _analyse_open(conn, report, quick_seconds, fts_full, progress or _quiet)
     finally:
         conn.close()
+
+
+def _quiet(_phase: str) -> None:
+    pass
 
 
 def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catalog | None:
@@ -309,8 +282,8 @@ def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catal
     return cat
 
 
-def _analyse_open(conn: apsw.Connection, report: InspectReport,
-                  quick_seconds: float) -> Catalog | None:
+def _analyse_open(conn: apsw.Connection, report: InspectReport, quick_seconds: float,
+                  fts_full: bool, progress: Phase) -> Catalog | None:
     cat = read_catalog_tolerant(conn, report)
     if cat is None:
         return None
@@ -319,6 +292,7 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
     if cat.unreadable:
         report.schema_error = (report.schema_error or "") + (
             f"schema entries not readable (not valid UTF-8): {', '.join(cat.unreadable[:5])}")
+    progress("reading every table")
     for name, spec in cat.tables.items():
         if spec.kind in ("data", "ledger"):
             report.tables.append(_read_table(conn, cat, name))
@@ -326,8 +300,11 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport,
         report.migrations = {} if cat.foreign else _schema_version(conn)
     except READ_ERRORS as e:
         report.migrations = {"error": [_err(e)]}
-    report.fts = [fts_health(conn, name) for name in cat.fts5]
+    if cat.fts5:
+        progress("checking the search index" + ("" if fts_full else " (sampled)"))
+    report.fts = [check_fts(conn, name, full=fts_full) for name in cat.fts5]
     report.fts_stale = _fts_stale(conn, cat)
+    progress("quick_check of every page")
     report.quick_check = bounded_quick_check(conn, cat, quick_seconds)
     return cat
 
@@ -425,18 +402,24 @@ def _guess(report: InspectReport) -> None:
 
 
 def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,
-                     estimate: bool | None = True) -> tuple[InspectReport, Catalog | None]:
+                     estimate: bool | str | None = True, fts_full: bool | None = None,
+                     progress: Phase | None = None,
+                     ) -> tuple[InspectReport, Catalog | None]:
     """Analyse a snapshot taken by the caller. ``estimate`` None (what
     recover uses) estimates carving only when SQLite cannot read the schema,
-    since only then does the verdict depend on it."""
+    since only then does the verdict depend on it; "damaged" (what inspect
+    uses) also when the copy is not healthy (on a healthy file the rows read
+    are exact, and the estimate walks every page in Python)."""
     started = time.monotonic()
     report = InspectReport(str(snap.source), Verdict.HEALTHY, Verdict.HEALTHY)
     report.shm_present = snap.has("-shm")
     report.journal_present = snap.has("-journal")
     report.holders = [h.to_dict() for h in snap.holders]
     report.fingerprints = snap.to_dict()
-    cat = analyse_copy(snap, report, quick_seconds)
-    if estimate or (estimate is None and not report.schema_readable):
+    cat = analyse_copy(snap, report, quick_seconds, fts_full=fts_full, progress=progress)
+    if _wants_estimate(estimate, report):
+        if progress is not None:
+            progress("estimating what carving would find")
         # after analyse_copy: on the copy as its header was repaired
         report.carve_estimate = estimate_carving(snap.db_copy)
         _guess(report)
@@ -446,15 +429,29 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     return finish(report, snap), cat
 
 
+def _wants_estimate(estimate: bool | str | None, report: InspectReport) -> bool:
+    if not report.schema_readable:
+        return estimate is not False
+    if estimate == "damaged":
+        return data_verdict(report) != Verdict.HEALTHY
+    return estimate is True
+
+
 def inspect(source: str | Path, *, work_dir: str | Path | None = None,
             quick_seconds: float = QUICK_CHECK_SECONDS, keep_work: bool = False,
+            fts_full: bool | None = None, progress: Phase | None = None,
             **snapshot_kw: Any) -> InspectReport:
     """Snapshot ``source`` into a private work dir and describe it.
 
     A source that changes during the copy yields verdict ``source_changing``
     rather than an exception; other snapshot failures raise RecoveryError.
+    ``fts_full`` None checks the search index exhaustively up to
+    FULL_CHECK_BYTES, by samples above (see inspect_fts.py); ``progress`` is
+    told each phase.
     """
     source = Path(source)
+    if progress is not None:
+        progress("copying the store into a private snapshot")
     try:
         snap = take_snapshot(source, Path(work_dir) if work_dir else None, **snapshot_kw)
     except SourceChanging as e:
@@ -466,7 +463,8 @@ def inspect(source: str | Path, *, work_dir: str | Path | None = None,
     except OSError as e:
         raise RecoveryIOError(f"cannot copy {source}: {e}", path=str(source)) from e
     try:
-        return inspect_snapshot(snap, quick_seconds=quick_seconds)[0]
+        return inspect_snapshot(snap, quick_seconds=quick_seconds, estimate="damaged",
+                                fts_full=fts_full, progress=progress)[0]
     except OSError as e:
         raise RecoveryIOError(f"inspection stopped by an I/O error: {e}",
                               path=getattr(e, "filename", None)) from e

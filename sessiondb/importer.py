@@ -11,30 +11,33 @@ A session missing from the store is created with the exported row's
 values (start/update/end times, token usage), its message and tool-call
 counters derived from the rows actually inserted, never taken from the
 file; a session that exists keeps its row and only gains the messages it
-lacks (its counters move with them). Messages are
-written in bounded chunks, one transaction each, so a large import never
-holds the write lock for long and an interrupted one can simply be re-run.
+lacks (its counters move with them). Messages are written in chunks of
+``CHUNK``, and the writing pass commits every ``BATCH_ROWS`` rows (one
+transaction spans many short sessions; each session's writes are savepoints
+in it), so a large import never holds the write lock for long, memory holds
+one chunk, and an interrupted import can simply be re-run.
 
 The bulk path. Into a session this import created, a chunk goes in as one
 ``executemany`` (positions kept in memory and checked against the store,
-known uids dropped by one query, once per chunk), with the session's counters moved once per
-chunk, not per message. When the import brings at least as many messages
-as the store holds and no other process holds it, the search index is
-built once at the end instead of row by row: it is marked stale (search
-scans meanwhile, exactly), and rebuilt after the last chunk; an interrupted
-import leaves it stale and the next open or `sessions reindex` rebuilds it.
+known uids dropped by one query, once per chunk), with the session's
+counters moved once per chunk, not per message. The import writes
+canonical rows only: the search index is the off-commit indexer's (rows
+above its watermark are searched exactly through the tail scan as soon as
+their batch commits), and after the last batch the import drives the
+indexer in short batches of its own (see import_index.py).
 """
 from __future__ import annotations
 
 import itertools
 import json
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
 
 import apsw
 
-from . import holders, search_index
+from . import import_index
 from . import messages as rows
 from . import sessions as session_rows
 from . import usage
@@ -44,13 +47,15 @@ from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .import_spill import Spill, SpillWriter, encoded_from
 from .paths import validate_session_id
 from .sessions import Session
-from .rows import one
 from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 CHUNK = 500
+#: rows per transaction of the writing pass (~20-40 ms of writing); its chunks
+#: (one executemany each) stay CHUNK long, so memory holds one chunk
+BATCH_ROWS = 2_000
 STATES = frozenset(s.value for s in MessageState)  # plain: named in error text
 
 
@@ -78,8 +83,10 @@ class SessionIn:
         return self.row["id"]
 
 
-@dataclass(frozen=True)
-class MessageIn:
+class MessageIn(NamedTuple):
+    """A message to import (a NamedTuple: one is built per message, twice, and
+    a frozen dataclass costs a few microseconds more each time)."""
+
     session_id: str
     uid: str
     timestamp: float
@@ -94,7 +101,12 @@ class MessageIn:
     def row(self) -> EncodedMessage:
         if self.encoded is not None:
             return self.encoded
-        return encode(self.message, uid=self.uid)._replace(timestamp=self.timestamp)
+        return _at(encode(self.message, uid=self.uid), self.timestamp)
+
+
+def _at(enc: EncodedMessage, timestamp: float) -> EncodedMessage:
+    """``enc`` with the record's own time (``_replace`` builds a dict a call)."""
+    return EncodedMessage._make((*enc[:8], timestamp, *enc[9:]))
 
 
 @dataclass(frozen=True)
@@ -120,9 +132,11 @@ class ImportResult:
     messages_in_file: int = 0
     messages_added: int = 0
     messages_skipped: int = 0
-    #: how the search index followed: "incremental" (row by row), "rebuilt" (once,
-    #: at the end), "stale" (to be rebuilt: another process held the store)
-    search_index: str = "incremental"
+    #: the search index when the import returned (see import_index.py):
+    #: "caught_up", "pending" (``index_backlog`` rows left to the indexer; search
+    #: is exact meanwhile) or "stale" (untrusted before the import: reindex)
+    search_index: str = "caught_up"
+    index_backlog: int = 0
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
     #: Rows per table of a foreign source, and what was not carried over (why).
@@ -206,7 +220,7 @@ def check_message(m: MessageIn) -> EncodedMessage:
     if not isinstance(m.kind, str) or not m.kind:
         raise _bad(m.line, "message 'kind' must be a non-empty string")
     try:
-        return encode(m.message, uid=m.uid)._replace(timestamp=m.timestamp)
+        return _at(encode(m.message, uid=m.uid), m.timestamp)
     except InvalidMessage as e:
         raise _bad(m.line, str(e)) from None
 
@@ -299,8 +313,33 @@ class _Run:
     chunk: list[MessageIn] = field(default_factory=list)
     orphan_parents: dict[str, str] = field(default_factory=dict)
     next_position: int = 1  # of the session this import created (bulk path)
+    #: the writing pass's open transaction: it spans sessions (each session's
+    #: own writes are savepoints inside it) and commits every BATCH_ROWS rows,
+    #: so a store of short sessions is not written at three commits a session
+    batch: ExitStack | None = None
+    batch_rows: int = 0
 
     def feed(self, rec: Record) -> None:
+        if not self.result.dry_run and self.batch is None:
+            self.batch = ExitStack()
+            self.batch.enter_context(self.db.atomic())
+        self._feed(rec)
+        if self.batch_rows >= BATCH_ROWS:
+            self.commit()
+
+    def commit(self) -> None:
+        """End the writing pass's transaction (none open: nothing to do)."""
+        batch, self.batch, self.batch_rows = self.batch, None, 0
+        if batch is not None:
+            batch.close()
+
+    def abort(self, exc: BaseException) -> None:
+        """Roll the open transaction back (the rows of this batch, not earlier ones)."""
+        batch, self.batch = self.batch, None
+        if batch is not None:
+            batch.__exit__(type(exc), exc, exc.__traceback__)
+
+    def _feed(self, rec: Record) -> None:
         if self.ended:
             raise _bad(rec.line, "records after the end record")
         if isinstance(rec, SessionIn):
@@ -394,6 +433,7 @@ class _Run:
                 added = self._write(conn, chunk)
         self.result.messages_added += added
         self.result.messages_skipped += len(chunk) - added
+        self.batch_rows += len(chunk)
         if self.progress is not None:
             self.progress(len(chunk))
 
@@ -460,18 +500,24 @@ def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
          progress: Progress | None, require_end: bool,
          spill: SpillWriter | None = None) -> ImportResult:
     run = _Run(db, result, progress, spill)
-    for rec in records:
-        run.feed(rec)
-    if not run.ended:
-        if require_end:
-            raise ImportFileError("the file ends without its end record (truncated?); "
-                                  "nothing was imported")
-        run.finish_session()
-    run.link_parents()
+    try:
+        for rec in records:
+            run.feed(rec)
+        if not run.ended:
+            if require_end:
+                raise ImportFileError("the file ends without its end record (truncated?); "
+                                      "nothing was imported")
+            run.finish_session()
+        run.link_parents()
+    except BaseException as e:
+        run.abort(e)
+        raise
+    run.commit()
     return result
 
 
-ProgressFor = Callable[[int], Progress | None]
+#: called with the planned count (and "indexing" for the index's catch-up)
+ProgressFor = Callable[..., Progress | None]
 
 
 def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], *,
@@ -483,21 +529,30 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
     ``open_records`` is called once: the checking pass spills each checked
     record (see import_spill.py) and the writing pass reads them back.
     ``progress_for`` gets the planned message count before the writing pass
-    and returns a callback that is told how many messages each chunk handled.
+    and returns a callback that is told how many messages each chunk handled;
+    after the rows, it is called again with the index backlog and
+    ``"indexing"`` for the catch-up (see import_index.py).
     """
     if dry_run:
-        return _run(db, open_records(), ImportResult(source_format, path, True), None,
-                    require_end)
+        planned = _run(db, open_records(), ImportResult(source_format, path, True), None,
+                       require_end)
+        planned.search_index, planned.index_backlog = import_index.state(db)
+        return planned
     with Spill(db.path.parent) as spill:
         plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
                     require_end, spill.write)
         progress = progress_for(plan.messages_in_file) if progress_for is not None else None
         result = ImportResult(source_format, path, False)
-        deferred = _defer_index(db, plan)
         _run(db, _unspill(spill.read()), result, progress, require_end)
-    if deferred:
-        result.search_index = _rebuild_index(db)
+    _catch_up(db, result, progress_for)
     return result
+
+
+def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None) -> None:
+    """The rows are committed: bring the search index to date in short batches."""
+    total = import_index.backlog_rows(db)
+    progress = progress_for(total, "indexing") if progress_for and total else None
+    result.search_index, result.index_backlog = import_index.catch_up(db, progress)
 
 
 def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
@@ -510,30 +565,6 @@ def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
             yield SessionIn(rec[1], rec[2], tuple(rec[3]))
         else:
             yield EndIn(rec[1], rec[2], rec[3])
-
-
-def _defer_index(db: SessionDB, plan: ImportResult) -> bool:
-    """Detach the search index for the import (marked stale) when building it
-    once is cheaper than row by row: the import at least doubles the store,
-    and no other process holds it (a rebuild needs the store alone)."""
-    if getattr(db, "backend", "sqlite") != "sqlite":
-        return False  # the SQLite FTS index only; a server's index is its own business
-    if plan.messages_added == 0 or holders.other_holders(db.path) != []:
-        return False
-    with db.atomic() as conn:
-        (stored,) = one(conn.execute("SELECT count(*) FROM messages"))
-        if stored > plan.messages_added or search_index.stale_marker(conn) is not None:
-            return False
-        search_index.mark_stale(conn, "bulk import: the index is built once at the end", None)
-    return True
-
-
-def _rebuild_index(db: SessionDB) -> str:
-    try:
-        db.rebuild_search_index()
-    except StorageError:  # refused (a holder appeared) or failed: stays stale, search scans
-        return "stale"
-    return "rebuilt"
 
 
 def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,

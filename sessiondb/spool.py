@@ -21,7 +21,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any, Iterator
 
 import apsw
 
@@ -247,40 +247,76 @@ class SpoolImportReport:
                 "files": [dataclasses.asdict(f) for f in self.files]}
 
 
-def _parse(data: bytes, result: SpoolFileResult) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of a spool file; a torn last line is noted, not fatal."""
-    pieces = data.split(b"\n")
-    records = []
-    for number, raw in enumerate(pieces, start=1):
+# The import reads a spool file twice, a line at a time (memory stays one line
+# and one chunk, whatever the file's size): a checking pass that parses every
+# line and encodes every message, then, only if all of them checked out, the
+# writing pass, in one transaction, ``CHUNK`` messages at a time.
+CHUNK = 500
+
+
+def _records(f: IO[bytes], result: SpoolFileResult | None) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of a spool file from its start; with ``result``,
+    an unreadable line is noted (the last one, without its newline, as a torn
+    write; any other as bad)."""
+    f.seek(0)
+    for number, raw in enumerate(f, start=1):
         if not raw.strip():
             continue
-        is_last = number == len(pieces)  # no newline after it: the write was torn
         try:
             record = json.loads(raw.decode("utf-8"))
             if not isinstance(record, dict):
                 raise ValueError("not an object")
         except ValueError:
-            if is_last:
+            if result is not None and not raw.endswith(b"\n"):
                 result.truncated_last_line = number
-            else:
+            elif result is not None:
                 result.bad_lines.append(number)
             continue
-        records.append((number, record))
-    return records
+        yield number, record
 
 
-def _encoded(records: Iterable[tuple[int, dict[str, Any]]], result: SpoolFileResult,
-             ) -> list[EncodedMessage]:
-    out = []
-    for number, record in records:
-        if record.get("kind") != "message":
-            continue
-        try:
-            enc = encode(record["message"], uid=str(record["uid"]))
-            out.append(enc._replace(timestamp=checked_time(record["timestamp"], "timestamp")))
-        except (KeyError, TypeError, ValueError, InvalidInput, InvalidMessage):
-            result.bad_lines.append(number)
-    return out
+def _encoded(record: dict[str, Any]) -> EncodedMessage | None:
+    """A message record's row, or None when it does not check out."""
+    try:
+        enc = encode(record["message"], uid=str(record["uid"]))
+        return enc._replace(timestamp=checked_time(record["timestamp"], "timestamp"))
+    except (KeyError, TypeError, ValueError, InvalidInput, InvalidMessage):
+        return None
+
+
+def _scan(f: IO[bytes], result: SpoolFileResult) -> tuple[dict[str, Any], Any]:
+    """The checking pass: counts and bad lines into ``result``; returns the
+    session line (or {}) and the first message's session id."""
+    head: dict[str, Any] | None = None
+    first_sid: Any = None
+    seen_message = False
+    for number, record in _records(f, result):
+        kind = record.get("kind")
+        if kind == "session" and head is None:
+            head = record
+        elif kind == "message":
+            if not seen_message:
+                first_sid, seen_message = record.get("session_id"), True
+            if _encoded(record) is None:
+                result.bad_lines.append(number)
+            else:
+                result.messages += 1
+    result.bad_lines.sort()
+    return head or {}, first_sid
+
+
+def _chunks(f: IO[bytes]) -> Iterator[list[EncodedMessage]]:
+    """The writing pass: the checked messages again, ``CHUNK`` at a time."""
+    chunk: list[EncodedMessage] = []
+    for _number, record in _records(f, None):
+        enc = _encoded(record) if record.get("kind") == "message" else None
+        if enc is not None:
+            chunk.append(enc)
+            if len(chunk) >= CHUNK:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
 
 
 def _present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> set[str]:
@@ -293,25 +329,25 @@ def _present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> se
 
 
 def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
-                   encoded: list[EncodedMessage], dry_run: bool) -> int:
+                   f: IO[bytes], dry_run: bool) -> int:
     """Insert what is missing (one transaction); returns how many were present."""
-    uids = [e.uid for e in encoded]
     if dry_run:
         with db.core.read() as conn:
             if not sessions.exists(conn, session_id):
                 return 0
-            return len(_present_uids(conn, session_id, uids))
-
-    def body(conn: apsw.Connection) -> int:
+            return sum(len(_present_uids(conn, session_id, [e.uid for e in chunk]))
+                       for chunk in _chunks(f))
+    with db.atomic() as conn:
         if not sessions.exists(conn, session_id):
             sessions.create(conn, session_id, source=str(meta.get("source") or "spool"),
                             model=meta.get("model"), title=meta.get("title"),
                             parent_session_id=None, now=db.now())
-        present = _present_uids(conn, session_id, uids)
-        db.insert_encoded(conn, session_id, [e for e in encoded if e.uid not in present])
-        return len(present)
-    with db.atomic() as conn:
-        return body(conn)
+        present = 0
+        for chunk in _chunks(f):
+            known = _present_uids(conn, session_id, [e.uid for e in chunk])
+            db.insert_encoded(conn, session_id, [e for e in chunk if e.uid not in known])
+            present += len(known)
+        return present
 
 
 def _trim(path: Path) -> None:
@@ -348,37 +384,38 @@ def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
         return result
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        records = _parse(os.pread(fd, size, 0), result)
-        head = next((r for _, r in records if r.get("kind") == "session"), {})
-        messages = [r for _, r in records if r.get("kind") == "message"]
-        session_id = head.get("session_id") or (messages[0].get("session_id")
-                                                if messages else None)
-        result.session_id = session_id if isinstance(session_id, str) else None
-        encoded = _encoded(records, result)
-        result.messages = len(encoded)
-        if result.bad_lines:
-            return result
-        if not encoded:  # nothing to import: do not leave it to warn forever
-            result.empty = True
-            if not dry_run:
-                result.moved_to = str(_move_to_imported(path))
-            return result
-        if session_id is None:
-            result.error = "no session id in the file"
-            return result
-        try:
-            paths.validate_session_id(session_id)
-            result.already_present = _store_records(db, session_id, head, encoded, dry_run)
-        except StorageError as e:
-            result.error = " ".join(str(e).split())
-            return result
-        result.imported = len(encoded) - result.already_present
-        if not dry_run:
-            result.moved_to = str(_move_to_imported(path))
+        # a second descriptor of the same open file: the flock stays on ``fd``
+        with os.fdopen(os.dup(fd), "rb") as f:
+            _import_locked(db, path, f, result, dry_run)
     finally:
         os.close(fd)
     return result
+
+
+def _import_locked(db: "SessionDB", path: Path, f: IO[bytes], result: SpoolFileResult,
+                   dry_run: bool) -> None:
+    head, first_sid = _scan(f, result)
+    session_id = head.get("session_id") or first_sid
+    result.session_id = session_id if isinstance(session_id, str) else None
+    if result.bad_lines:
+        return
+    if not result.messages:  # nothing to import: do not leave it to warn forever
+        result.empty = True
+        if not dry_run:
+            result.moved_to = str(_move_to_imported(path))
+        return
+    if session_id is None:
+        result.error = "no session id in the file"
+        return
+    try:
+        paths.validate_session_id(session_id)
+        result.already_present = _store_records(db, session_id, head, f, dry_run)
+    except StorageError as e:
+        result.error = " ".join(str(e).split())
+        return
+    result.imported = result.messages - result.already_present
+    if not dry_run:
+        result.moved_to = str(_move_to_imported(path))
 
 
 def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = None,

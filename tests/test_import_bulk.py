@@ -1,5 +1,6 @@
-"""The import's bulk path: spilled checked records, executemany per chunk, the
-search index built once at the end when that is cheaper."""
+"""The import's bulk path: spilled checked records, executemany per chunk, and
+the search index left to the off-commit indexer, which the import then drives
+in short batches (search exact at every point)."""
 from __future__ import annotations
 
 import json
@@ -29,12 +30,13 @@ def make_export(tmp_path: Path, sessions: int = 3, per: int = 1200) -> Path:
     return out
 
 
-@pytest.mark.sqlite_only("the SQLite FTS index, detached and rebuilt by the import")
-def test_fresh_store_gets_rows_counters_and_a_rebuilt_index(open_store, tmp_path):
+def test_fresh_store_gets_rows_counters_and_a_caught_up_index(open_store, tmp_path):
     out = make_export(tmp_path)
     db = open_store(tmp_path / "new" / "state.db")
     result = import_export_file(db, out)
-    assert result.messages_added == 3600 and result.search_index == "rebuilt"
+    assert result.messages_added == 3600 and result.search_index == "caught_up"
+    backlog = db.index_backlog()  # None on PostgreSQL: the insert writes its index
+    assert result.index_backlog == 0 and (backlog is None or backlog.empty)
     assert db.search_index_stale() is None
     assert len(db.search("alpha1", limit=1000)) == 1000
     assert {h.session_id for h in db.search("word1199", limit=10)} == {"s0", "s1", "s2"}
@@ -54,12 +56,12 @@ def test_bigger_store_keeps_the_index_row_by_row(open_store, tmp_path):
     db.create_session("mine", source="x")
     db.append_messages("mine", [{"role": "user", "content": f"m{i}"} for i in range(100)])
     result = import_export_file(db, out)
-    assert result.search_index == "incremental" and result.messages_added == 50
+    assert result.search_index == "caught_up" and result.messages_added == 50
     assert len(db.search("alpha0", limit=100)) == 50
 
 
-@pytest.mark.sqlite_only("the SQLite FTS index, detached and rebuilt by the import")
-def test_under_a_holder_the_index_is_not_detached(open_store, tmp_path):
+@pytest.mark.sqlite_only("a second process holding the SQLite file while the FTS index catches up")
+def test_under_a_holder_the_index_still_catches_up(open_store, tmp_path):
     out = make_export(tmp_path, sessions=1, per=50)
     path = tmp_path / "new" / "state.db"
     db = open_store(path)
@@ -73,7 +75,7 @@ def test_under_a_holder_the_index_is_not_detached(open_store, tmp_path):
         result = import_export_file(db, out)
     finally:
         reader.communicate("\n", timeout=30)
-    assert result.search_index == "incremental" and result.messages_added == 50
+    assert result.search_index == "caught_up" and result.messages_added == 50
     assert len(db.search("alpha0", limit=100)) == 50
 
 
@@ -89,3 +91,56 @@ def test_a_file_bad_at_its_end_changes_nothing_and_leaves_no_spill(open_store, t
     assert db.count_messages() == 0 and db.list_sessions(archived=None) == []
     assert db.search_index_stale() is None
     assert not list((tmp_path / "new").glob(PREFIX + "*"))
+
+
+@pytest.mark.sqlite_only("the SQLite index's watermark and tail; a server indexes in the insert")
+def test_search_is_exact_the_moment_the_rows_commit(open_store, tmp_path):
+    """Before the import drives the index (its "indexing" progress starts), the
+    rows are committed above the watermark and searched through the exact tail."""
+    out = make_export(tmp_path, sessions=1, per=1500)  # within search_tail.TAIL_ROWS
+    db = open_store(tmp_path / "new" / "state.db", background_index=False)
+    seen = {}
+
+    def progress_for(total, label="importing"):
+        if label == "indexing":
+            seen["backlog"] = db.index_backlog().tail
+            seen["hits"] = len(db.search("alpha0", limit=1000))
+            seen["one"] = [h.message_id for h in db.search("word1234", limit=5)]
+            seen["indexed"] = db.indexer_stats.rows
+        return None
+
+    result = import_export_file(db, out, progress_for=progress_for)
+    assert seen["backlog"] == 1500 and seen["indexed"] == 0
+    assert seen["hits"] == 1000 and len(seen["one"]) == 1
+    assert result.search_index == "caught_up" and db.index_backlog().empty
+    assert [h.message_id for h in db.search("word1234", limit=5)] == seen["one"]
+
+
+@pytest.mark.sqlite_only("another process holding the SQLite write lock during the index catch-up")
+def test_a_held_write_lock_leaves_the_index_pending_and_search_still_exact(open_store,
+                                                                          tmp_path):
+    """Another process takes the write lock after the rows committed: the
+    catch-up gives up (the rows stay), the result says what is left, and a
+    search afterwards (lock released) catches up itself and finds every row."""
+    from tests.helpers.stores import held_by_another_process
+    out = make_export(tmp_path, sessions=2, per=1500)  # 3,000 rows: past the tail bound
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False, patience=0.3)
+    holding = []
+
+    def progress_for(total, label="importing"):
+        if label == "indexing":
+            holding.append(held_by_another_process(path))
+            holding[0].__enter__()
+        return None
+
+    try:
+        result = import_export_file(db, out, progress_for=progress_for)
+    finally:
+        if holding:
+            holding[0].__exit__(None, None, None)
+    assert result.messages_added == 3000 and db.count_messages() == 3000
+    assert (result.search_index, result.index_backlog) == ("pending", 3000)
+    # a search past the tail bound catches up itself first, then finds every row
+    assert {h.session_id for h in db.search("word1499", limit=10)} == {"s0", "s1"}
+    assert db.index_backlog().empty
