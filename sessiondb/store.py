@@ -363,6 +363,12 @@ class SessionDB:
                 self._tail = (session_id, end[0], self._core.writer.data_version())
             return result
 
+    def next_position(self, conn: apsw.Connection, session_id: str) -> int:
+        """The session's next position, inside the caller's write transaction
+        (an unknown session raises the typed not-found error; a server store
+        also locks the session's row until the transaction ends)."""
+        return self._start_position(conn, session_id)
+
     @staticmethod
     def _start_position(conn: apsw.Connection, session_id: str) -> int:
         position = messages.start_position(conn, session_id)
