@@ -472,7 +472,7 @@ class _Run:
         sid = chunk[0].session_id
         # The store's own seek: on a server it also locks the session's row, so
         # no other host appends between it and the insert.
-        if self.db.start_position(conn, sid) != self.next_position:
+        if self.db.next_position(conn, sid) != self.next_position:
             return self._write(conn, chunk)
         batch, calls = [], 0
         position = self.next_position

@@ -367,10 +367,10 @@ class SessionDB:
                 self._tail = (session_id, end[0], self._core.writer.data_version())
             return result
 
-    def start_position(self, conn: apsw.Connection, session_id: str) -> int:
-        """One past the session's highest position, sought the way this store
-        seeks it (on a server: under the session's row lock), for a bulk
-        writer inside this store's transaction."""
+    def next_position(self, conn: apsw.Connection, session_id: str) -> int:
+        """The session's next position, inside the caller's write transaction
+        (an unknown session raises the typed not-found error; a server store
+        also locks the session's row until the transaction ends)."""
         return self._start_position(conn, session_id)
 
     @staticmethod
