@@ -145,14 +145,20 @@ def build(path: Path, n: int, gen: Generator) -> float:
 
 def query_set(path: Path, gen: Generator) -> dict[str, list]:
     """Fixed queries per class, chosen from the vocabulary by frequency rank."""
-    rng = random.Random(7)
-    w = gen.words
     with SessionDB(path) as db:
         with db._read() as conn:
             (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()
             texts = [r[0] for r in conn.execute(
                 "SELECT content FROM messages WHERE role != 'tool' AND content_kind = 'text'"
                 " ORDER BY id LIMIT 2000")]
+    return queries_for(texts, count, gen)
+
+
+def queries_for(texts: list[str], count: int, gen: Generator) -> dict[str, list]:
+    """The query set from the store's first text messages and its size (so
+    bench/postgres.py asks PostgreSQL the very same questions)."""
+    rng = random.Random(7)
+    w = gen.words
     longish = [t.split() for t in texts if len(t.split()) >= 4 and t.isascii()]
     phrases = []
     for words in rng.sample(longish, 10):

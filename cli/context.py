@@ -15,15 +15,21 @@ class AppContext:
 
     home: Path
     profile: str | None
+    #: ``--store-url`` / ``$HERMES_STORE_URL``: a PostgreSQL store instead of
+    #: the home's SQLite file (the home still holds the spool).
+    store_url: str | None = None
 
     def open_store(self, *, create: bool = True, background_index: bool = True) -> SessionDB:
         """The home's store. Reading commands pass ``create=False``: a missing
         store is then "no store at PATH" and nothing is created."""
-        return SessionDB.open(self.home, self.profile, create=create,
+        return SessionDB.open(self.home, self.profile, create=create, url=self.store_url,
                               background_index=background_index)
 
     def command(self, *args: str) -> str:
         """A hermes command line pinned to this home and profile, ready to paste."""
         words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
-                                                         if self.profile else []), *args]
-        return shlex.join(words)
+                                                         if self.profile else [])]
+        if self.store_url:
+            from sessiondb.pg.errors import redact  # never a password on a terminal
+            words += ["--store-url", redact(self.store_url)]
+        return shlex.join([*words, *args])

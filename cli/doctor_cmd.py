@@ -5,6 +5,7 @@ import click
 
 from recovery.doctor import Finding, run_doctor, worst
 from recovery.doctor_fix import fix
+from recovery.doctor_pg import run_pg_doctor
 from recovery.errors import RecoveryError
 from recovery.vocab import Severity
 
@@ -50,6 +51,10 @@ def summary_line(findings: list[Finding]) -> str:
 def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
     """Check the home and its store; say what is wrong and what to run next.
 
+    With hermes --store-url URL (or HERMES_STORE_URL) the store is a
+    PostgreSQL database: connectivity, server version, schema and pending migrations,
+    search index health, long-held locks, replication role.
+
     Read-only unless --fix. Exit status is the worst finding: 0 ok or info,
     3 warn, 4 error; 1 when --fix was refused.
 
@@ -58,8 +63,13 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
       hermes --home ~/.hermes doctor --fix
     """
     applied = None
+    store_url = app.store_url
+    if store_url and (do_fix or full):
+        raise click.UsageError("--fix and --full are for SQLite stores, not --store-url")
     try:
-        if do_fix:
+        if store_url:
+            findings = run_pg_doctor(store_url)
+        elif do_fix:
             report = fix(app.home, app.profile, full=full)
             findings, applied = report.after, report.applied
         else:

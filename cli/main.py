@@ -115,11 +115,15 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), envvar="HERMES_HOME",
               help="Home directory (default: $HERMES_HOME or ~/.hermes).")
 @click.option("--profile", help="Profile name; its store is <home>/profiles/NAME/state.db.")
+@click.option("--store-url", envvar="HERMES_STORE_URL", metavar="URL",
+              help="A PostgreSQL store (postgresql://...) instead of the home's SQLite "
+                   "file; needs the postgres extra. Default: $HERMES_STORE_URL.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Print the hermes and SQLite versions and exit.")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the libraries do.")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: bool) -> None:
+def cli(ctx: click.Context, home: Path | None, profile: str | None, store_url: str | None,
+        verbose: bool) -> None:
     """hermes: session store for AI agents, and its recovery tools.
 
     Session commands (list, show, search, stats, export, import, rename,
@@ -138,7 +142,9 @@ def cli(ctx: click.Context, home: Path | None, profile: str | None, verbose: boo
             validate_profile(profile)
     except InvalidInput as e:
         raise click.BadParameter(str(e), param_hint="--profile") from e
-    ctx.obj = AppContext(home=resolve_home(home), profile=profile)
+    if store_url is not None and not store_url.startswith(("postgresql://", "postgres://")):
+        raise click.BadParameter("must start with postgresql://", param_hint="--store-url")
+    ctx.obj = AppContext(home=resolve_home(home), profile=profile, store_url=store_url or None)
 
 
 def main() -> None:
@@ -149,6 +155,7 @@ def register_commands(root: click.Group) -> None:
     """Every command, added by name. Command modules never import this one
     (they take `AppContext` from `context`), so any of them imports first."""
     from . import (chat_cmd, demo_cmd, doctor_cmd, install_cmd, maintain_cmd, memory_cmd,
+                   migrate_cmd,
                    recover_cmd, repair_cmd, search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
     command: click.Command
     for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
@@ -158,7 +165,8 @@ def register_commands(root: click.Group) -> None:
                     transfer_cmd.import_cmd, maintain_cmd.prune_cmd, maintain_cmd.optimize_cmd,
                     maintain_cmd.pin_cmd, maintain_cmd.unpin_cmd, maintain_cmd.archive_cmd,
                     maintain_cmd.unarchive_cmd, repair_cmd.repair_cmd, spool_cmd.import_spool_cmd,
-                    recover_cmd.recover_cmd, install_cmd.install_recovered_cmd):
+                    recover_cmd.recover_cmd, install_cmd.install_recovered_cmd,
+                    migrate_cmd.migrate_cmd):
         sessions_cmd.sessions.add_command(command)
 
 

@@ -18,7 +18,7 @@ from .params import SessionId, When
 
 SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
-    "Move": ("export", "import"),
+    "Move": ("export", "import", "migrate"),
     "Change": ("rename", "delete", "pin", "unpin", "archive", "unarchive"),
     "Maintain": ("prune", "optimize", "reindex", "repair", "import-spool", "install-recovered"),
 }
@@ -254,6 +254,19 @@ def delete_cmd(app: AppContext, session_id: str, yes: bool, as_json: bool) -> No
         click.echo(f"Deleted session {session_id} and its {plural(removed, 'message')}.")
 
 
+def _storage_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """A SQLite file's sizes and pages, or a PostgreSQL database's size."""
+    if doc["files"] is None:
+        server = doc["postgresql"]
+        return [("database size", human_bytes(server["database_bytes"])),
+                ("server", f"PostgreSQL {server['server_version']}")]
+    pages = doc["pages"]
+    return [("database file", human_bytes(doc["files"]["db"])),
+            ("WAL file", human_bytes(doc["files"]["wal"])),
+            ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
+                      f"{pages['freelist_count']} free")]
+
+
 @sessions.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
@@ -276,13 +289,8 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
     fts_size = ("no index" if fts["method"] == "none" else
                 f"{human_bytes(fts['bytes'])} ({fts['method']})")
     by_state = ", ".join(f"{k} {v}" for k, v in doc["messages_by_state"].items()) or "none"
-    pages = doc["pages"]
     table([("store", doc["path"]), ("sessions", doc["sessions"]),
-           ("messages", f"{doc['messages']} ({by_state})"),
-           ("database file", human_bytes(doc["files"]["db"])),
-           ("WAL file", human_bytes(doc["files"]["wal"])),
-           ("pages", f"{pages['page_count']} x {pages['page_size']} B, "
-                     f"{pages['freelist_count']} free"),
+           ("messages", f"{doc['messages']} ({by_state})"), *_storage_rows(doc),
            ("full-text index", fts_size)], ("", ""))
     if doc["usage"]["rows"]:
         click.echo("\nModel usage by task and model:")

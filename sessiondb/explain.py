@@ -129,6 +129,65 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# A PostgreSQL store (``db`` is its URL, password removed): the causes whose
+# meaning or next step differs from a file's. Recovery of a file does not
+# apply; PostgreSQL has its own tools, which the summaries name.
+_PG_TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
+    Cause.CORRUPT: (
+        "The PostgreSQL server reported damaged data in {db}; hermes recovery works on SQLite "
+        "files only: check the database with PostgreSQL's own tools (pg_amcheck) or restore "
+        "it from a backup.",
+        ("doctor", "import")),
+    Cause.LOCKED: (
+        "Another writer kept rows of the PostgreSQL store {db} locked longer than this call "
+        "would wait (or the server kept aborting it as a deadlock), so this operation did not "
+        "happen; doctor lists long-held locks: let that writer finish, then try again.",
+        ("doctor",)),
+    Cause.DISK_FULL: (
+        "The PostgreSQL server of {db} has run out of disk space; free space on the server's "
+        "data disk (or raise its quota), then try again.",
+        ("doctor", "import")),
+    Cause.READONLY: (
+        "The PostgreSQL server of {db} does not accept writes (a read-only standby, or a role "
+        "without write permission); point --store-url at the primary, then try again.",
+        ("doctor", "import")),
+    Cause.IO_ERROR: (
+        "The connection to the PostgreSQL server of {db} failed or was lost; check that the "
+        "server is running and reachable (pg_isready), then try again: the next call "
+        "connects afresh.",
+        ("doctor", "import")),
+    Cause.UNKNOWN: (
+        "An unexpected error happened while using the PostgreSQL store {db}.",
+        ("doctor",)),
+}
+
+
+def is_store_url(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` names a PostgreSQL store rather than a file."""
+    return str(target).startswith(("postgresql://", "postgres://"))
+
+
+def server_commands(url: str, home: Path | None, profile: str | None) -> dict[str, str]:
+    """The table's actions for a PostgreSQL store, pinned to its URL."""
+    at = ("--store-url", url)
+    def pinned(*args: str) -> str:
+        words = shlex.split(_hermes(home, profile))
+        return shlex.join([*words, *at, *args])
+    return {"import": pinned("sessions", "import-spool"), "doctor": pinned("doctor"),
+            "list": pinned("sessions", "list")}
+
+
+def _describe_server(cause: Cause, url: str, home: Path | None, profile: str | None,
+                     spooled_to: str | None, unsaved: int) -> StorageFailure:
+    summary, keys = _PG_TABLE.get(cause, _TABLE[cause])
+    note = spool_note(spooled_to, unsaved)
+    summary = summary.format(db=url) + (f" {note}" if note else "")
+    actions = server_commands(url, home, profile)
+    keys = tuple(k for k in keys if k in actions and (k != "import" or spooled_to))
+    return StorageFailure(code=f"storage_{cause.value}", cause=cause, summary=summary,
+                          actions=tuple(actions[k] for k in keys))
+
+
 def spool_note(spooled_to: str | None, unsaved: int = 0) -> str:
     """The sentence about the messages of a failed write: where they are kept,
     or that they are nowhere. Empty when the failure left no messages behind."""
@@ -149,6 +208,9 @@ def describe(cause: Cause | str, *, db_path: str | os.PathLike[str],
     ``spooled_to``/``unsaved``: what happened to the failed write's messages;
     only when some were spooled does the explanation mention the spool."""
     cause = Cause(cause)
+    if is_store_url(db_path):
+        return _describe_server(cause, str(db_path), Path(home) if home is not None else None,
+                                profile, spooled_to, unsaved)
     db = Path(db_path)
     summary, keys = _TABLE[cause]
     summary = summary.format(db=db)
@@ -206,5 +268,5 @@ def all_causes() -> tuple[Cause, ...]:
 
 
 __all__ = ["StorageFailure", "describe", "describe_error", "all_causes", "commands",
-           "spool_note", "hermes_command", "foreign_actions", "import_home",
+           "spool_note", "hermes_command", "foreign_actions", "import_home", "is_store_url",
            "RECOVERED_NAME"]

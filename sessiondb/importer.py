@@ -470,7 +470,9 @@ class _Run:
         counters once. Falls back to the row path when the session moved on
         since the last chunk (someone else appended to it)."""
         sid = chunk[0].session_id
-        if rows.start_position(conn, sid) != self.next_position:
+        # The store's own seek: on a server it also locks the session's row, so
+        # no other host appends between it and the insert.
+        if self.db.next_position(conn, sid) != self.next_position:
             return self._write(conn, chunk)
         batch, calls = [], 0
         position = self.next_position

@@ -21,9 +21,15 @@ class Lease:
     expires_at: float
 
 
-def _current(conn: apsw.Connection, session_id: str) -> tuple[str, float] | None:
-    row = conn.execute("SELECT holder, expires_at FROM leases WHERE session_id = ?",
-                       (session_id,)).fetchone()
+def _current(conn: apsw.Connection, session_id: str, *,
+             checking: bool = False) -> tuple[str, float] | None:
+    sql = "SELECT holder, expires_at FROM leases WHERE session_id = ?"
+    if checking:
+        # A server connection (sessiondb/pg) adds FOR SHARE: the lease row stays
+        # as checked until this write commits, so a takeover waits for it. On
+        # SQLite the transaction's write lock already does that.
+        sql += getattr(conn, "LEASE_LOCK", "")
+    row = conn.execute(sql, (session_id,)).fetchone()
     return (row[0], row[1]) if row else None
 
 
@@ -76,7 +82,7 @@ def release(conn: apsw.Connection, session_id: str, holder: str) -> bool:
 
 def check(conn: apsw.Connection, session_id: str, holder: str, now: float) -> None:
     """Raise LeaseLost unless ``holder`` holds an unexpired lease."""
-    cur = _current(conn, session_id)
+    cur = _current(conn, session_id, checking=True)
     if cur is None:
         raise LeaseLost(f"{holder!r} holds no lease on session {session_id!r}")
     if cur[0] != holder:

@@ -28,6 +28,12 @@ from .migrations import applied as applied_migrations
 from .migrations import apply_pending as apply_pending_migrations
 from .migrations import pending as pending_migrations
 from .migrations import unknown as unknown_migrations
+from .pg.migrations import applied as pg_applied_migrations
+from .pg.migrations import pending as pg_pending_migrations
+from .pg.migrations import unknown as pg_unknown_migrations
+from .pg.search_schema import INDEXES as PG_SEARCH_INDEXES
+from .pg.search_schema import TSV_COLUMN as PG_TSV_COLUMN
+from .pg.transfer import url_label as pg_url_label
 from .outfile import OutputError, fsync_dir, private_output, publish
 from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_file,
                     ensure_private_dir, own_entries, profile_dir, resolve_home, validate_profile)
@@ -63,6 +69,9 @@ __all__ = [
     "triggers_attached", "corruption_is_index_only", "SearchHealth", "health_on",
     # recover's bulk path fills a new store's index once (recovery/bulk.py)
     "attach_triggers", "drop_triggers", "set_watermark",
+    # a PostgreSQL store, for `doctor` on --store-url (psycopg is imported there)
+    "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
+    "PG_SEARCH_INDEXES", "PG_TSV_COLUMN", "pg_url_label",
     # row formats and the spool
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
 ]

@@ -73,9 +73,10 @@ def create(conn: apsw.Connection, session_id: str | None, *, source: str, model:
         "INSERT INTO sessions(id, parent_session_id, source, model, title, started_at, updated_at)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(id) DO UPDATE SET"
-        "  parent_session_id = COALESCE(excluded.parent_session_id, parent_session_id),"
-        "  model = COALESCE(excluded.model, model),"
-        "  title = COALESCE(excluded.title, title)",
+        "  parent_session_id = COALESCE(excluded.parent_session_id,"
+        " sessions.parent_session_id),"
+        "  model = COALESCE(excluded.model, sessions.model),"
+        "  title = COALESCE(excluded.title, sessions.title)",
         (sid, parent_session_id, source, model, title, now, now))
     return sid
 

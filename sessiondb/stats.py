@@ -61,6 +61,8 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
 
 def store_stats(db: SessionDB) -> dict[str, Any]:
     """One document describing the store (keys documented in docs/cli.md)."""
+    if getattr(db, "backend", "sqlite") != "sqlite":
+        return db.store_stats()  # type: ignore[attr-defined]  # the server's own measures
     path = Path(db.path)
     with db.core.snapshot() as conn:  # one snapshot for every count below
         (sessions,) = one(conn.execute("SELECT count(*) FROM sessions"))

@@ -89,11 +89,18 @@ class SessionDB:
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
-             **kwargs: Any) -> "SessionDB":
+             *, url: str | None = None, **kwargs: Any) -> "SessionDB":
         """Open ``<home>/state.db`` (or a profile's), creating the home 0700.
 
         With ``create=False`` (reading commands) a missing store raises
-        StoreNotFound and nothing, not even the home, is created."""
+        StoreNotFound and nothing, not even the home, is created. ``url``
+        (or ``$HERMES_STORE_URL``) ``postgresql://...`` opens the PostgreSQL
+        backend instead (sessiondb/pg/, docs/postgresql.md); the home still
+        holds its spool."""
+        url = url or os.environ.get("HERMES_STORE_URL") or None
+        if url is not None:
+            from .pg import open_url  # psycopg is imported only for a server
+            return open_url(url, home=home, profile=profile, **kwargs)
         root = paths.resolve_home(home)
         if not kwargs.get("create", True):
             path = paths.store_path(root, profile)
@@ -359,6 +366,12 @@ class SessionDB:
             if owned:
                 self._tail = (session_id, end[0], self._core.writer.data_version())
             return result
+
+    def next_position(self, conn: apsw.Connection, session_id: str) -> int:
+        """The session's next position, inside the caller's write transaction
+        (an unknown session raises the typed not-found error; a server store
+        also locks the session's row until the transaction ends)."""
+        return self._start_position(conn, session_id)
 
     @staticmethod
     def _start_position(conn: apsw.Connection, session_id: str) -> int:

@@ -106,14 +106,15 @@ def add(conn: apsw.Connection, session_id: str, now: float, *, task: str,
         " output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens, api_calls,"
         " cost_usd, first_at, last_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(session_id, task, model, provider) DO UPDATE SET"
-        "  input_tokens = input_tokens + excluded.input_tokens,"
-        "  output_tokens = output_tokens + excluded.output_tokens,"
-        "  cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,"
-        "  cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,"
-        "  reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,"
-        "  api_calls = api_calls + excluded.api_calls,"
-        "  cost_usd = CASE WHEN cost_usd IS NULL AND excluded.cost_usd IS NULL THEN NULL"
-        "             ELSE coalesce(cost_usd, 0) + coalesce(excluded.cost_usd, 0) END,"
+        "  input_tokens = usage_ledger.input_tokens + excluded.input_tokens,"
+        "  output_tokens = usage_ledger.output_tokens + excluded.output_tokens,"
+        "  cache_read_tokens = usage_ledger.cache_read_tokens + excluded.cache_read_tokens,"
+        "  cache_write_tokens = usage_ledger.cache_write_tokens + excluded.cache_write_tokens,"
+        "  reasoning_tokens = usage_ledger.reasoning_tokens + excluded.reasoning_tokens,"
+        "  api_calls = usage_ledger.api_calls + excluded.api_calls,"
+        "  cost_usd = CASE WHEN usage_ledger.cost_usd IS NULL AND excluded.cost_usd IS NULL"
+        "             THEN NULL ELSE coalesce(usage_ledger.cost_usd, 0)"
+        "             + coalesce(excluded.cost_usd, 0) END,"
         "  last_at = excluded.last_at",
         (session_id, task, model or "", provider or "", *values, cost_usd, now, now))
     return True

@@ -9,6 +9,9 @@ from sessiondb import (MARKER_KEY, UID_KEY, CompactionError, CompactionNotFound,
                        LeaseLost, Persisted, SessionDB, StorageError, TranscriptWriter,
                        apply_compaction, strip_markers)
 from tests.helpers import transcript_workers as workers
+from tests.helpers.faults import fail_writes
+
+pytestmark = pytest.mark.both_backends
 
 
 def user(text: str) -> dict:
@@ -206,9 +209,7 @@ def test_compaction_while_another_process_appends(tmp_path):
 
 def test_failed_compaction_changes_nothing(db, sid):
     ids = seeded(db, sid, 3)
-    with db.atomic() as conn:
-        conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.compactions"
-                     " BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    fail_writes(db, "compactions")
     before = all_rows(db)
     s = summary("S")
     with pytest.raises(StorageError, match="injected"):

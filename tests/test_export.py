@@ -15,6 +15,8 @@ from sessiondb.export import export_sessions, export_to_path, session_messages
 from sessiondb.importer import ImportFileError, import_export_file
 from sessiondb.outfile import OutputError, OutputExists, private_output
 
+pytestmark = pytest.mark.both_backends
+
 ODD_MESSAGES = [
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": "NUL \x00 and ünïcødé and emoji 🦉", "timestamp": 12.5},

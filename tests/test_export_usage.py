@@ -18,6 +18,8 @@ from sessiondb import SessionDB
 from sessiondb.usage import ledger_rows
 from tests.helpers.review import TwoScripts, client_for
 
+pytestmark = pytest.mark.both_backends
+
 
 def run(*args: str):
     return CliRunner().invoke(cli, list(args))

@@ -17,6 +17,8 @@ from cli.main import cli
 from sessiondb import InvalidInput, InvalidMessage, SessionDB
 from sessiondb.codec import MAX_DEPTH, MAX_TIME, MIN_TIME
 
+pytestmark = pytest.mark.both_backends
+
 BAD_TIMES = [1e300, -1e300, math.inf, -math.inf, math.nan, 10**5000, MAX_TIME + 1,
              MIN_TIME - 1, True, "2026-01-01"]
 

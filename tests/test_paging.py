@@ -13,6 +13,8 @@ from agent.persist import TurnPersistence
 from cli.main import cli
 from sessiondb import MARKER_KEY, SessionDB, SessionTooLong
 
+pytestmark = pytest.mark.both_backends
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,10 @@ from sessiondb.errors import Cause
 from sessiondb.search_index import TEXT_CAP, TOOL_TEXT_CAP
 from sessiondb.search_query import trigram_match
 
+# The contract's tests run on PostgreSQL too (sessiondb/pg/search.py); those
+# that read FTS5 itself are marked.
+pytestmark = pytest.mark.both_backends
+
 
 def ids(hits):
     return [h.message_id for h in hits]
@@ -58,6 +62,7 @@ def corpus(db: SessionDB) -> dict[str, int]:
     return found
 
 
+@pytest.mark.sqlite_only('FTS5 snippet() text exactly; ts_headline cuts its fragment at other points (docs/search.md, PostgreSQL)')
 def test_words_fold_case_and_diacritics(db, corpus):
     assert set(ids(db.search("cafe"))) == {corpus["cafe"]}
     assert set(ids(db.search("ZURICH"))) == {corpus["cafe"], corpus["weather"]}
@@ -162,6 +167,7 @@ def test_nul_is_a_separator(db, corpus):
     assert set(ids(db.search("connection\x00refused"))) == {corpus["dense"], corpus["tool"]}
 
 
+@pytest.mark.sqlite_only('raw=True is FTS5 syntax here; on PostgreSQL it is tsquery syntax (tests/test_pg_search.py)')
 def test_raw_fts5_syntax_for_experts(db, corpus):
     assert set(ids(db.search("connection NOT refused", raw=True))) == {corpus["old"]}
     assert set(ids(db.search("NEAR(connection refused, 1)", raw=True))) == {
@@ -199,6 +205,7 @@ def test_archived_and_rewound_rows(db, corpus):
     assert hits[corpus["dense"]].to_dict()["archived"] is True
 
 
+@pytest.mark.sqlite_only('reads the FTS5 trigram table itself')
 def test_triggers_follow_content_edits_deletes_and_cascades(db, corpus):
     with db.atomic() as conn:
         conn.execute("UPDATE messages SET content = 'entirely new words' WHERE id = ?",
@@ -237,6 +244,7 @@ def test_rank_is_bounded_to_recent_window(db, sid):
     assert top.via == "fts" and top.score is not None
 
 
+@pytest.mark.sqlite_only("search_health runs FTS5 checks; hermes doctor --store-url checks PostgreSQL's index")
 def test_search_on_empty_store(db):
     assert db.search("anything") == []
     assert db.search("東京") == []
@@ -301,6 +309,7 @@ def test_any_text_is_a_result_or_invalid_query(open_store):
     check()
 
 
+@pytest.mark.sqlite_only('FTS5 health checks')
 def test_health_catches_an_index_out_of_step(db, corpus):
     from sessiondb.search_index import drop_triggers, set_watermark
     db.catch_up_index()

@@ -15,6 +15,8 @@ from sessiondb.codec import UID_KEY, encode
 from sessiondb.spool import (import_spool, message_records, spool_dir_for, spool_failed_write,
                              write_records)
 
+pytestmark = pytest.mark.both_backends
+
 
 def msg(i: int, **extra: Any) -> dict[str, Any]:
     return {"role": "user", "content": f"secret words {i}", "timestamp": 1_700_000_000.0 + i,

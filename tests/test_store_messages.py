@@ -6,6 +6,10 @@ import pytest
 from sessiondb import (MARKER_KEY, UID_KEY, InvalidInput, InvalidMessage, SessionDB,
                        SessionNotFound, StorageError, strip_markers)
 
+from tests.helpers.faults import fail_writes
+
+pytestmark = pytest.mark.both_backends
+
 
 def row_count(db: SessionDB) -> int:
     with db._read() as conn:
@@ -122,13 +126,11 @@ def test_bad_session_ids_rejected(db, bad_id):
     assert db.list_sessions() == []
 
 
-def test_batch_is_all_or_nothing_when_sqlite_fails_mid_batch(db, sid):
+def test_batch_is_all_or_nothing_when_the_database_fails_mid_batch(db, sid):
     db.append_message(sid, {"role": "user", "content": "before"})
-    # A real SQLite failure on the third insert, after two rows of the batch
+    # A real database failure on the third insert, after two rows of the batch
     # were written inside the transaction.
-    with db.atomic() as conn:
-        conn.execute("CREATE TEMP TRIGGER boom BEFORE INSERT ON main.messages "
-                     "WHEN NEW.content = 'explode' BEGIN SELECT RAISE(ABORT, 'injected'); END")
+    fail_writes(db, when_content="explode")
     batch = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
              {"role": "user", "content": "explode"}, {"role": "user", "content": "four"}]
     with pytest.raises(StorageError, match="injected"):

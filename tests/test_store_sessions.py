@@ -5,6 +5,8 @@ import pytest
 
 from sessiondb import InvalidInput, LeaseLost, SessionNotFound
 
+pytestmark = pytest.mark.both_backends
+
 
 def test_create_is_idempotent_and_never_nulls_known_values(db):
     sid = db.create_session("abc", source="cli", model="m1", title="first")

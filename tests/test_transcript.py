@@ -7,6 +7,10 @@ from sessiondb import (MARKER_KEY, UID_KEY, InvalidInput, InvalidMessage, LeaseL
                        Persisted, SessionDB, SessionNotFound, StorageError, TranscriptWriter,
                        strip_markers)
 
+from tests.helpers import faults
+
+pytestmark = pytest.mark.both_backends
+
 
 def user(text: str) -> dict:
     return {"role": "user", "content": text}
@@ -24,17 +28,12 @@ def states(db: SessionDB, sid: str) -> list[tuple[str, str]]:
 
 
 def fail_writes(db: SessionDB) -> None:
-    """A real SQLite failure for any insert or update of a message row."""
-    with db.atomic() as conn:
-        conn.execute("CREATE TEMP TRIGGER fail_ins BEFORE INSERT ON main.messages"
-                     " BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
-                     "CREATE TEMP TRIGGER fail_upd BEFORE UPDATE ON main.messages"
-                     " BEGIN SELECT RAISE(ABORT, 'injected failure'); END;")
+    """A real database failure for any insert or update of a message row."""
+    faults.fail_writes(db, ops=("INSERT", "UPDATE"), message="injected failure")
 
 
 def heal(db: SessionDB) -> None:
-    with db.atomic() as conn:
-        conn.execute("DROP TRIGGER temp.fail_ins; DROP TRIGGER temp.fail_upd")
+    faults.heal(db, ops=("INSERT", "UPDATE"))
 
 
 @pytest.fixture
@@ -277,6 +276,7 @@ def traced_flush(db: SessionDB, writer: TranscriptWriter, msgs: list) -> list[tu
 BETWEEN = {"nothing": 3, "own_commit": 4, "other_handle": 5}
 
 
+@pytest.mark.sqlite_only("counts SQLite statements (apsw's tracer) and query plans")
 @pytest.mark.parametrize("between", sorted(BETWEEN))
 @pytest.mark.parametrize("new", [1, 5])
 def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, writer, new,
@@ -309,6 +309,7 @@ def test_flush_runs_statements_for_new_messages_only_and_never_scans(db, sid, wr
     assert stored == list(range(1, len(msgs) + 1))
 
 
+@pytest.mark.sqlite_only("counts SQLite statements (apsw's tracer)")
 def test_edit_flush_touches_only_the_edited_row(db, sid, writer):
     db._indexer.pause()
     msgs = [user(str(i)) for i in range(2_000)]

@@ -5,6 +5,9 @@ import multiprocessing as mp
 
 from sessiondb import SessionDB
 from tests.helpers import transcript_workers as workers
+import pytest
+
+pytestmark = pytest.mark.both_backends
 
 ROUNDS = 100
 

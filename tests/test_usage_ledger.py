@@ -14,13 +14,16 @@ from agent.compact import SUMMARY_SYSTEM
 from cli.main import cli
 from sessiondb import SessionDB
 from sessiondb.migrations import applied
+from sessiondb.pg import migrations as pg_migrations
+
+pytestmark = pytest.mark.both_backends
 
 
 def rows(db, sid):
     return {(r.task, r.model, r.provider): r for r in db.session_usage(sid)}
 
 
-def test_record_usage_keeps_session_counters_and_writes_the_turn_row(db, sid):
+def test_record_usage_keeps_session_counters_and_writes_the_turn_row(db, sid, backend):
     db.record_usage(sid, input_tokens=10, output_tokens=3, api_calls=1)
     db.record_usage(sid, input_tokens=5, output_tokens=2, cache_read_tokens=7, api_calls=2,
                     model="m2", provider="anthropic")
@@ -30,7 +33,8 @@ def test_record_usage_keeps_session_counters_and_writes_the_turn_row(db, sid):
     assert got[("turn", "m", "")].input_tokens == 10  # the session's model by default
     assert got[("turn", "m2", "anthropic")].api_calls == 2
     with db._read() as conn:
-        assert "m007_usage_ledger" in applied(conn)
+        names = applied(conn) if backend == "sqlite" else pg_migrations.applied(conn.raw)
+    assert ("m007_usage_ledger" if backend == "sqlite" else "p007_usage_ledger") in names
 
 
 def test_auxiliary_usage_touches_only_the_ledger(db, sid):

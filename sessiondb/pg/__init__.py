@@ -1,0 +1,34 @@
+"""The PostgreSQL backend: the store API on a server many hosts share.
+
+`open_url(url, ...)` is what `SessionDB.open(url=...)` (and
+``$HERMES_STORE_URL``, ``hermes --store-url``) calls. psycopg is an
+optional dependency (``pip install 'hermes-state[postgres]'``): without it
+the open fails with a typed error that says how to install it.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidInput
+
+
+def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
+             profile: str | None = None, **kwargs: Any) -> Any:
+    """A `PgSessionDB` on ``url`` (``postgresql://`` or ``postgres://``)."""
+    if not isinstance(url, str) or url.split("://", 1)[0] not in ("postgresql", "postgres"):
+        raise InvalidInput("a store URL must start with postgresql:// (only PostgreSQL is "
+                           "supported besides the SQLite file)")
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as e:
+        raise InvalidInput(f"the PostgreSQL backend needs psycopg ({e.name} is missing): "
+                           "pip install 'hermes-state[postgres]'") from e
+    from .store import PgSessionDB
+    return PgSessionDB(url, home=Path(home) if home is not None else None, profile=profile,
+                       **kwargs)
+
+
+__all__ = ["open_url"]

@@ -1,0 +1,290 @@
+"""PgSessionDB: the store API on a PostgreSQL server.
+
+A `SessionDB` whose core is `PgCore` (a connection pool) instead of a
+SQLite file: every operation the feature modules implement (sessions,
+messages, leases, usage, compaction, transcripts, export and import) runs
+unchanged through the adapter (adapter.py). What differs is here:
+
+- every write to a session locks its row (``SELECT ... FOR UPDATE``) before
+  reading the next position or checking the lease, so writers on several
+  hosts append in one order and a stalled writer whose lease was taken
+  over is refused inside its own transaction, as on SQLite;
+- a batch is inserted with one multi-row statement returning its ids;
+- the SQLite-only operations (pages, WAL, checkpoints, FTS5 health)
+  raise `NotOnPostgreSQL`; search runs on tsvector and pg_trgm
+  (sessiondb/pg/search.py), indexed by the insert itself.
+
+``path`` is the profile directory's ``postgresql`` entry: no file is made
+there; the spool and scratch files go beside it, as for a SQLite store.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import compaction, leases, maintenance, paths, sessions, spool
+from ..codec import EncodedMessage
+from ..errors import InvalidInput, SchemaTooNew, SessionNotFound, StoreNotFound
+from ..search import Filters, SearchResults
+from ..store import DEFAULT_PATIENCE_S, SessionDB
+from . import migrations
+from .core import PgCore
+from .errors import NotOnPostgreSQL, redact
+
+#: Options of the SQLite store that tune its file; meaningless here, accepted.
+SQLITE_TUNING = frozenset({"journal_mode", "checkpoint_pages", "background_index"})
+ANCHOR_NAME = "postgresql"
+CHUNK_ROWS = 1000  # rows per INSERT statement (15 parameters each, under 65535)
+
+_COLUMNS = ("session_id, uid, position, role, content_kind, content, tool_calls,"
+            " tool_call_id, tool_name, finish_reason, timestamp, token_count, meta,"
+            " fingerprint, kind")
+
+
+def is_url(target: object) -> bool:
+    return isinstance(target, str) and target.split("://", 1)[0] in ("postgresql", "postgres")
+
+
+class PgSessionDB(SessionDB):
+    """A session store in a PostgreSQL database (see the module doc)."""
+
+    backend = "postgresql"
+
+    def __init__(self, url: str, *, patience: float = DEFAULT_PATIENCE_S,
+                 clock: Callable[[], float] = time.time, home: Path | None = None,
+                 profile: str | None = None, create: bool = True, pool_size: int = 4,
+                 **sqlite_options: Any) -> None:
+        unknown = set(sqlite_options) - SQLITE_TUNING
+        if unknown:
+            raise InvalidInput(f"not options of a PostgreSQL store: {', '.join(sorted(unknown))}")
+        if not is_url(url):
+            raise InvalidInput("a PostgreSQL store URL starts with postgresql://")
+        root = paths.resolve_home(home)
+        self.url = redact(url)
+        self.home, self.profile = root, profile
+        self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
+        self.patience, self.clock = patience, clock
+        self.sqlite_version = ""
+        self.identity = None  # type: ignore[assignment]  # identify.py reads SQLite files
+        self.search_rebuilt_on_open = None
+        self._tail = None
+        self._pg = PgCore(url, patience=patience, max_size=pool_size)
+        self._core = self._pg  # type: ignore[assignment]  # the base class's core slot
+        try:
+            self._prepare(create)
+        except BaseException:
+            self._pg.close()
+            raise
+        if create:
+            paths.ensure_private_dir(self.path.parent)
+            spool.reserve_for(self.path)  # the spool takes space while there is some
+
+    def _prepare(self, create: bool) -> None:
+        with self._pg.read() as conn:
+            newer = migrations.unknown(conn.raw)
+            if newer:
+                raise SchemaTooNew(f"{self.url} has migrations this version does not know: "
+                                   f"{', '.join(newer)}; upgrade hermes-state", path=self.url)
+            pending = migrations.pending(conn.raw)
+            if pending and not create:
+                if len(pending) == len(migrations.MIGRATIONS):
+                    raise StoreNotFound(f"no hermes store in {self.url} yet", path=self.url)
+                return  # reading an older schema: its writer upgrades it
+            if pending:
+                try:
+                    migrations.apply_pending(conn.raw)
+                except Exception as e:
+                    raise self._pg.error(e, "cannot prepare schema") from e
+
+    # -- what a SQLite file has and a server does not ------------------------
+
+    def _sqlite_only(self, what: str) -> NotOnPostgreSQL:
+        return NotOnPostgreSQL(f"{what} belongs to the SQLite backend; {self.url} is a "
+                               "PostgreSQL store (see docs/postgresql.md)", path=self.url)
+
+    @property
+    def _writer(self) -> Any:
+        raise self._sqlite_only("the writer connection")
+
+    @property
+    def quarantined(self) -> bool:
+        return False  # PostgreSQL guards its own files; a handle never quarantines
+
+    def checkpoint(self, *, patience: float | None = None) -> tuple[int, int]:
+        raise self._sqlite_only("a WAL checkpoint")
+
+    def quick_check(self) -> list[str]:
+        raise self._sqlite_only("PRAGMA quick_check")
+
+    def journal_mode(self) -> str:
+        raise self._sqlite_only("the journal mode")
+
+    def pending_migrations(self) -> list[str]:
+        with self._pg.read() as conn:
+            return migrations.pending(conn.raw)
+
+    def _record_meta(self, key: str, value: str) -> None:
+        with self.atomic() as conn:
+            conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                         " DO UPDATE SET value = excluded.value", (key, value))
+
+    # -- search: tsvector and pg_trgm, indexed by the insert itself ---------
+
+    def search(self, query: str, *, session_id: str | None = None,  # type: ignore[override]
+               role: str | None = None, source: str | None = None,
+               since: float | None = None, until: float | None = None, limit: int = 20,
+               offset: int = 0, order: str = "rank", include_archived: bool = False,
+               raw: bool = False, archived_sessions: bool = True) -> SearchResults:
+        """`SessionDB.search` on PostgreSQL (sessiondb/pg/search.py; docs/search.md,
+        "PostgreSQL"). ``raw=True`` takes tsquery syntax."""
+        from . import search as pg_search
+        with self._read() as conn:
+            if not archived_sessions:
+                archived_sessions = not maintenance.any_archived(conn)
+            filters = Filters(session_id, role, source, since, until, include_archived,
+                              archived_sessions)
+            return pg_search.search(conn.raw, query, filters=filters, limit=limit,
+                                    offset=offset, order=order, raw=raw)
+
+    def index_backlog(self) -> None:
+        return None  # the insert writes the index: there is never a backlog
+
+    def search_index_stale(self) -> None:
+        return None
+
+    def catch_up_index(self, max_rows: int | None = None) -> int:
+        return 0
+
+    def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
+        """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
+        from .search_schema import INDEXES
+        started = time.monotonic()
+        with self._pg.read() as conn:
+            if conn.raw.info.transaction_status != 0:  # psycopg's IDLE: not in a transaction
+                raise InvalidInput("rebuild_search_index cannot run inside a transaction")
+            for name in INDEXES:
+                conn.raw.execute(f"REINDEX INDEX CONCURRENTLY {name}")
+            (count,) = conn.raw.execute("SELECT count(*) FROM messages").fetchone()
+        return {"messages": count, "seconds": time.monotonic() - started,
+                "backend": "postgresql"}
+
+    def search_health(self) -> Any:
+        raise NotOnPostgreSQL("search_health runs FTS5's checks, which belong to the SQLite "
+                              f"backend; `hermes doctor --store-url URL` checks {self.url}'s "
+                              "search index", path=self.url)
+
+    # -- writes that lock the session row first ------------------------------
+
+    def _locked_write(self, session_id: str, body: Callable[[Any], Any]) -> Any:
+        """``body(conn)`` in one transaction that first locks the session's
+        row (when it exists), re-run after a deadlock or serialization failure."""
+        def attempt() -> Any:
+            with self.atomic() as conn:
+                conn.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
+                return body(conn)
+        return self._pg.run(attempt)
+
+    def session_write(self, session_id: str,
+                      body: Callable[[Any, int], tuple[Any, int]]) -> Any:
+        """See `SessionDB.session_write`; the position is read under the row lock."""
+        def attempt() -> Any:
+            with self.atomic() as conn:
+                paths.validate_session_id(session_id)
+                return body(conn, self._start_position(conn, session_id))[0]
+        return self._pg.run(attempt)
+
+    @staticmethod
+    def _start_position(conn: Any, session_id: str) -> int:
+        """Lock the session's row, then one past its highest position. Two
+        statements: in READ COMMITTED the second sees what the previous lock
+        holder committed while this one waited."""
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE",
+                        (session_id,)).fetchone() is None:
+            raise SessionNotFound(f"no session {session_id!r}")
+        (top,) = conn.execute("SELECT max(position) FROM messages WHERE session_id = ?",
+                              (session_id,)).fetchone()
+        return (top or 0) + 1
+
+    def _insert_rows(self, conn: Any, session_id: str, encoded: list[EncodedMessage],
+                     kind: str, position: int) -> tuple[list[int], int]:
+        """New uids in one statement per chunk (RETURNING their ids); known
+        uids keep their rows, as SQLite's ON CONFLICT DO NOTHING does."""
+        if not encoded:
+            return [], position
+        uids = list(dict.fromkeys(e.uid for e in encoded))
+        ids: dict[str, int] = dict(conn.execute(
+            "SELECT uid, id FROM messages WHERE session_id = ? AND uid = ANY(?)",
+            (session_id, uids)))
+        fresh, calls, seen = [], 0, set(ids)
+        for enc in encoded:
+            if enc.uid in seen:  # a known row, or twice in this batch: one row
+                continue
+            seen.add(enc.uid)
+            fresh.append((enc, position))
+            position += 1
+            calls += enc.tool_call_total
+        for start in range(0, len(fresh), CHUNK_ROWS):
+            ids.update(self._insert_chunk(conn, session_id, fresh[start:start + CHUNK_ROWS],
+                                          kind))
+        if fresh:
+            sessions.add_message_counts(conn, session_id, self.now(), len(fresh), calls)
+        return [ids[e.uid] for e in encoded], position
+
+    @staticmethod
+    def _insert_chunk(conn: Any, session_id: str, rows: list[tuple[EncodedMessage, int]],
+                      kind: str) -> dict[str, int]:
+        marks = ", ".join(["(%s)" % ", ".join(["%s"] * 15)] * len(rows))
+        args: list[Any] = []
+        for e, pos in rows:
+            args += (session_id, e.uid, pos, e.role, e.content_kind, e.content, e.tool_calls,
+                     e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count,
+                     e.meta, e.fingerprint, kind)
+        cur = conn.raw.execute(f"INSERT INTO messages({_COLUMNS}) VALUES {marks}"
+                               " ON CONFLICT (session_id, uid) DO NOTHING RETURNING uid, id",
+                               args)
+        return dict(cur.fetchall())
+
+    def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
+        return self._locked_write(session_id, lambda conn: leases.acquire(
+            conn, session_id, holder, ttl_s, self.now()))
+
+    def refresh_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
+        return self._locked_write(session_id, lambda conn: leases.refresh(
+            conn, session_id, holder, ttl_s, self.now()))
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        return self._locked_write(session_id, lambda conn: leases.release(
+            conn, session_id, holder))
+
+    def delete_session(self, session_id: str) -> int:
+        return self._locked_write(session_id, lambda conn: sessions.delete(conn, session_id))
+
+    def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
+                            summary_message: dict[str, Any], *, holder: str | None = None,
+                            supersede_previous: bool = True) -> compaction.CompactionResult:
+        """See `sessiondb.compaction.archive_and_compact` (under the row lock)."""
+        return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
+            self, session_id, absorbed_ids, summary_message, holder=holder,
+            supersede_previous=supersede_previous))
+
+    def restore_compaction(self, compaction_id: str, *,
+                           holder: str | None = None) -> compaction.RestoreResult:
+        return self._pg.run(lambda: compaction.restore_compaction(
+            self, compaction_id, holder=holder))
+
+    def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
+        """A session's compactions, oldest first (``seq`` is SQLite's rowid order)."""
+        with self._read() as conn:
+            sessions.require(conn, session_id)
+            cur = conn.execute("SELECT id, summary_id, absorbed_count, created_at, restored_at"
+                               " FROM compactions WHERE session_id = ? ORDER BY created_at, seq",
+                               (session_id,))
+            keys = ("compaction_id", "summary_id", "absorbed_count", "created_at",
+                    "restored_at")
+            return [dict(zip(keys, r)) for r in cur]
+
+    def store_stats(self) -> dict[str, Any]:
+        """`sessiondb.stats.store_stats` for this store (see pg/stats.py)."""
+        from .stats import store_stats
+        return store_stats(self)
