@@ -61,14 +61,17 @@ def insert_fresh(conn: apsw.Connection, session_id: str, encoded: list[EncodedMe
     statement per row; when a change-log trigger also wrote (a reused
     rowid), they are read back by position instead."""
     n = len(encoded)
-    before = conn.total_changes()
+    # A server's id sequence interleaves other hosts' inserts: read back there.
+    consecutive = getattr(conn, "CONSECUTIVE_ROWIDS", True)
+    before = conn.total_changes() if consecutive else 0
     conn.executemany(_INSERT, [
         (session_id, e.uid, position + i, e.role, e.content_kind, e.content, e.tool_calls,
          e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
          e.fingerprint, kind) for i, e in enumerate(encoded)])
-    last = conn.last_insert_rowid()
-    if conn.total_changes() - before == n and last < _CONSECUTIVE_BELOW:
-        return list(range(last - n + 1, last + 1))
+    if consecutive:
+        last = conn.last_insert_rowid()
+        if conn.total_changes() - before == n and last < _CONSECUTIVE_BELOW:
+            return list(range(last - n + 1, last + 1))
     ids = [r[0] for r in conn.execute(
         "SELECT id FROM messages WHERE session_id = ? AND position BETWEEN ? AND ?"
         " ORDER BY position", (session_id, position, position + n - 1))]

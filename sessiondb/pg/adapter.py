@@ -59,6 +59,9 @@ class PgConn:
     __slots__ = ("raw", "_rowcount", "_last_id")
     #: leases.check reads the lease row with this suffix (see leases.py).
     LEASE_LOCK = " FOR SHARE"
+    #: messages.insert_fresh: ids from a sequence other hosts share are not
+    #: consecutive within a transaction, so a batch's ids are read back.
+    CONSECUTIVE_ROWIDS = False
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
