@@ -11,11 +11,10 @@ import os
 import time
 from typing import Any, Generator
 
-from .carve_types import CarveError, CarveStats, LostRecord, RowOrigin
-from .carver import Carver, Resolver, Want, check_source
+from .carve_types import CarveStats, LostRecord, RowOrigin
+from .carver import Carver, Resolver, Want, open_source
 from .lanes import BATCH_BYTES, row_size
 from .layouts import Layout
-from .wal import DatabaseImage
 
 Found = tuple[str, dict[str, Any], RowOrigin]  # (table, row, origin) as carve_stream yields
 
@@ -32,13 +31,8 @@ def carve_stream(db_path: str | os.PathLike[str],
     lane order (tree walks, orphan scan, freelist), so a consumer keeping
     the first copy of a (table, rowid) keeps the gentlest lane's. ``want``
     limits decoding to the rows the caller still needs (`Carver`)."""
-    path = check_source(db_path)
     started = time.perf_counter()
-    try:
-        image = DatabaseImage.open(path, wal_path)
-    except OSError as e:
-        raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
-    with image:
+    with open_source(db_path, wal_path) as image:
         carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest, want=want)
         size = seen = 0
         for _ in carver.steps(include_freelist, False):

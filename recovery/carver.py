@@ -53,11 +53,16 @@ class _Found:
     origin: RowOrigin
 
 
-def check_source(db_path: str | os.PathLike[str]) -> Path:
+def open_source(db_path: str | os.PathLike[str],
+                wal_path: str | os.PathLike[str] | None) -> DatabaseImage:
+    """The file's image (with its WAL); a missing or unreadable one is a CarveError."""
     path = Path(db_path)
     if not path.is_file():
         raise CarveError(f"{path} is not a readable file", path=str(path))
-    return path
+    try:
+        return DatabaseImage.open(path, wal_path)
+    except OSError as e:
+        raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
 
 
 Resolver = Callable[[str, "str | None"], "Layout | None"]
@@ -81,13 +86,8 @@ def carve(db_path: str | os.PathLike[str], wal_path: str | os.PathLike[str] | No
     ``harvest``: with page 1 lost, schema rows left on other pages give the
     roots of the trees they name.
     """
-    path = check_source(db_path)
     started = time.perf_counter()
-    try:
-        image = DatabaseImage.open(path, wal_path)
-    except OSError as e:
-        raise CarveError(f"cannot read {path}: {e}", path=str(path)) from e
-    with image:
+    with open_source(db_path, wal_path) as image:
         carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(include_freelist, include_uncommitted)
         result = carver.result()
@@ -103,8 +103,7 @@ def estimate(db_path: str | os.PathLike[str],
     (and by format, for layouts of several), without decoding records
     except one per orphaned leaf; with page 1 lost, the schema rows found on
     other pages come back too."""
-    path = check_source(db_path)
-    with DatabaseImage.open(path, wal_path) as image:
+    with open_source(db_path, wal_path) as image:
         carver = Carver(image, count_only=True, resolve=resolve, fill=fill, harvest=harvest)
         carver.run(False, False)
         est = CarveEstimate(rows={t: n for t, n in carver.counts.items() if n},
