@@ -46,13 +46,15 @@ T = TypeVar("T")
 BUSY = (apsw.BusyError, apsw.LockedError)
 
 
-def retry_busy(fn: Callable[[], T], patience: float, on_timeout: Callable[[apsw.Error], T],
-               *, errors: tuple[type[apsw.Error], ...] = BUSY,
-               lock: "threading.RLock | None" = None) -> T:
+def retry_busy(fn: Callable[[], T], patience: float, on_timeout: Callable[[Any], T],
+               *, errors: tuple[type[BaseException], ...] = BUSY,
+               lock: "threading.RLock | None" = None,
+               retryable: Callable[[Any], bool] | None = None) -> T:
     """``fn()`` until it does not raise one of ``errors``, sleeping with
-    jittered exponential backoff (2 ms to 100 ms); past ``patience`` seconds
-    the last error goes to ``on_timeout``. With ``lock``, each try holds it
-    and the sleeps do not."""
+    jittered exponential backoff (2 ms to 100 ms); past ``patience`` seconds,
+    or at once for an error ``retryable`` refuses, the error goes to
+    ``on_timeout``. With ``lock``, each try holds it and the sleeps do not.
+    The one backoff loop: the SQLite core and the PostgreSQL core use it."""
     deadline = time.monotonic() + patience
     delay = 0.002
     while True:
@@ -63,7 +65,7 @@ def retry_busy(fn: Callable[[], T], patience: float, on_timeout: Callable[[apsw.
                 return fn()
         except errors as e:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (retryable is not None and not retryable(e)):
                 return on_timeout(e)
         time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
         delay = min(delay * 2, 0.1)

@@ -19,12 +19,11 @@ still checked out goes back to the pool it came from, then closes).
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, TypeVar
 
+from ..core import retry_busy
 from ..errors import StorageError, StoreIOError
 from .adapter import PgConn, register_numeric_loader, register_text_codec
 from .errors import from_pg, is_retryable, redact
@@ -32,6 +31,11 @@ from .errors import from_pg, is_retryable, redact
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+
+
+def _reraise(e: StorageError) -> Any:
+    """`retry_busy`'s end for a store error: the classified error itself."""
+    raise e
 
 class _Local(threading.local):
     raw: Any = None
@@ -135,17 +139,8 @@ class PgCore:
         Inside another transaction it runs once: the outer block owns retries."""
         if self.local.depth:
             return body()
-        deadline = time.monotonic() + (self.patience if patience is None else patience)
-        delay = 0.002
-        while True:
-            try:
-                return body()
-            except StorageError as e:
-                left = deadline - time.monotonic()
-                if not is_retryable(e) or left <= 0:
-                    raise
-            time.sleep(min(left, delay * random.uniform(0.5, 1.5)))
-            delay = min(delay * 2, 0.1)
+        return retry_busy(body, self.patience if patience is None else patience, _reraise,
+                          errors=(StorageError,), retryable=is_retryable)
 
     @contextmanager
     def read(self) -> Iterator[PgConn]:
