@@ -319,15 +319,8 @@ class Checkpointer(ThreadOwner):
     def close(self) -> None:
         """Stop the thread, join it and close its connection (before the
         writer closes)."""
-        self._stopping = True
-        if os.getpid() != self._pid:
+        if not self._stop_thread():
             return  # the thread and connection belong to the parent process
-        self._quit.set()
-        with self._state:
-            thread = self._thread
-            self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
         with self._gate:
             self._close_connection()
         _live.discard(self)

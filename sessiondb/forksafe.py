@@ -64,6 +64,8 @@ class ThreadOwner:
     _pid: int
     _state: threading.Lock
     _wake: threading.Event
+    _quit: threading.Event
+    _stopping: bool
     _thread: threading.Thread | None
 
     def _run(self) -> None:
@@ -83,3 +85,18 @@ class ThreadOwner:
                 thread = threading.Thread(target=self._run, name=name, daemon=True)
                 self._thread = thread
                 thread.start()
+
+    def _stop_thread(self) -> bool:
+        """Tell the thread to quit and join it (unless it is the caller).
+        False in a forked child: the thread and its connection are the
+        parent's, so the caller must leave them alone."""
+        self._stopping = True
+        if os.getpid() != self._pid:
+            return False
+        self._quit.set()
+        with self._state:
+            thread = self._thread
+            self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        return True

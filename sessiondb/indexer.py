@@ -222,16 +222,9 @@ class Indexer(ThreadOwner):
     def close(self) -> None:
         """Stop the thread and join it (before the writer closes). What is
         left is caught up by the next open, or by search meanwhile."""
-        self._stopping = True
         _live.discard(self)
-        if os.getpid() != self._pid:
+        if not self._stop_thread():
             return
-        self._quit.set()
-        with self._state:
-            thread = self._thread
-            self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
         try:
             if not self._halted:
                 self.catch_up(CLOSE_ROWS)
