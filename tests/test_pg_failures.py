@@ -210,6 +210,14 @@ def test_server_restart_during_appends_spools_then_imports(own_server, hermes_ho
         db.close()
 
 
+def _until(condition, timeout: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail the test past ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the writer never reached this phase"
+        time.sleep(0.01)
+
+
 def test_appends_racing_a_server_restart_lose_nothing(own_server, hermes_home) -> None:
     """A writer thread appends nonstop while the server restarts: each append
     is acknowledged or spooled, never both lost, and after the spool import
@@ -232,13 +240,19 @@ def test_appends_racing_a_server_restart_lose_nothing(own_server, hermes_home) -
                 except StorageError as e:
                     outcome[text] = "spooled" if e.spooled_to else f"lost {e.cause.value}"
                 i += 1
+        def count(kind: str) -> int:
+            return sum(1 for v in list(outcome.values()) if v == kind)
+
         thread = threading.Thread(target=writer)
         thread.start()
-        time.sleep(0.3)
+        # Each phase waits for its outcome (not a fixed time, which a loaded
+        # machine can spend before the writer has appended at all).
+        _until(lambda: count("acked") > 0)
         own_server.stop("immediate")
-        time.sleep(0.3)
+        _until(lambda: count("spooled") > 0)
         own_server.start()
-        time.sleep(0.5)
+        acked_before = count("acked")
+        _until(lambda: count("acked") > acked_before)
         stop.set()
         thread.join(30)
         kinds = set(outcome.values())
