@@ -102,6 +102,10 @@ def configure_logging(verbose: bool) -> None:
         root.addHandler(handler)
     handler.verbose = verbose
     root.setLevel(logging.INFO if verbose else logging.WARNING)
+    # psycopg's pool warns at each failed connection attempt (four lines of
+    # the server's text before the command's own error); the command reports
+    # the failure once, typed, with what to do. --verbose shows them.
+    logging.getLogger("psycopg.pool").setLevel(logging.INFO if verbose else logging.ERROR)
 
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
