@@ -332,14 +332,19 @@ class SessionDB:
         encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
         fresh = fresh and len({id(m) for m in batch}) == len(batch)  # a dict twice: one row
         try:
-            ids = self.session_write(session_id, lambda conn, start: self._insert_held(
-                conn, session_id, encoded, holder, "message", start, fresh))
+            ids = self._append_encoded(session_id, encoded, holder, fresh)
         except StorageError as e:
             spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
             raise
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
+
+    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
+                        holder: str | None, fresh: bool) -> list[int]:
+        """The write of `append_messages` (a server store does it in one call)."""
+        return self.session_write(session_id, lambda conn, start: self._insert_held(
+            conn, session_id, encoded, holder, "message", start, fresh))
 
     def session_write(self, session_id: str,
                       body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:

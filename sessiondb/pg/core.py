@@ -47,8 +47,9 @@ class PgCore:
     """Pool, per-thread transactions and error translation of one handle."""
 
     def __init__(self, url: str, *, patience: float, min_size: int = 1,
-                 max_size: int = 4) -> None:
+                 max_size: int = 4, relaxed: bool = False) -> None:
         self.url, self.shown, self.patience = url, redact(url), patience
+        self.relaxed = relaxed  # synchronous_commit=off in every write transaction
         self.sizes = (min_size, max_size)
         self.closed = False
         self.stale = False  # a connection was lost: renew the pool on the next call
@@ -142,6 +143,23 @@ class PgCore:
         return retry_busy(body, self.patience if patience is None else patience, _reraise,
                           errors=(StorageError,), retryable=is_retryable)
 
+    def statement(self, body: Callable[[Any], T], patience: float | None = None) -> T:
+        """``body(raw)`` on a pooled connection outside any transaction: one
+        statement there is its own transaction (one round trip, no BEGIN or
+        COMMIT); errors come back typed."""
+        self.check_open()
+        raw = self.getconn(self.patience if patience is None else patience)
+        try:
+            return body(raw)
+        except StorageError:
+            raise
+        except Exception as e:
+            if _is_db_error(e):
+                raise self.error(e) from e
+            raise
+        finally:
+            self.putconn(raw)
+
     @contextmanager
     def read(self) -> Iterator[PgConn]:
         """This thread's transaction if it has one, else a pooled connection."""
@@ -183,6 +201,11 @@ class PgCore:
         self.pool.close()
 
 
+def lock_timeout_ms(patience: float) -> int:
+    """The patience as PostgreSQL's lock_timeout (0 would mean no limit)."""
+    return max(int(patience * 1000), 1)
+
+
 def _is_db_error(e: BaseException) -> bool:
     import psycopg
     from psycopg_pool import PoolTimeout
@@ -219,7 +242,8 @@ class PgAtomic:
             return local.conn
         raw = core.getconn(self.patience)
         try:
-            raw.execute(f"BEGIN; SET LOCAL lock_timeout = {max(int(self.patience * 1000), 1)}")
+            raw.execute(f"BEGIN; SET LOCAL lock_timeout = {lock_timeout_ms(self.patience)}"
+                        + ("; SET LOCAL synchronous_commit = off" if core.relaxed else ""))
         except Exception as e:
             core.putconn(raw)
             raise core.error(e, "cannot begin a transaction") from e

@@ -1,0 +1,160 @@
+"""An append as one call: the server-side functions of migration p011.
+
+Measured on the statement path (bench/postgres.py, docs/benchmarks.md): a
+commit-each append cost seven round trips (BEGIN with the lock timeout,
+the session row lock, the position, the known uids, the INSERT, the
+counters, COMMIT), and eight writers spent more time waiting for the
+client and server to take turns than writing. `hermes_append` does the
+same checks and writes in the same order inside one statement: lock the
+session's row (``FOR UPDATE``: appends from every host queue on it, in one
+order), check the lease (``FOR SHARE``, as leases.py does) when a holder
+is named, read the next position, insert the rows whose uids are new
+(``ON CONFLICT DO NOTHING``: idempotent by uid; a uid twice in one batch is
+one row) and move the counters. Outside a transaction that statement is
+its own transaction, so an append is one round trip; inside one it is one
+statement of it. `hermes_insert_rows` is its last part, for the paths that
+hold the lock and know the position already (imports, the spool).
+
+Refusals come back as a status, not an exception, so Python raises the
+very errors (and messages) the SQLite backend raises; nothing was written
+then. The lock timeout (the call's patience) and the relaxed durability
+(``synchronous_commit=off``) are set with ``set_config(..., true)``: for
+this transaction only.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..codec import EncodedMessage
+
+_ARRAYS = """p_uid text[], p_role text[], p_content_kind text[], p_content text[],
+  p_tool_calls text[], p_tool_call_id text[], p_tool_name text[], p_finish_reason text[],
+  p_timestamp double precision[], p_token_count bigint[], p_meta text[],
+  p_fingerprint text[], p_calls bigint[]"""
+_ARRAY_ARGS = ("p_uid, p_role, p_content_kind, p_content, p_tool_calls, p_tool_call_id,"
+               " p_tool_name, p_finish_reason, p_timestamp, p_token_count, p_meta,"
+               " p_fingerprint, p_calls")
+
+# Positions follow the batch's order, first occurrence of a new uid first;
+# ids come back in the batch's order (a known uid: its stored row's id). The
+# final SELECT's snapshot is the statement's, so `messages m` holds only the
+# rows stored before it and `ins` the ones it inserted.
+_INSERT_ROWS = f"""
+CREATE FUNCTION hermes_insert_rows(p_session text, p_start bigint, p_now double precision,
+  p_kind text, {_ARRAYS}, OUT ids bigint[], OUT next_position bigint)
+LANGUAGE plpgsql AS $f$
+DECLARE added bigint; calls bigint;
+BEGIN
+  WITH input AS (
+    SELECT * FROM unnest({_ARRAY_ARGS}) WITH ORDINALITY AS t(uid, role, content_kind,
+      content, tool_calls, tool_call_id, tool_name, finish_reason, ts, token_count, meta,
+      fingerprint, calls, ord)),
+  fresh AS (
+    SELECT DISTINCT ON (i.uid) i.* FROM input i WHERE NOT EXISTS (
+      SELECT 1 FROM messages m WHERE m.session_id = p_session AND m.uid = i.uid)
+    ORDER BY i.uid, i.ord),
+  numbered AS (
+    SELECT f.*, p_start - 1 + row_number() OVER (ORDER BY f.ord) AS position FROM fresh f),
+  ins AS (
+    INSERT INTO messages (session_id, uid, position, role, content_kind, content, tool_calls,
+      tool_call_id, tool_name, finish_reason, timestamp, token_count, meta, fingerprint, kind)
+    SELECT p_session, n.uid, n.position, n.role, n.content_kind, n.content, n.tool_calls,
+      n.tool_call_id, n.tool_name, n.finish_reason, n.ts, n.token_count, n.meta,
+      n.fingerprint, p_kind FROM numbered n ORDER BY n.ord
+    ON CONFLICT (session_id, uid) DO NOTHING RETURNING uid, id)
+  SELECT (SELECT coalesce(array_agg(coalesce(s.id, m.id) ORDER BY i.ord), '{{}}')
+            FROM input i LEFT JOIN ins s ON s.uid = i.uid
+            LEFT JOIN messages m ON m.session_id = p_session AND m.uid = i.uid),
+         (SELECT count(*) FROM ins),
+         (SELECT coalesce(sum(n.calls), 0) FROM numbered n JOIN ins s ON s.uid = n.uid)
+    INTO ids, added, calls;
+  IF array_position(ids, NULL) IS NOT NULL THEN
+    -- A row with one of these uids committed meanwhile by a writer that did
+    -- not lock the session: re-run the whole transaction (the caller retries).
+    RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+      MESSAGE = 'a message uid was stored concurrently';
+  END IF;
+  IF added > 0 THEN
+    UPDATE sessions SET message_count = message_count + added,
+      tool_call_count = tool_call_count + calls, updated_at = p_now WHERE id = p_session;
+  END IF;
+  next_position := p_start + added;
+END $f$;
+"""
+
+_APPEND = f"""
+CREATE FUNCTION hermes_append(p_session text, p_holder text, p_now double precision,
+  p_kind text, {_ARRAYS}, p_lock_timeout_ms integer, p_relaxed boolean,
+  OUT status text, OUT ids bigint[], OUT next_position bigint, OUT lease_holder text,
+  OUT lease_expires double precision)
+LANGUAGE plpgsql AS $f$
+DECLARE top bigint;
+BEGIN
+  IF p_lock_timeout_ms IS NOT NULL THEN
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
+  END IF;
+  IF p_relaxed THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+  PERFORM 1 FROM sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    status := 'no_session';
+    RETURN;
+  END IF;
+  IF p_holder IS NOT NULL THEN
+    SELECT l.holder, l.expires_at INTO lease_holder, lease_expires FROM leases l
+      WHERE l.session_id = p_session FOR SHARE;
+    IF lease_holder IS NULL OR lease_holder <> p_holder OR lease_expires <= p_now THEN
+      status := 'lease';
+      RETURN;
+    END IF;
+  END IF;
+  SELECT max(m.position) INTO top FROM messages m WHERE m.session_id = p_session;
+  SELECT r.ids, r.next_position INTO ids, next_position
+    FROM hermes_insert_rows(p_session, coalesce(top, 0) + 1, p_now, p_kind, {_ARRAY_ARGS}) r;
+  status := 'ok';
+END $f$;
+"""
+
+
+def p011_append_function(conn: Any) -> None:
+    """One-call appends: `hermes_insert_rows` and `hermes_append` (see the module doc)."""
+    conn.execute(_INSERT_ROWS)
+    conn.execute(_APPEND)
+
+
+_ARRAY_PARAMS = ", ".join(["%s::text[]"] * 8 + ["%s::float8[]", "%s::int8[]", "%s::text[]",
+                                                 "%s::text[]", "%s::int8[]"])
+APPEND_SQL = ("SELECT status, ids, next_position, lease_holder, lease_expires FROM"
+              f" hermes_append(%s, %s, %s, %s, {_ARRAY_PARAMS}, %s, %s)")
+INSERT_ROWS_SQL = ("SELECT ids, next_position FROM"
+                   f" hermes_insert_rows(%s, %s, %s, %s, {_ARRAY_PARAMS})")
+
+
+def columns(encoded: Sequence[EncodedMessage]) -> list[list[Any]]:
+    """The batch as the functions' 13 arrays, one per column."""
+    return [[e.uid for e in encoded], [e.role for e in encoded],
+            [e.content_kind for e in encoded], [e.content for e in encoded],
+            [e.tool_calls for e in encoded], [e.tool_call_id for e in encoded],
+            [e.tool_name for e in encoded], [e.finish_reason for e in encoded],
+            [e.timestamp for e in encoded], [e.token_count for e in encoded],
+            [e.meta for e in encoded], [e.fingerprint for e in encoded],
+            [e.tool_call_total for e in encoded]]
+
+
+def call_append(raw: Any, session_id: str, holder: str | None, now: float, kind: str,
+                encoded: Sequence[EncodedMessage], lock_timeout_ms: int | None,
+                relaxed: bool) -> tuple[str, list[int], int, str | None, float | None]:
+    """(status, ids, next position, lease holder, lease expiry) of one
+    `hermes_append` on a psycopg connection."""
+    row = raw.execute(APPEND_SQL, (session_id, holder, now, kind, *columns(encoded),
+                                   lock_timeout_ms, relaxed)).fetchone()
+    return row[0], list(row[1] or ()), row[2], row[3], row[4]
+
+
+def call_insert_rows(raw: Any, session_id: str, start: int, now: float, kind: str,
+                     encoded: Sequence[EncodedMessage]) -> tuple[list[int], int]:
+    """(ids in the batch's order, next position) of one `hermes_insert_rows`."""
+    ids, after = raw.execute(INSERT_ROWS_SQL, (session_id, start, now, kind,
+                                               *columns(encoded))).fetchone()
+    return list(ids), after
