@@ -243,7 +243,13 @@ class WaitSampler:
         import psycopg
         self.server, self.conn = server, psycopg.connect(server.url(), autocommit=True)
         self.dbname = url.split("?", 1)[0].rsplit("/", 1)[1]
-        self.cpu0 = server.cpu_seconds()
+        self.first = server.cpu_by_process()
+        self.last = dict(self.first)
+
+    def _cpu(self) -> None:
+        """Per process, so one that exits (an autovacuum worker) is not
+        subtracted: CPU since the first sample, as of its last one."""
+        self.last.update(self.server.cpu_by_process())
 
     def finish(self, until: float) -> tuple[dict[str, float], float]:
         seen: Counter[str] = Counter()
@@ -254,8 +260,11 @@ class WaitSampler:
                     " pg_stat_activity WHERE datname = %s AND state = 'active'", (self.dbname,)):
                 seen[event] += 1
             samples += 1
+            if samples % 25 == 0:
+                self._cpu()
             time.sleep(0.02)
-        cpu = self.server.cpu_seconds() - self.cpu0
+        self._cpu()
+        cpu = sum(t - self.first.get(pid, 0.0) for pid, t in self.last.items())
         self.conn.close()
         # Mean backends in each state per sample (8 writers: the sum is at most 8).
         return {k: round(v / max(samples, 1), 2) for k, v in seen.most_common(6)}, cpu
