@@ -4,7 +4,11 @@
 works on its own pooled connection: a write transaction takes one for its
 whole length (nested blocks are SAVEPOINTs on it), a read outside a
 transaction takes one for one statement group, a snapshot holds one in a
-REPEATABLE READ READ ONLY transaction.
+REPEATABLE READ READ ONLY transaction, and `statement` runs one statement
+outside any transaction, where it is a transaction of its own (an append's
+one round trip, pg/append.py). A ``relaxed`` core turns synchronous_commit
+off in each write transaction (``SET LOCAL``: nothing else on the pooled
+connection changes).
 
 Waiting: ``lock_timeout`` is set to the call's patience in every write
 transaction, so a row lock held too long by another host ends as
