@@ -64,12 +64,13 @@ class PgSessionDB(SessionDB):
         self.url = redact(url)
         self.home, self.profile = root, profile
         self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
-        self.patience, self.clock = patience, clock
+        self.patience = patience
         self.sqlite_version = ""
         self.identity = None  # type: ignore[assignment]  # identify.py reads SQLite files
         self.search_rebuilt_on_open = None
         self._tail = None
-        self._pg = PgCore(url, patience=patience, max_size=pool_size)
+        self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,
+                          clock=clock)
         self._core = self._pg  # type: ignore[assignment]  # the base class's core slot
         try:
             self._prepare(create)
@@ -265,13 +266,13 @@ class PgSessionDB(SessionDB):
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.compaction.archive_and_compact` (under the row lock)."""
         return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
-            self, session_id, absorbed_ids, summary_message, holder=holder,
+            self._pg, session_id, absorbed_ids, summary_message, holder=holder,
             supersede_previous=supersede_previous))
 
     def restore_compaction(self, compaction_id: str, *,
                            holder: str | None = None) -> compaction.RestoreResult:
         return self._pg.run(lambda: compaction.restore_compaction(
-            self, compaction_id, holder=holder))
+            self._pg, compaction_id, holder=holder))
 
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first (``seq`` is SQLite's rowid order)."""
@@ -287,4 +288,4 @@ class PgSessionDB(SessionDB):
     def store_stats(self) -> dict[str, Any]:
         """`sessiondb.stats.store_stats` for this store (see pg/stats.py)."""
         from .stats import store_stats
-        return store_stats(self)
+        return store_stats(self._pg)
