@@ -3,8 +3,10 @@
 `StoreCore` owns everything about talking to one SQLite file: the writer
 and reader connections, the lock and transaction depth, the containment
 guard, the background checkpointer and indexer. Nothing outside this module
-changes that state; `SessionDB` (the public face) and feature modules call
-its methods. Every write transaction of the package starts here:
+changes that state; `SessionDB` (the public face) and the feature modules
+call its methods: they take this core (or the `Core` protocol of
+coreapi.py, which the PostgreSQL core satisfies too), never `SessionDB`
+(docs/architecture.md). Every write transaction of the package starts here:
 
 - `write()` (``SessionDB.atomic``): BEGIN IMMEDIATE after the guard's
   checks, or a SAVEPOINT when nested; commits notify the indexer;

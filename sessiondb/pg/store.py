@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compaction, leases, maintenance, paths, sessions, spool
+from .. import compaction, leases, maintenance, paths, sessions, spool_write
 from ..codec import EncodedMessage
 from ..errors import InvalidInput, SchemaTooNew, SessionNotFound, StoreNotFound
 from ..search import Filters, SearchResults
@@ -79,7 +79,7 @@ class PgSessionDB(SessionDB):
             raise
         if create:
             paths.ensure_private_dir(self.path.parent)
-            spool.reserve_for(self.path)  # the spool takes space while there is some
+            spool_write.reserve_for(self.path)  # the spool takes space while there is some
 
     def _prepare(self, create: bool) -> None:
         with self._pg.read() as conn:
