@@ -157,6 +157,9 @@ class PgSessionDB(SessionDB):
     def catch_up_index(self, max_rows: int | None = None) -> int:
         return 0
 
+    def can_index_now(self) -> bool:
+        return False  # no indexer: the insert wrote the index
+
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
         """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
         from .search_schema import INDEXES
