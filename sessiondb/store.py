@@ -232,6 +232,10 @@ class SessionDB:
         """The store's clock (``clock=`` at open); the core owns it."""
         return self._core.clock
 
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._core.clock = clock
+
     def now(self) -> float:
         # Every time a session row gets (created, updated, ended) comes from here.
         return self._core.now()

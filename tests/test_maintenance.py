@@ -199,3 +199,19 @@ def test_optimize_gives_back_what_prune_freed(hermes_home):
         assert db.quick_check() == ["ok"]
         assert {h.session_id for h in db.search("word3", limit=50)} == \
             {"old", "old_child", "recent", "pinned_old"}
+
+
+def test_features_on_the_core_read_the_store_clock(tmp_path: Path) -> None:
+    """The clock lives in the core: a flag set through `db.core` and a session
+    row written through `SessionDB` get their times from the same clock."""
+    with SessionDB(tmp_path / "c.db", clock=lambda: 1_000.0) as db:
+        sid = db.create_session(source="cli")
+        maintenance.archive(db.core, [sid])
+        assert maintenance.flags_of(db.core, sid).archived_at == 1_000.0
+        db.clock = lambda: 2_000.0
+        db.end_session(sid)
+        assert db.core.now() == db.now() == db.get_session(sid).ended_at == 2_000.0
+        db.clock = lambda: float("nan")
+        with pytest.raises(InvalidInput):
+            maintenance.archive(db.core, [sid])
+        assert maintenance.flags_of(db.core, sid).archived_at == 1_000.0  # unchanged
