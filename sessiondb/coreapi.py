@@ -16,19 +16,15 @@ from typing import Any, Protocol
 
 
 class Core(Protocol):
-    """One open store handle's connections, clock and transactions."""
+    """One open store handle's connections, clock and transactions: only what
+    the level-1 modules use, so a third backend knows what it must provide."""
 
     #: The store's file (SQLite) or its profile anchor (PostgreSQL): the
     #: spool, holder probes and error messages are placed by it.
     path: Path
-    patience: float
 
     def now(self) -> float:
         """The store's clock, checked: every time a row gets comes from here."""
-        ...
-
-    def check_open(self) -> None:
-        """Raise StorageError once the handle is closed."""
         ...
 
     def write(self, *, patience: float | None = None) -> AbstractContextManager[Any]:
