@@ -497,8 +497,8 @@ class SessionDB:
                             summary_message: dict[str, Any], *, holder: str | None = None,
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.compaction.archive_and_compact`."""
-        return compaction.archive_and_compact(self._core, session_id, absorbed_ids, summary_message,
-                                              holder=holder,
+        return compaction.archive_and_compact(self._core, session_id, absorbed_ids,
+                                              summary_message, holder=holder,
                                               supersede_previous=supersede_previous)
 
     def restore_compaction(self, compaction_id: str, *,
