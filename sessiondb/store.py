@@ -112,9 +112,10 @@ class SessionDB:
 
     @property
     def core(self) -> StoreCore:
-        """The store core: the package's feature modules read through it
-        (`core.read()`, `core.snapshot()`), not through this class's private
-        methods."""
+        """The store core. The package's feature modules take it, never this
+        class (docs/architecture.md); callers of those pass it on:
+        ``export_to_path(db.core, ...)``, ``maintenance.prune(db.core, ...)``,
+        ``spool_failed_write(db.core, ...)``."""
         return self._core
 
     # -- the core's state, read-only views (tests and benches look at them) --
