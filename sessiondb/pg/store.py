@@ -229,12 +229,14 @@ class PgSessionDB(SessionDB):
             if status == "no_session":
                 raise SessionNotFound(f"no session {session_id!r}")
             if status == "lease" and holder is not None:  # the server's verdict, our words
-                raise leases.refusal(None if found is None else (found, expires), session_id,
-                                     holder, now) or LeaseLost(f"{holder!r} may not write")
+                lease = None if found is None or expires is None else (found, expires)
+                raise leases.refusal(lease, session_id, holder, now) or LeaseLost(
+                    f"{holder!r} may not write")
             return ids
         if pg.depth:
             with self.atomic() as conn:
-                return call(conn.raw, None)
+                pgconn: Any = conn  # a PgConn (typed as the base class's apsw connection)
+                return call(pgconn.raw, None)
         return pg.run(lambda: pg.statement(lambda raw: call(raw, lock_timeout_ms(pg.patience))))
 
     def _insert_rows(self, conn: Any, session_id: str, encoded: list[EncodedMessage],
