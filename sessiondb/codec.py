@@ -93,6 +93,15 @@ def new_uid() -> str:
     return os.urandom(16).hex()
 
 
+def new_uids(n: int) -> list[str]:
+    """``n`` uids from one ``os.urandom`` call. Each call releases the GIL
+    for its syscall, and while the indexer thread waits for the GIL it takes
+    it there: with one call per message a batch of 100 handed the GIL over
+    up to 100 times (cProfile: ~20 us per call under load, against ~1 us)."""
+    pool = os.urandom(16 * n).hex()
+    return [pool[i:i + 32] for i in range(0, 32 * n, 32)]
+
+
 def strip_markers(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies of ``messages`` without the store's ``_db_*`` keys, for the wire."""
     return [public_fields(m) for m in messages]
