@@ -16,7 +16,7 @@ it leaves its module.
 from __future__ import annotations
 
 from .classify import classify, classify_text
-from .codec import ROLES, fingerprint_of, fingerprint_text, logical_meta, uid_text
+from .codec import ROLES, fingerprint_of, fingerprint_text, logical_meta
 from .messages import compact_legacy_rows
 from .errors import (Cause, ForeignStore, InvalidInput, SearchIndexCorrupt, StorageError,
                      StoreCorrupt, StoreNotFound, connection_errno, from_apsw, on_readonly_mount)
@@ -76,5 +76,5 @@ __all__ = [
     # row formats and the spool
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
     # the compact row format (m010): stored uid/fingerprint/meta forms
-    "fingerprint_text", "logical_meta", "uid_text", "compact_legacy_rows",
+    "fingerprint_text", "logical_meta", "compact_legacy_rows",
 ]
