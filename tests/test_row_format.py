@@ -208,3 +208,17 @@ def test_recovering_a_legacy_store_gives_a_compact_one(tmp_path: Path, lane: str
         got = db.get_messages("s")
     assert [public({k: v for k, v in m.items() if k != "_fp"}) for m in old] == [
         public(m) for m in got]
+
+
+def test_batch_uids_are_fresh_and_own_uids_are_still_checked(tmp_path: Path) -> None:
+    from sessiondb import InvalidMessage
+    with SessionDB(tmp_path / "state.db") as db:
+        db.create_session("s", source="test")
+        db.append_messages("s", [{"role": "user", "content": str(i)} for i in range(300)])
+        uids = [m["_db_uid"] for m in db.get_messages("s")]
+        assert len(set(uids)) == 300 and all(len(u) == 32 for u in uids)
+        for bad in (0, 5, ["x"]):
+            with pytest.raises(InvalidMessage):
+                db.append_messages("s", [{"role": "user", "content": "a"},
+                                         {"role": "user", "content": "b", "_db_uid": bad}])
+        assert len(db.get_messages("s")) == 300  # nothing of a refused batch is stored
