@@ -23,8 +23,9 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers, one,
-                                   set_watermark)
+from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, compact_legacy_rows,
+                                    drop_triggers, one,
+                                    set_watermark)
 
 from .catalog import quote
 from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
@@ -71,6 +72,9 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
         _placeholders(conn, stats)
         _orphans_to_quarantine(conn, stats, quarantine)
         _recount_sessions(conn)
+        # rows carved from a file before m010 hold the old forms; the new
+        # store is compact throughout (a hex uid must not be in both forms)
+        compact_legacy_rows(conn, keep_twins=True)
     with conn:
         for i, (_name, sql) in enumerate(deferred.indexes, 1):
             conn.execute(sql)

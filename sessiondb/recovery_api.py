@@ -16,7 +16,8 @@ it leaves its module.
 from __future__ import annotations
 
 from .classify import classify, classify_text
-from .codec import ROLES, fingerprint_of
+from .codec import ROLES, fingerprint_of, fingerprint_text, logical_meta
+from .messages import compact_legacy_rows
 from .errors import (Cause, ForeignStore, InvalidInput, SearchIndexCorrupt, StorageError,
                      StoreCorrupt, StoreNotFound, connection_errno, from_apsw, on_readonly_mount)
 from .explain import RECOVERED_NAME, StorageFailure, describe, hermes_command
@@ -75,4 +76,6 @@ __all__ = [
     "PG_SEARCH_INDEXES", "PG_TSV_COLUMN", "pg_url_label",
     # row formats and the spool
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
+    # the compact row format (m010): stored uid/fingerprint/meta forms
+    "fingerprint_text", "logical_meta", "compact_legacy_rows",
 ]

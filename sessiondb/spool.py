@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterator
 
 import apsw
 
-from . import paths, sessions, spool_reserve
+from . import messages, paths, sessions, spool_reserve
 from .codec import EncodedMessage, checked_time, encode
 from .errors import InvalidInput, InvalidMessage, StorageError
 from .outfile import fsync_dir
@@ -160,12 +160,7 @@ def _chunks(f: IO[bytes]) -> Iterator[list[EncodedMessage]]:
 
 
 def _present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> set[str]:
-    found: set[str] = set()
-    for uid in uids:
-        if conn.execute("SELECT 1 FROM messages WHERE session_id = ? AND uid = ?",
-                        (session_id, uid)).fetchone():
-            found.add(uid)
-    return found
+    return messages.present_uids(conn, session_id, uids)  # (the stored uid form is theirs)
 
 
 def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],

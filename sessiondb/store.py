@@ -26,7 +26,7 @@ from . import (compaction, leases, maintenance, messages, migrations, pages, pat
 from . import checkpointer, identify
 from .checkpointer import CheckpointStats
 from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
-                    new_uid)
+                    new_uid, new_uids)
 from .core import Atomic, StoreCore
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
                      StoreLocked, StoreNotFound, from_apsw)
@@ -338,7 +338,8 @@ class SessionDB:
         # Dicts without a uid get a fresh one, which no stored row can have:
         # such a batch is inserted in one statement loop (`messages.insert_fresh`).
         fresh = len(batch) > 1 and all(type(m) is dict and not m.get(UID_KEY) for m in batch)
-        encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
+        uids = new_uids(len(batch))  # one syscall for the batch (codec.new_uids says why)
+        encoded = [self._encode_for_append(m, i, u) for (i, m), u in zip(enumerate(batch), uids)]
         fresh = fresh and len({id(m) for m in batch}) == len(batch)  # a dict twice: one row
         try:
             ids = self._append_encoded(session_id, encoded, holder, fresh)
@@ -408,8 +409,10 @@ class SessionDB:
         return tail[1]
 
     @staticmethod
-    def _encode_for_append(message: Any, index: int) -> EncodedMessage:
-        enc = encode(message, index=index)
+    def _encode_for_append(message: Any, index: int, uid: str | None = None) -> EncodedMessage:
+        # (a dict's own uid, even a bad one, goes to encode: it checks it)
+        given = type(message) is dict and message.get(UID_KEY) not in (None, "")
+        enc = encode(message, index=index, uid=None if given else uid)
         message.setdefault(UID_KEY, enc.uid)
         return enc
 
