@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import apsw
@@ -26,6 +27,7 @@ import apsw
 from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers, one,
                                    set_watermark)
 
+from . import search_reuse
 from .catalog import quote
 from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
 
@@ -60,27 +62,55 @@ def start(conn: apsw.Connection) -> Deferred:
 
 
 def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
-           quarantine: Quarantine, progress: Progress | None = None) -> None:
+           quarantine: Quarantine, progress: Progress | None = None, *,
+           search_from: Path | None = None, not_copied: str | None = None) -> None:
+    """Tie the rows together, build what `start` deferred, and fill the
+    search index: taken over from ``search_from`` (the source's copy) when
+    the caller found that safe (`recovery.search_reuse`), else rebuilt
+    (``not_copied`` says why it was not taken over)."""
     def tick(what: str, done: int, total: int) -> None:
         if progress is not None:
             progress(what, done, total)
 
+    clock = _Clock(stats.timings)
     with conn:
         tick("linking sessions", 0, 0)
         _parent_links(conn, stats)
         _placeholders(conn, stats)
         _orphans_to_quarantine(conn, stats, quarantine)
         _recount_sessions(conn)
+    clock.lap("link_s")
     with conn:
         for i, (_name, sql) in enumerate(deferred.indexes, 1):
             conn.execute(sql)
             tick("building indexes", i, len(deferred.indexes))
         attach_triggers(conn)
-    fill_search(conn, tick)
+    clock.lap("indexes_s")
+    if search_from is not None:
+        not_copied = search_reuse.take_over(conn, search_from, stats, tick)
+    if not_copied is None and search_from is not None:
+        stats.search_index = {"method": "copied", "reason": None}
+    else:
+        fill_search(conn, tick)
+        stats.search_index = {"method": "rebuilt", "reason": not_copied}
+    clock.lap("search_s")
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
     conn.execute("PRAGMA synchronous=FULL")  # the checkpoint syncs the file, then the WAL goes
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    clock.lap("checkpoint_s")
+
+
+class _Clock:
+    """Seconds of each step of `finish`, for the report's timings."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into, self.last = into, time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.into[name] = round(now - self.last, 3)
+        self.last = now
 
 
 def _parent_links(conn: apsw.Connection, stats: WriteStats) -> None:
