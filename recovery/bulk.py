@@ -91,8 +91,9 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
     if not_copied is None and search_from is not None:
         stats.search_index = {"method": "copied", "reason": None}
     else:
-        fill_search(conn, tick)
-        stats.search_index = {"method": "rebuilt", "reason": not_copied}
+        from . import fts_parallel  # (it builds with this module's fill_search)
+        stats.search_index = {"method": "rebuilt", "reason": not_copied,
+                              "processes": fts_parallel.fill(conn, tick, stats.timings)}
     clock.lap("search_s")
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
@@ -170,14 +171,15 @@ def _recount_sessions(conn: apsw.Connection) -> None:
         " WHERE m.session_id = sessions.id)")
 
 
-def fill_search(conn: apsw.Connection, tick: Progress) -> None:
+def fill_search(conn: apsw.Connection, tick: Progress,
+                indexes: tuple[str, ...] = INDEXES) -> None:
     """Both search indexes from the messages, a rowid range per transaction,
     then the watermark at the top (nothing left for an indexer). While
     filling, FTS5 keeps a larger pending-terms buffer and does not merge
     segments (`LOAD_SETTINGS`): each batch becomes a few large segments, about
     half the time of merging as it goes, and queries as fast afterwards. The
     index's normal settings are put back at the end, so later writes merge."""
-    _fts_settings(conn, LOAD_SETTINGS)
+    fts_settings(conn, LOAD_SETTINGS, indexes)
     (total,) = one(conn.execute("SELECT count(*) FROM messages"))
     done, low = 0, None
     while True:
@@ -185,7 +187,7 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
                            " ORDER BY id LIMIT 1 OFFSET ?", (low, FTS_BATCH - 1)).fetchone()
         high = row[0] if row is not None else None
         with conn:
-            for table in INDEXES:
+            for table in indexes:
                 conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM "
                              f"{TEXT_VIEW} WHERE id > coalesce(?, "
                              "-9223372036854775808) AND id <= coalesce(?, 9223372036854775807)",
@@ -196,12 +198,13 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
             break
         low = high
     with conn:
-        _fts_settings(conn, NORMAL_SETTINGS)
+        fts_settings(conn, NORMAL_SETTINGS, indexes)
         (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
         set_watermark(conn, top)
 
 
-def _fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...]) -> None:
-    for table in INDEXES:
+def fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...],
+                 indexes: tuple[str, ...] = INDEXES) -> None:
+    for table in indexes:
         for key, value in settings:
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))

@@ -91,6 +91,20 @@ def check_copyable(conn: apsw.Connection, schema: str) -> None:
         raise IndexNotCopyable("the other file has no index watermark")
 
 
+def copy_index_tables(conn: apsw.Connection, schema: str, index: str) -> dict[str, int]:
+    """Replace ``main``'s shadow tables of one index by ``schema``'s (rows
+    copied per table), in the caller's transaction. Only the rows: the
+    caller knows both sides define ``index`` alike (`check_copyable`, or it
+    made the other side with the same DDL) and what the rows stand for."""
+    q, rows = _quote_ident(schema), {}
+    for shadow in SHADOWS:
+        table = _quote_ident(f"{index}_{shadow}")
+        conn.execute(f"DELETE FROM main.{table}")
+        conn.execute(f"INSERT INTO main.{table} SELECT * FROM {q}.{table}")
+        rows[f"{index}_{shadow}"] = conn.changes()
+    return rows
+
+
 def copy_search_index(conn: apsw.Connection, schema: str) -> CopiedIndex:
     """Replace ``main``'s search index by ``schema``'s, with its watermark and
     change log, in the caller's transaction (`check_copyable` first)."""
@@ -98,11 +112,7 @@ def copy_search_index(conn: apsw.Connection, schema: str) -> CopiedIndex:
     q = _quote_ident(schema)
     out = CopiedIndex()
     for index in INDEXES:
-        for shadow in SHADOWS:
-            table = _quote_ident(f"{index}_{shadow}")
-            conn.execute(f"DELETE FROM main.{table}")
-            conn.execute(f"INSERT INTO main.{table} SELECT * FROM {q}.{table}")
-            out.rows[f"{index}_{shadow}"] = conn.changes()
+        out.rows.update(copy_index_tables(conn, schema, index))
     (out.watermark,) = one(conn.execute(
         f"SELECT CAST(value AS INTEGER) FROM {q}.state_meta WHERE key = ?", (WATERMARK_KEY,)))
     conn.execute("INSERT INTO main.state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
@@ -115,4 +125,4 @@ def copy_search_index(conn: apsw.Connection, schema: str) -> CopiedIndex:
 
 
 __all__ = ["CopiedIndex", "IndexNotCopyable", "SHADOWS", "attach_readonly", "check_copyable",
-           "copy_search_index"]
+           "copy_index_tables", "copy_search_index"]
