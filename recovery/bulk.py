@@ -10,9 +10,10 @@ together and builds what was deferred, each step one transaction or a
 batch of them: parent links to lost sessions dropped, a labelled
 placeholder session for each session id that only messages name, rows
 whose parent is still missing moved to the quarantine, sessions
-recounted, the secondary indexes created, the search index filled in
-rowid batches with its watermark at the top, the file checkpointed and
-synced.
+recounted, the secondary indexes created, the search index copied from
+the source (`recovery.search_reuse`) or filled in rowid batches with its
+watermark at the top (`recovery.fts_parallel`: on two cores), the file
+checkpointed and synced.
 """
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ keys stay: they are what resolves a row found by two lanes. `finish` then
 ties the rows together (parent links, placeholder sessions for orphaned
 messages, rows whose parent is lost to quarantine, recounted sessions),
 builds the secondary indexes and the search index once (`recovery.bulk`),
-and leaves the file in WAL mode like any store. Derived data is rebuilt,
-never copied. Malformed JSON values and rows the schema rejects go to a
+and leaves the file in WAL mode like any store. The search index is
+rebuilt, or taken over from the source where that is provably the same
+(`recovery.search_reuse`). Malformed JSON values and rows the schema rejects go to a
 quarantine table with their original values, never silently dropped.
 """
 from __future__ import annotations
