@@ -130,7 +130,7 @@ def take_over(conn: apsw.Connection, source: Path, stats: WriteStats, tick: Tick
     """Copy ``source``'s index into the output on ``conn`` (opened with
     SQLITE_OPEN_URI); None when it was, else why not (the index is then
     empty for the caller to rebuild)."""
-    tick("copying the search index", 0, 0)
+    tick("building the search index: copying the source's", 0, 0)
     started = time.monotonic()
     try:
         with attach_readonly(conn, source) as schema:
@@ -153,4 +153,6 @@ def take_over(conn: apsw.Connection, source: Path, stats: WriteStats, tick: Tick
         reason = f"the copied index could not be brought up to date ({type(e).__name__})"
     if reason is not None:
         _empty(conn)
+    else:
+        tick("building the search index: copied from the source", 1, 1)
     return reason
