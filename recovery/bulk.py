@@ -87,20 +87,26 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
             tick("building indexes", i, len(deferred.indexes))
         attach_triggers(conn)
     clock.lap("indexes_s")
-    if search_from is not None:
-        not_copied = search_reuse.take_over(conn, search_from, stats, tick)
-    if not_copied is None and search_from is not None:
-        stats.search_index = {"method": "copied", "reason": None}
-    else:
-        from . import fts_parallel  # (it builds with this module's fill_search)
-        stats.search_index = {"method": "rebuilt", "reason": not_copied,
-                              "processes": fts_parallel.fill(conn, tick, stats.timings)}
+    _search(conn, stats, tick, search_from, not_copied)
     clock.lap("search_s")
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
     conn.execute("PRAGMA synchronous=FULL")  # the checkpoint syncs the file, then the WAL goes
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     clock.lap("checkpoint_s")
+
+
+def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
+            search_from: Path | None, not_copied: str | None) -> None:
+    """The search index taken over from ``search_from``, or else rebuilt."""
+    if search_from is not None:
+        not_copied = search_reuse.take_over(conn, search_from, stats, tick)
+        if not_copied is None:
+            stats.search_index = {"method": "copied", "reason": None}
+            return
+    from . import fts_parallel  # (it builds with this module's fill_search)
+    stats.search_index = {"method": "rebuilt", "reason": not_copied,
+                          "processes": fts_parallel.fill(conn, tick, stats.timings)}
 
 
 class _Clock:

@@ -29,7 +29,7 @@ from typing import Callable
 import apsw
 
 from sessiondb.recovery_api import (FTS_TABLE, TEXT_VIEW, TRIGRAM_TABLE, attach_readonly,
-                                    copy_index_tables, create_private_file, fts_ddl,
+                                    copy_index_tables, create_private_file, fts_ddl, one,
                                     set_watermark)
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _take(conn: apsw.Connection, scratch: Path) -> bool:
         with attach_readonly(conn, scratch) as schema:
             with conn:
                 copy_index_tables(conn, schema, TRIGRAM_TABLE)
-                (top,) = conn.execute("SELECT coalesce(max(id), 0) FROM messages").fetchone()
+                (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
                 set_watermark(conn, top)
     except apsw.Error:
         log.warning("could not copy the worker's trigram index", exc_info=True)
