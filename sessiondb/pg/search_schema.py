@@ -110,13 +110,21 @@ def p009_search_text(conn: Any) -> None:
     conn.execute(_TSV)
 
 
+def index_ddl() -> dict[str, str]:
+    """The CREATE INDEX statement of each search index, by name (p010's;
+    a bulk load drops the indexes and builds them again with these)."""
+    return {TSV_INDEX: f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON messages USING gin"
+                       f" ({TSV_COLUMN})",
+            TRGM_INDEX: f"CREATE INDEX IF NOT EXISTS {TRGM_INDEX} ON messages USING gin"
+                        f" ({text_expr('messages')} gin_trgm_ops)"}
+
+
 def p010_search_index(conn: Any) -> None:
     """A generated tsvector column with its GIN index, and a trigram GIN index."""
     conn.execute(f"ALTER TABLE messages ADD COLUMN {TSV_COLUMN} tsvector GENERATED ALWAYS AS"
                  f" (hermes_search_tsv({text_expr('messages')})) STORED")
-    conn.execute(f"CREATE INDEX {TSV_INDEX} ON messages USING gin ({TSV_COLUMN})")
-    conn.execute(f"CREATE INDEX {TRGM_INDEX} ON messages USING gin"
-                 f" ({text_expr('messages')} gin_trgm_ops)")
+    for ddl in index_ddl().values():
+        conn.execute(ddl)
 
 
 SEARCH_MIGRATIONS = (p009_search_text, p010_search_index)
