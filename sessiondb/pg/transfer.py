@@ -30,6 +30,7 @@ import apsw
 from ..errors import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
+from . import bulk
 
 CHUNK = 1_000
 #: Messages per chunk: fewer, since a message may be large (tool output is
@@ -125,11 +126,14 @@ class SqliteSide:
 
 
 class PgSide:
-    """A PostgreSQL database holding the current schema."""
+    """A PostgreSQL database holding the current schema. As a target,
+    messages go in by COPY (`bulk`) unless ``bulk`` is off (the
+    statement-per-row path every target has)."""
 
-    def __init__(self, conn: Any, label: str) -> None:
+    def __init__(self, conn: Any, label: str, *, bulk: bool = True) -> None:
         self.conn = conn
         self.label = label
+        self.bulk = bulk
 
     def columns(self, table: str) -> list[str]:
         return [r[0] for r in self.conn.execute(
@@ -229,6 +233,9 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
     result.resumed_after = after
     if progress is not None and after:
         progress(int(src.one("SELECT count(*) FROM messages WHERE id <= %s", (after,))))
+    if isinstance(dst, PgSide) and dst.bulk:
+        result.copied["messages"] = _copy_messages_bulk(src, dst, cols, key, after, progress)
+        return
     insert, n = _insert_sql("messages", cols), 0
     save = ("INSERT INTO state_meta (key, value) VALUES (%s, %s)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
@@ -243,6 +250,19 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
         if progress is not None:
             progress(len(rows))
     result.copied["messages"] = n
+
+
+def _copy_messages_bulk(src: Side, dst: PgSide, cols: list[str], key: str, after: int,
+                        progress: Callable[[int], None] | None) -> int:
+    """The COPY path (bulk.py), search indexes deferred on an empty target."""
+    select = (f"SELECT id, {', '.join(cols)} FROM messages WHERE id > %s"
+              f" ORDER BY id LIMIT {bulk.COPY_CHUNK}")
+    deferred = bulk.defer_indexes(dst.conn, key)
+    n = bulk.copy_messages(lambda last: src.select(select, (last,)), dst.conn, cols, key,
+                           after, progress)
+    if deferred:
+        bulk.build_indexes(dst.conn)
+    return n
 
 
 def count(side: Side, table: str, sessions: Side | None = None) -> int:
