@@ -127,4 +127,22 @@ def p010_search_index(conn: Any) -> None:
         conn.execute(ddl)
 
 
+#: ANALYZE's statistics target for the word vector (PostgreSQL's default is 100).
+TSV_STATISTICS = 1000
+
+
+def p012_search_statistics(conn: Any) -> None:
+    """A finer word-frequency histogram for the planner.
+
+    With the default target, ANALYZE keeps ~1,000 most common lexemes and
+    guesses any other word at half the least common one's frequency: at
+    1M messages a word in 94 rows was planned as 1,633, so a newest-first
+    page walked the primary key backwards (240,000 rows for 20 hits, 480 ms)
+    instead of reading the GIN index (7 ms). A target of 1000 keeps ~10,000
+    lexemes and lowers that guess tenfold; ANALYZE samples 300,000 rows."""
+    conn.execute(f"ALTER TABLE messages ALTER COLUMN {TSV_COLUMN}"
+                 f" SET STATISTICS {TSV_STATISTICS}")
+    conn.execute(f"ANALYZE messages ({TSV_COLUMN})")
+
+
 SEARCH_MIGRATIONS = (p009_search_text, p010_search_index)
