@@ -10,6 +10,10 @@ Resumable: each message chunk commits together with a checkpoint (the last
 source row id copied, in the target's ``state_meta`` under a key naming the
 source), so a rerun continues after the last committed chunk.
 
+Into PostgreSQL, messages go by COPY (bulk.py: the same contract, chunk
+by chunk, with the search indexes built once at the end on an empty
+target); into SQLite, and with ``PgSide(bulk=False)``, by INSERT statements.
+
 Message row ids are the target's own (a PostgreSQL store may already hold
 other hosts' rows); rows keep their order, uid, position and state, and a
 compaction's ``summary_id`` is mapped through the summary row's uid.
