@@ -71,9 +71,11 @@ def build(url: str, n: int, gen: Generator) -> float:
     """n messages in sessions of SESSION_SIZE (the same rows, in the same
     order, as the old per-session INSERT loader), by COPY into the canonical
     tables with the two search indexes dropped first and built again after
-    (the generated tsvector column is computed by the COPY itself): an
-    index built once from sorted entries costs a fraction of one maintained
-    row by row."""
+    (the generated tsvector column is computed by the COPY itself).
+    Measured at 100,000 messages on the shared machine: 68.5 s, against
+    74.5 s with the indexes kept and maintained by the COPY; the old loader
+    ran at ~1,100 messages/s. Most of the time is the server's (tsvector
+    and trigram extraction), not COPY's protocol."""
     started = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         for name in INDEXES:

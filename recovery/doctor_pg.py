@@ -70,9 +70,7 @@ def check_search_index(conn: Any) -> list[Finding]:
         what = ", ".join(f"{n} {s}" for n, s in bad.items()) or f"column {TSV_COLUMN} missing"
         return [Finding("pg_search_index", Severity.ERROR, f"search index unhealthy: {what}",
                         "REINDEX INDEX CONCURRENTLY <name> (psql) for an invalid index; a "
-                        "missing one comes back with the pending migrations, or, after an "
-                        "interrupted `hermes sessions migrate --to`, when it is run again",
-                        data=data)]
+                        "missing one comes back with the pending migrations", data=data)]
     out = [Finding("pg_search_index", Severity.OK, "search column and both GIN indexes valid",
                    data=data)]
     ctype = conn.execute("SELECT datctype FROM pg_database WHERE datname = current_database()"

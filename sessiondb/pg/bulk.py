@@ -10,57 +10,20 @@ the source order), and the checkpoint is saved, all in one transaction: a
 the last committed one. COPY saves the per-row protocol and planning cost
 of an INSERT per message.
 
-Search indexes: maintaining two GIN indexes row by row costs more than the
-rows themselves. When the target holds no messages at all as the copy
-starts (a new database: nobody searches it yet), both are dropped and
-built once from the whole table at the end. A marker row in ``state_meta``
-(written in the transaction that drops them) says so, so a rerun after an
-interruption keeps loading without them and builds them at its end. A
-target that already holds messages keeps its indexes (other hosts may be
-searching it), and the rows pay the row-by-row price.
+The search indexes stay in place and are kept up to date row by row (GIN's
+``fastupdate`` pending list batches that work). Dropping them on an empty
+target and building them once at the end was measured slower here: at
+100,000 messages 88 s (29 s of copy, 59 s of index builds) against 70 s
+with the indexes kept; at 20,000, 13.9 s against 9.3 s.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from .search_schema import INDEXES, index_ddl
-
 #: Source rows per committed chunk. Rows stream into COPY, so memory does
 #: not grow with it; it bounds what a kill can take back (one chunk).
 COPY_CHUNK = 5_000
 STAGE = "hermes_migrate_stage"
-#: state_meta key present while the search indexes are dropped by a bulk load.
-DEFERRED_KEY = "search_indexes_deferred"
-#: Memory for building a GIN index from the whole table (per statement).
-BUILD_MEMORY = "256MB"
-
-
-def defer_indexes(conn: Any, source_key: str) -> bool:
-    """Drop the search indexes if the target holds no messages (or an
-    interrupted bulk load already did); True while they are deferred."""
-    with conn.transaction():
-        if conn.execute("SELECT 1 FROM state_meta WHERE key = %s", (DEFERRED_KEY,)).fetchone():
-            return True
-        # Locks out concurrent writers between the emptiness check and the drop.
-        conn.execute("LOCK TABLE messages IN SHARE ROW EXCLUSIVE MODE")
-        if conn.execute("SELECT 1 FROM messages LIMIT 1").fetchone() is not None:
-            return False
-        for name in INDEXES:
-            conn.execute(f"DROP INDEX IF EXISTS {name}")
-        conn.execute("INSERT INTO state_meta (key, value) VALUES (%s, %s)",
-                     (DEFERRED_KEY, source_key))
-    return True
-
-
-def build_indexes(conn: Any) -> None:
-    """Build the deferred search indexes and clear the marker, in one
-    transaction (a kill during the build leaves the marker for a rerun)."""
-    with conn.transaction():
-        conn.execute(f"SET LOCAL maintenance_work_mem = '{BUILD_MEMORY}'")
-        for ddl in index_ddl().values():
-            conn.execute(ddl)
-        conn.execute("DELETE FROM state_meta WHERE key = %s", (DEFERRED_KEY,))
-    conn.execute("ANALYZE messages")  # the planner's view of the new index, now
 
 
 def _stage(conn: Any, cols: list[str]) -> None:

@@ -11,8 +11,7 @@ source row id copied, in the target's ``state_meta`` under a key naming the
 source), so a rerun continues after the last committed chunk.
 
 Into PostgreSQL, messages go by COPY (bulk.py: the same contract, chunk
-by chunk, with the search indexes built once at the end on an empty
-target); into SQLite, and with ``PgSide(bulk=False)``, by INSERT statements.
+by chunk); into SQLite, and with ``PgSide(bulk=False)``, by INSERT statements.
 
 Message row ids are the target's own (a PostgreSQL store may already hold
 other hosts' rows); rows keep their order, uid, position and state, and a
@@ -258,15 +257,11 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
 
 def _copy_messages_bulk(src: Side, dst: PgSide, cols: list[str], key: str, after: int,
                         progress: Callable[[int], None] | None) -> int:
-    """The COPY path (bulk.py), search indexes deferred on an empty target."""
+    """The COPY path (bulk.py)."""
     select = (f"SELECT id, {', '.join(cols)} FROM messages WHERE id > %s"
               f" ORDER BY id LIMIT {bulk.COPY_CHUNK}")
-    deferred = bulk.defer_indexes(dst.conn, key)
-    n = bulk.copy_messages(lambda last: src.select(select, (last,)), dst.conn, cols, key,
-                           after, progress)
-    if deferred:
-        bulk.build_indexes(dst.conn)
-    return n
+    return bulk.copy_messages(lambda last: src.select(select, (last,)), dst.conn, cols, key,
+                              after, progress)
 
 
 def count(side: Side, table: str, sessions: Side | None = None) -> int:
