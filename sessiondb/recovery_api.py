@@ -43,7 +43,8 @@ from .search_index import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABL
                            attach_triggers, corruption_is_index_only, drop_triggers,
                            set_watermark, stale_marker, triggers_attached)
 from .search_maintenance import SearchHealth, health_on
-from .spool import import_spool, spool_dir_for
+from .spool import import_spool
+from .spool_write import spool_dir_for
 from .store import SessionDB
 from .vocab import MessageState
 

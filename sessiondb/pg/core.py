@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from ..codec import checked_time
 from ..core import retry_busy
 from ..errors import StorageError, StoreIOError
 from .adapter import PgConn, register_numeric_loader, register_text_codec
@@ -46,9 +49,10 @@ class _Local(threading.local):
 class PgCore:
     """Pool, per-thread transactions and error translation of one handle."""
 
-    def __init__(self, url: str, *, patience: float, min_size: int = 1,
-                 max_size: int = 4) -> None:
+    def __init__(self, url: str, *, patience: float, path: Path, min_size: int = 1,
+                 max_size: int = 4, clock: Callable[[], float] = time.time) -> None:
         self.url, self.shown, self.patience = url, redact(url), patience
+        self.path, self.clock = path, clock  # the profile's anchor: the spool goes beside it
         self.sizes = (min_size, max_size)
         self.closed = False
         self.stale = False  # a connection was lost: renew the pool on the next call
@@ -97,6 +101,9 @@ class PgCore:
     def check_open(self) -> None:
         if self.closed:
             raise StorageError("this store handle is closed", path=self.shown)
+
+    def now(self) -> float:
+        return checked_time(self.clock(), "the store's clock")
 
     @property
     def depth(self) -> int:

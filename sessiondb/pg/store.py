@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compaction, leases, maintenance, paths, sessions, spool
+from .. import compaction, leases, maintenance, paths, sessions, spool_write
 from ..codec import EncodedMessage
 from ..errors import InvalidInput, SchemaTooNew, SessionNotFound, StoreNotFound
 from ..search import Filters, SearchResults
@@ -64,12 +64,13 @@ class PgSessionDB(SessionDB):
         self.url = redact(url)
         self.home, self.profile = root, profile
         self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
-        self.patience, self.clock = patience, clock
+        self.patience = patience
         self.sqlite_version = ""
         self.identity = None  # type: ignore[assignment]  # identify.py reads SQLite files
         self.search_rebuilt_on_open = None
         self._tail = None
-        self._pg = PgCore(url, patience=patience, max_size=pool_size)
+        self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,
+                          clock=clock)
         self._core = self._pg  # type: ignore[assignment]  # the base class's core slot
         try:
             self._prepare(create)
@@ -78,7 +79,7 @@ class PgSessionDB(SessionDB):
             raise
         if create:
             paths.ensure_private_dir(self.path.parent)
-            spool.reserve_for(self.path)  # the spool takes space while there is some
+            spool_write.reserve_for(self.path)  # the spool takes space while there is some
 
     def _prepare(self, create: bool) -> None:
         with self._pg.read() as conn:
@@ -155,6 +156,9 @@ class PgSessionDB(SessionDB):
 
     def catch_up_index(self, max_rows: int | None = None) -> int:
         return 0
+
+    def can_index_now(self) -> bool:
+        return False  # no indexer: the insert wrote the index
 
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
         """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
@@ -265,13 +269,13 @@ class PgSessionDB(SessionDB):
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.compaction.archive_and_compact` (under the row lock)."""
         return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
-            self, session_id, absorbed_ids, summary_message, holder=holder,
+            self._pg, session_id, absorbed_ids, summary_message, holder=holder,
             supersede_previous=supersede_previous))
 
     def restore_compaction(self, compaction_id: str, *,
                            holder: str | None = None) -> compaction.RestoreResult:
         return self._pg.run(lambda: compaction.restore_compaction(
-            self, compaction_id, holder=holder))
+            self._pg, compaction_id, holder=holder))
 
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first (``seq`` is SQLite's rowid order)."""
@@ -287,4 +291,4 @@ class PgSessionDB(SessionDB):
     def store_stats(self) -> dict[str, Any]:
         """`sessiondb.stats.store_stats` for this store (see pg/stats.py)."""
         from .stats import store_stats
-        return store_stats(self)
+        return store_stats(self._pg)
