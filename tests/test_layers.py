@@ -22,7 +22,7 @@ LEVELS: dict[int, set[str]] = {
         "checkpointer", "search_index", "indexer", "core", "coreapi", "txn", "migrations",
         "sessions", "messages", "leases", "usage", "pages", "render", "search_query",
         "search_tail", "spool_reserve",
-        "pg.adapter", "pg.errors", "pg.core", "pg.migrations", "pg.search_schema",
+        "pg.adapter", "pg.errors", "pg.core", "pg.migrations", "pg.search_schema", "pg.bulk",
     },
     FEATURE: {
         "compaction", "search", "search_maintenance", "maintenance", "export", "stats",

@@ -24,7 +24,7 @@ def _store(open_store) -> str:
     db.append_message("s1", {"role": "user", "content": [
         {"type": "text", "text": "blocks über deploy"},
         {"type": "tool_result", "content": [{"type": "text", "text": "tool said 日本語"}]}]})
-    maintenance.pin(db, ["s2"])
+    maintenance.pin(db.core, ["s2"])
     db.close()
     return str(store_path())
 
