@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,24 @@ FLOOR_INSERT = ("INSERT INTO messages (session_id, uid, position, role, content_
 
 
 class BenchServer(PgServer):
-    """A throwaway cluster with durable settings (the test server turns fsync off)."""
+    """A throwaway cluster with durable settings (the test server turns fsync off).
+    With ``keep``, the cluster lives in that directory and outlives the run
+    (`destroy` only stops it), so a large search corpus is loaded once."""
+
+    def __init__(self, keep: Path | None = None) -> None:
+        super().__init__()
+        self.keep = keep
+        if keep is not None:
+            shutil.rmtree(self.root)  # the fresh temp dir PgServer made: unused
+            keep.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.root, self.data, self.log = keep, keep / "data", keep / "server.log"
+            if self.as_root:
+                self._wrap_identity()
+
+    def destroy(self) -> None:
+        if self.keep is None:
+            return super().destroy()
+        self.stop("fast")
 
     def start(self) -> "BenchServer":
         if not self.data.exists():

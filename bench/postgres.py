@@ -21,6 +21,7 @@ the same run:
 
     python bench/postgres.py --quick
     python bench/postgres.py --messages 10000 --seconds 20 --corpus 200000
+    python bench/postgres.py --only search --corpus 1000000 --keep /tmp/pgbench
 """
 from __future__ import annotations
 
@@ -308,15 +309,18 @@ def main() -> int:
     ap.add_argument("--messages", type=int, help="B1 messages per subject")
     ap.add_argument("--seconds", type=float, help="B2 duration")
     ap.add_argument("--corpus", type=int, help="search corpus size (messages)")
+    ap.add_argument("--repeats", type=int, help="search: timed runs per query (default 10)")
     ap.add_argument("--only", default="b1,b2,search", help="which parts, comma-separated")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--keep", type=Path, help="run the cluster in this directory and keep it"
+                    " (stopped, not removed): the search corpus is loaded once and reused")
     args = ap.parse_args()
     n = args.messages or (2000 if args.quick else 10000)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     corpus = args.corpus or (50_000 if args.quick else 200_000)
     only = set(args.only.split(","))
     result: dict[str, Any] = {}
-    server = BenchServer().start()
+    server = BenchServer(args.keep).start()
     try:
         with tempfile.TemporaryDirectory(prefix="hermes-pgbench-") as tmp:
             if "b1" in only:
@@ -327,7 +331,8 @@ def main() -> int:
                 result["b2"] = b2(server, Path(tmp), seconds)
                 print(b2_line(result["b2"]), flush=True)
         if "search" in only:
-            result["search"] = pg_search_bench.run(server, corpus, 5 if args.quick else 10)
+            result["search"] = pg_search_bench.run(
+                server, corpus, args.repeats or (5 if args.quick else 10))
     finally:
         server.destroy()
     if args.json:

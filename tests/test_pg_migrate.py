@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import apsw
 import psycopg
 from click.testing import CliRunner
 
@@ -89,6 +90,7 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
     path = store_path(hermes_home)
     before = digest(path)
     script = ("import sys, time\nfrom sessiondb.pg import transfer\ntransfer.MESSAGE_CHUNK = 25\n"
+              "transfer.bulk.COPY_CHUNK = 25\n"
               "with transfer.ends(sys.argv[1], sys.argv[2], to_pg=True) as (s, d):\n"
               "    transfer.transfer(s, d, progress=lambda n: time.sleep(0.02))\n")
     child = subprocess.Popen([sys.executable, "-c", script, str(path), pg_db_url], cwd=ROOT,
@@ -108,6 +110,13 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
     assert out["verified"] and out["resumed_after"] > 0
     assert out["target_counts"]["messages"] == 4 * 501 + 1
     assert duplicates(pg_db_url) == []
+    with psycopg.connect(pg_db_url) as conn:
+        order = conn.execute("SELECT session_id, uid FROM messages ORDER BY id").fetchall()
+    source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:  # target ids follow the source's row order across the kill
+        assert order == list(source.execute("SELECT session_id, uid FROM messages ORDER BY id"))
+    finally:
+        source.close()
     assert digest(path) == before
 
 

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable
 
 from .append import p011_append_function
-from .search_schema import SEARCH_MIGRATIONS
+from .search_schema import SEARCH_MIGRATIONS, p012_search_statistics
 
 #: pg_advisory_lock key of the migration run ("hermes" in ASCII, as a bigint).
 MIGRATION_LOCK = 0x6865726D6573
@@ -141,7 +141,8 @@ def p008_session_flags(conn: Any) -> None:
 MIGRATIONS: tuple[Migration, ...] = (p001_meta, p002_sessions, p003_session_counters,
                                      p004_messages, p005_leases, p006_compactions,
                                      p007_usage_ledger, p008_session_flags,
-                                     *SEARCH_MIGRATIONS, p011_append_function)
+                                     *SEARCH_MIGRATIONS, p011_append_function,
+                                     p012_search_statistics)
 
 _LEDGER = ("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY,"
            " applied_at DOUBLE PRECISION NOT NULL,"

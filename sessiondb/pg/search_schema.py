@@ -110,13 +110,39 @@ def p009_search_text(conn: Any) -> None:
     conn.execute(_TSV)
 
 
+def index_ddl() -> dict[str, str]:
+    """The CREATE INDEX statement of each search index, by name (p010's;
+    a bulk load drops the indexes and builds them again with these)."""
+    return {TSV_INDEX: f"CREATE INDEX IF NOT EXISTS {TSV_INDEX} ON messages USING gin"
+                       f" ({TSV_COLUMN})",
+            TRGM_INDEX: f"CREATE INDEX IF NOT EXISTS {TRGM_INDEX} ON messages USING gin"
+                        f" ({text_expr('messages')} gin_trgm_ops)"}
+
+
 def p010_search_index(conn: Any) -> None:
     """A generated tsvector column with its GIN index, and a trigram GIN index."""
     conn.execute(f"ALTER TABLE messages ADD COLUMN {TSV_COLUMN} tsvector GENERATED ALWAYS AS"
                  f" (hermes_search_tsv({text_expr('messages')})) STORED")
-    conn.execute(f"CREATE INDEX {TSV_INDEX} ON messages USING gin ({TSV_COLUMN})")
-    conn.execute(f"CREATE INDEX {TRGM_INDEX} ON messages USING gin"
-                 f" ({text_expr('messages')} gin_trgm_ops)")
+    for ddl in index_ddl().values():
+        conn.execute(ddl)
+
+
+#: ANALYZE's statistics target for the word vector (PostgreSQL's default is 100).
+TSV_STATISTICS = 1000
+
+
+def p012_search_statistics(conn: Any) -> None:
+    """A finer word-frequency histogram for the planner.
+
+    With the default target, ANALYZE keeps ~1,000 most common lexemes and
+    guesses any other word at half the least common one's frequency: at
+    1M messages a word in 94 rows was planned as 1,633, so a newest-first
+    page walked the primary key backwards (240,000 rows for 20 hits, 480 ms)
+    instead of reading the GIN index (7 ms). A target of 1000 keeps ~10,000
+    lexemes and lowers that guess tenfold; ANALYZE samples 300,000 rows."""
+    conn.execute(f"ALTER TABLE messages ALTER COLUMN {TSV_COLUMN}"
+                 f" SET STATISTICS {TSV_STATISTICS}")
+    conn.execute(f"ANALYZE messages ({TSV_COLUMN})")
 
 
 SEARCH_MIGRATIONS = (p009_search_text, p010_search_index)

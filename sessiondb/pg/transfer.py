@@ -10,6 +10,9 @@ Resumable: each message chunk commits together with a checkpoint (the last
 source row id copied, in the target's ``state_meta`` under a key naming the
 source), so a rerun continues after the last committed chunk.
 
+Into PostgreSQL, messages go by COPY (bulk.py: the same contract, chunk
+by chunk); into SQLite, and with ``PgSide(bulk=False)``, by INSERT statements.
+
 Message row ids are the target's own (a PostgreSQL store may already hold
 other hosts' rows); rows keep their order, uid, position and state, and a
 compaction's ``summary_id`` is mapped through the summary row's uid.
@@ -32,6 +35,7 @@ from ..codec import (fingerprint_key, fingerprint_text, logical_meta, stored_met
 from ..errors import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
+from . import bulk
 
 CHUNK = 1_000
 #: Messages per chunk: fewer, since a message may be large (tool output is
@@ -127,11 +131,14 @@ class SqliteSide:
 
 
 class PgSide:
-    """A PostgreSQL database holding the current schema."""
+    """A PostgreSQL database holding the current schema. As a target,
+    messages go in by COPY (`bulk`) unless ``bulk`` is off (the
+    statement-per-row path every target has)."""
 
-    def __init__(self, conn: Any, label: str) -> None:
+    def __init__(self, conn: Any, label: str, *, bulk: bool = True) -> None:
         self.conn = conn
         self.label = label
+        self.bulk = bulk
 
     def columns(self, table: str) -> list[str]:
         return [r[0] for r in self.conn.execute(
@@ -232,6 +239,9 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
     result.resumed_after = after
     if progress is not None and after:
         progress(int(src.one("SELECT count(*) FROM messages WHERE id <= %s", (after,))))
+    if isinstance(dst, PgSide) and dst.bulk:
+        result.copied["messages"] = _copy_messages_bulk(src, dst, cols, key, after, progress)
+        return
     insert, n = _insert_sql("messages", cols), 0
     save = ("INSERT INTO state_meta (key, value) VALUES (%s, %s)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value")
@@ -268,6 +278,19 @@ def _row_forms(src: Side, dst: Side, cols: list[str], rows: list[tuple]) -> list
             r[u], r[f], r[m] = uid_key(r[u]), fingerprint_key(r[f]), stored_meta(r[m], why)
         out.append(tuple(r))
     return out
+
+
+def _copy_messages_bulk(src: Side, dst: PgSide, cols: list[str], key: str, after: int,
+                        progress: Callable[[int], None] | None) -> int:
+    """The COPY path (bulk.py)."""
+    select = (f"SELECT id, {', '.join(cols)} FROM messages WHERE id > %s"
+              f" ORDER BY id LIMIT {bulk.COPY_CHUNK}")
+
+    def chunk(last: int) -> list[tuple]:  # (source id, *cols), the target's row forms
+        rows = list(src.select(select, (last,)))
+        forms = _row_forms(src, dst, cols, [tuple(r[1:]) for r in rows])
+        return [(r[0], *form) for r, form in zip(rows, forms)]
+    return bulk.copy_messages(chunk, dst.conn, cols, key, after, progress)
 
 
 def count(side: Side, table: str, sessions: Side | None = None) -> int:
