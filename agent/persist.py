@@ -61,7 +61,7 @@ class TurnPersistence:
         What the spool could not take either is in ``err.unsaved``."""
         unwritten = [m for m in messages if MARKER_KEY not in m
                      and m.get(UID_KEY) not in self._spooled]
-        spool_failed_write(self.db, self.session_id, unwritten, err, causes=causes)
+        spool_failed_write(self.db.core, self.session_id, unwritten, err, causes=causes)
         if getattr(err, "spooled_to", None):
             self._spooled.update(m[UID_KEY] for m in unwritten)
         failure = describe_error(err, home=self.db.home, profile=self.db.profile)

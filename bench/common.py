@@ -159,7 +159,8 @@ class Floor:
         for m in batch:
             self.position += 1
             extra = {k: v for k, v in m.items() if k not in ("role", "content")}
-            conn.execute(_FLOOR_INSERT, (self.sid, os.urandom(16).hex(), self.position, m["role"],
+            # the uid as its 16 bytes, as the store keeps a generated one (m010)
+            conn.execute(_FLOOR_INSERT, (self.sid, os.urandom(16), self.position, m["role"],
                                          m["content"], time.time(), json.dumps(extra)))
         conn.execute("COMMIT")
 

@@ -64,6 +64,22 @@ class BenchServer(PgServer):
             migrations.apply_pending(conn, known)
         return url
 
+    def cpu_by_process(self) -> dict[int, float]:
+        """User+system CPU seconds of the postmaster and of every process it
+        started, by pid (from /proc)."""
+        master = int((self.data / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+        found = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited meanwhile
+            pid = int(stat.parent.name)
+            if pid == master or int(fields[1]) == master:
+                found[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        return found
+
     def empty_database(self, name: str) -> str:
         import psycopg
         with psycopg.connect(self.url(), autocommit=True) as conn:

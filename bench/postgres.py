@@ -149,9 +149,12 @@ def b1_line(case: dict) -> str:
 
 # -- B2 ------------------------------------------------------------------------
 
+SQLITE_SYNC = {"sqlite-ours": "NORMAL", "sqlite-ours-full": "FULL"}
+
+
 def _open_writer(kind: str, where: str, key: str, host: int) -> Any:
-    if kind == "sqlite-ours":
-        return _SqliteOurs(Path(where), "NORMAL", key)
+    if kind in SQLITE_SYNC:
+        return _SqliteOurs(Path(where), SQLITE_SYNC[kind], key)
     if kind == "pg-ours":
         return PgOurs(where, key)
     from psycopg_pool import ConnectionPool
@@ -167,6 +170,7 @@ def _writer(kind: str, where: str, key: str, host: int, go: Any, stop_at: Any,
     errors: Counter[str] = Counter()
     acked = 0
     go.wait()
+    cpu = time.process_time()
     while time.time() < stop_at.value:
         t0 = time.perf_counter()
         try:
@@ -176,15 +180,16 @@ def _writer(kind: str, where: str, key: str, host: int, go: Any, stop_at: Any,
             continue
         lat.append(time.perf_counter() - t0)
         acked += 1
+    cpu = time.process_time() - cpu
     subject.close()
     out.put({"key": key, "commits": len(lat), "acked": acked, "p99": percentile(lat, 99),
-             "errors": dict(errors)})
+             "errors": dict(errors), "cpu_s": cpu})
 
 
 def _stored(kind: str, where: str, key: str) -> int:
-    if kind == "sqlite-ours":
+    if kind in SQLITE_SYNC:
         s = Ours()
-        s.open(Path(where), "NORMAL", key)
+        s.open(Path(where), SQLITE_SYNC[kind], key)
         try:
             return s.load()
         finally:
@@ -196,7 +201,11 @@ def _stored(kind: str, where: str, key: str) -> int:
         subject.close()
 
 
-def b2_one(kind: str, where: str, writers: int, seconds: float) -> dict[str, Any]:
+def b2_one(kind: str, where: str, writers: int, seconds: float,
+           server: BenchServer | None = None) -> dict[str, Any]:
+    """One race; on PostgreSQL also the server's CPU over it (every server
+    process: backends, WAL writer, checkpointer) and what its backends
+    waited on (pg_stat_activity sampled every 20 ms)."""
     keys = [f"w{i}" for i in range(writers)]
     for key in keys:  # every conversation exists before the race
         _open_writer(kind, where, key, 0).close()
@@ -207,8 +216,10 @@ def b2_one(kind: str, where: str, writers: int, seconds: float) -> dict[str, Any
     for p in procs:
         p.start()
     time.sleep(1.5)  # every process connected before the clock starts
+    watch = WaitSampler(server, where) if server is not None else None
     stop_at.value = time.time() + seconds
     go.set()
+    waits, server_cpu = watch.finish(stop_at.value) if watch else ({}, 0.0)
     reports = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
@@ -216,13 +227,52 @@ def b2_one(kind: str, where: str, writers: int, seconds: float) -> dict[str, Any
     for r in reports:
         errors.update(r["errors"])
     ok = all(_stored(kind, where, r["key"]) == r["acked"] for r in reports)
-    return {"commits_per_s": sum(r["commits"] for r in reports) / seconds,
+    commits = sum(r["commits"] for r in reports)
+    return {"commits_per_s": commits / seconds,
             "p99_ms": max(r["p99"] for r in reports) * 1e3, "errors": dict(errors),
-            "acked_equals_stored": ok, "acked": sum(r["acked"] for r in reports)}
+            "acked_equals_stored": ok, "acked": sum(r["acked"] for r in reports),
+            "client_cpu_ms_per_commit": sum(r["cpu_s"] for r in reports) * 1e3 / max(commits, 1),
+            "server_cpu_ms_per_commit": server_cpu * 1e3 / max(commits, 1), "waits": waits}
+
+
+class WaitSampler:
+    """The server's CPU seconds between construction and `finish`, and the
+    wait events of the race database's active backends, sampled meanwhile."""
+
+    def __init__(self, server: BenchServer, url: str) -> None:
+        import psycopg
+        self.server, self.conn = server, psycopg.connect(server.url(), autocommit=True)
+        self.dbname = url.split("?", 1)[0].rsplit("/", 1)[1]
+        self.first = server.cpu_by_process()
+        self.last = dict(self.first)
+
+    def _cpu(self) -> None:
+        """Per process, so one that exits (an autovacuum worker) is not
+        subtracted: CPU since the first sample, as of its last one."""
+        self.last.update(self.server.cpu_by_process())
+
+    def finish(self, until: float) -> tuple[dict[str, float], float]:
+        seen: Counter[str] = Counter()
+        samples = 0
+        while time.time() < until:
+            for (event,) in self.conn.execute(
+                    "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM"
+                    " pg_stat_activity WHERE datname = %s AND state = 'active'", (self.dbname,)):
+                seen[event] += 1
+            samples += 1
+            if samples % 25 == 0:
+                self._cpu()
+            time.sleep(0.02)
+        self._cpu()
+        cpu = sum(t - self.first.get(pid, 0.0) for pid, t in self.last.items())
+        self.conn.close()
+        # Mean backends in each state per sample (8 writers: the sum is at most 8).
+        return {k: round(v / max(samples, 1), 2) for k, v in seen.most_common(6)}, cpu
 
 
 def b2(server: BenchServer, root: Path, seconds: float) -> dict[str, Any]:
     runs = {"sqlite-ours NORMAL (1 file)": ("sqlite-ours", str(root / "b2.db")),
+            "sqlite-ours FULL (1 file)": ("sqlite-ours-full", str(root / "b2full.db")),
             "pg-floor sc=on (2 hosts)": ("pg-floor", server.database("b2floor")),
             "pg-floor sc=off (2 hosts)": ("pg-floor", relaxed(server.database("b2floor2")))}
     if pg_ours_status() == "ok":
@@ -230,7 +280,8 @@ def b2(server: BenchServer, root: Path, seconds: float) -> dict[str, Any]:
         runs["pg-ours sc=off (2 hosts)"] = ("pg-ours", relaxed(server.database("b2ours2")))
     out: dict[str, Any] = {"writers": 8, "seconds": seconds, "results": {}}
     for label, (kind, where) in runs.items():
-        out["results"][label] = b2_one(kind, where, 8, seconds)
+        out["results"][label] = b2_one(kind, where, 8, seconds,
+                                       None if kind in SQLITE_SYNC else server)
     if pg_ours_status() != "ok":
         out["results"]["pg-ours (2 hosts)"] = {"unavailable": pg_ours_status()}
     return out
@@ -242,9 +293,12 @@ def b2_line(out: dict[str, Any]) -> str:
         if "unavailable" in r:
             parts.append(f"{name} {r['unavailable']}")
             continue
+        cpu = f"cpu/commit client {r['client_cpu_ms_per_commit']:.2f}ms"
+        if r["server_cpu_ms_per_commit"]:
+            cpu += f" server {r['server_cpu_ms_per_commit']:.2f}ms waits {r['waits']}"
         parts.append(f"{name} {r['commits_per_s']:,.0f} commits/s p99 {r['p99_ms']:.1f}ms "
                      f"errors {sum(r['errors'].values())}"
-                     f"{'' if r['acked_equals_stored'] else ' stored!=acked'}")
+                     f"{'' if r['acked_equals_stored'] else ' stored!=acked'} {cpu}")
     return f"B2 8 writers {out['seconds']:.0f}s | " + " | ".join(parts)
 
 

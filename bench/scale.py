@@ -148,7 +148,7 @@ def prune_half(home: Path) -> dict[str, Any]:
             "    cut = times[len(times) // 2]\n"
             "import time\nt = time.monotonic()\n"
             "with SessionDB.open(sys.argv[1], clock=lambda: cut) as db:\n"
-            "    plan = maintenance.prune(db, maintenance.PruneFilter(older_than_s=0))\n"
+            "    plan = maintenance.prune(db.core, maintenance.PruneFilter(older_than_s=0))\n"
             "    seconds = round(time.monotonic() - t, 3)\n"
             "    kept = [s.id for s in db.list_sessions(archived=None, limit=10**7)]\n"
             "print(json.dumps({'pruned': plan.deleted_sessions, 'messages': plan.deleted_messages,"

@@ -46,14 +46,14 @@ def main() -> None:
                                    for i in range(args.messages)])
         out = root / "big.jsonl"
         t = time.perf_counter()
-        export_to_path(db, None, "jsonl", out)
+        export_to_path(db.core, None, "jsonl", out)
         export_s = time.perf_counter() - t
         fresh = SessionDB.open(root / "dst")
         t = time.perf_counter()
         import_export_file(fresh, out)
         import_s = time.perf_counter() - t
         out.unlink()
-        export_peak = _peak(lambda: export_to_path(db, None, "jsonl", out))
+        export_peak = _peak(lambda: export_to_path(db.core, None, "jsonl", out))
         load_peak = _peak(lambda: db.get_messages("big"))
         print(json.dumps({
             "messages": args.messages, "content_bytes": args.size,

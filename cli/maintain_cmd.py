@@ -27,7 +27,7 @@ def _flag_command(name: str, fn: Callable, done: str, doc: str) -> click.Command
     @click.pass_obj
     def command(app: AppContext, session_ids: tuple[str, ...], as_json: bool) -> None:
         with app.open_store(create=False) as db:
-            ids = fn(db, list(dict.fromkeys(session_ids)))
+            ids = fn(db.core, list(dict.fromkeys(session_ids)))
         if as_json:
             emit_json({name: ids})
         else:
@@ -137,7 +137,7 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
     """
     f = PruneFilter(older_than, source, ended, never_active, larger_than, with_children)
     with app.open_store(create=False) as db:
-        plan = maintenance.prune(db, f, dry_run=dry_run, export_to=export_to)
+        plan = maintenance.prune(db.core, f, dry_run=dry_run, export_to=export_to)
     if as_json:
         emit_json(plan.to_dict())
     else:

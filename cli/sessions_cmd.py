@@ -8,7 +8,6 @@ import click
 from sessiondb import MessageState
 from sessiondb.export import message_window
 from sessiondb.render import render_text
-from sessiondb.stats import store_stats
 
 from .context import AppContext
 from .groups import SectionedGroup
@@ -123,7 +122,7 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
             stored = page.rows
         else:
             page = None
-            stored = message_window(db, session_id, around, context=context,
+            stored = message_window(db.core, session_id, around, context=context,
                                     include_archived=archived)
     if as_json:
         emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
@@ -281,7 +280,7 @@ def stats_cmd(app: AppContext, as_json: bool) -> None:
       hermes --profile work sessions stats --json
     """
     with app.open_store(create=False) as db:
-        doc = store_stats(db)
+        doc = db.store_stats()
     if as_json:
         emit_json(doc)
         return

@@ -72,7 +72,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
         if output is None or output == STDOUT:
             _export_to_stdout(db, ids, fmt, tick)
             return
-        summary = export_to_path(db, ids, fmt, output, force=force, progress=tick)
+        summary = export_to_path(db.core, ids, fmt, output, force=force, progress=tick)
     if as_json:
         emit_json(summary.to_dict())
     else:
@@ -82,7 +82,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
 
 def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> None:
     try:
-        export_sessions(db, ids, fmt, sys.stdout, progress=tick)
+        export_sessions(db.core, ids, fmt, sys.stdout, progress=tick)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`). Point stdout at /dev/null so the

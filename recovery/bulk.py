@@ -10,22 +10,26 @@ together and builds what was deferred, each step one transaction or a
 batch of them: parent links to lost sessions dropped, a labelled
 placeholder session for each session id that only messages name, rows
 whose parent is still missing moved to the quarantine, sessions
-recounted, the secondary indexes created, the search index filled in
-rowid batches with its watermark at the top, the file checkpointed and
-synced.
+recounted, the secondary indexes created, the search index copied from
+the source (`recovery.search_reuse`) or filled in rowid batches with its
+watermark at the top (`recovery.fts_parallel`: on two cores), the file
+checkpointed and synced.
 """
 from __future__ import annotations
 
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, drop_triggers, one,
-                                   set_watermark)
+from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, compact_legacy_rows,
+                                    drop_triggers, one,
+                                    set_watermark)
 
+from . import search_reuse
 from .catalog import quote
 from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
 
@@ -60,27 +64,65 @@ def start(conn: apsw.Connection) -> Deferred:
 
 
 def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
-           quarantine: Quarantine, progress: Progress | None = None) -> None:
+           quarantine: Quarantine, progress: Progress | None = None, *,
+           search_from: Path | None = None, not_copied: str | None = None) -> None:
+    """Tie the rows together, build what `start` deferred, and fill the
+    search index: taken over from ``search_from`` (the source's copy) when
+    the caller found that safe (`recovery.search_reuse`), else rebuilt
+    (``not_copied`` says why it was not taken over)."""
     def tick(what: str, done: int, total: int) -> None:
         if progress is not None:
             progress(what, done, total)
 
+    clock = _Clock(stats.timings)
     with conn:
         tick("linking sessions", 0, 0)
         _parent_links(conn, stats)
         _placeholders(conn, stats)
         _orphans_to_quarantine(conn, stats, quarantine)
         _recount_sessions(conn)
+        # rows carved from a file before m010 hold the old forms; the new
+        # store is compact throughout (a hex uid must not be in both forms)
+        compact_legacy_rows(conn, keep_twins=True)
+    clock.lap("link_s")
     with conn:
         for i, (_name, sql) in enumerate(deferred.indexes, 1):
             conn.execute(sql)
             tick("building indexes", i, len(deferred.indexes))
         attach_triggers(conn)
-    fill_search(conn, tick)
+    clock.lap("indexes_s")
+    _search(conn, stats, tick, search_from, not_copied)
+    clock.lap("search_s")
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
     conn.execute("PRAGMA synchronous=FULL")  # the checkpoint syncs the file, then the WAL goes
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    clock.lap("checkpoint_s")
+
+
+def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
+            search_from: Path | None, not_copied: str | None) -> None:
+    """The search index taken over from ``search_from``, or else rebuilt."""
+    if search_from is not None:
+        not_copied = search_reuse.take_over(conn, search_from, stats, tick)
+        if not_copied is None:
+            stats.search_index = {"method": "copied", "reason": None}
+            return
+    from . import fts_parallel  # (it builds with this module's fill_search)
+    stats.search_index = {"method": "rebuilt", "reason": not_copied,
+                          "processes": fts_parallel.fill(conn, tick, stats.timings)}
+
+
+class _Clock:
+    """Seconds of each step of `finish`, for the report's timings."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self.into, self.last = into, time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.into[name] = round(now - self.last, 3)
+        self.last = now
 
 
 def _parent_links(conn: apsw.Connection, stats: WriteStats) -> None:
@@ -140,14 +182,15 @@ def _recount_sessions(conn: apsw.Connection) -> None:
         " WHERE m.session_id = sessions.id)")
 
 
-def fill_search(conn: apsw.Connection, tick: Progress) -> None:
+def fill_search(conn: apsw.Connection, tick: Progress,
+                indexes: tuple[str, ...] = INDEXES) -> None:
     """Both search indexes from the messages, a rowid range per transaction,
     then the watermark at the top (nothing left for an indexer). While
     filling, FTS5 keeps a larger pending-terms buffer and does not merge
     segments (`LOAD_SETTINGS`): each batch becomes a few large segments, about
     half the time of merging as it goes, and queries as fast afterwards. The
     index's normal settings are put back at the end, so later writes merge."""
-    _fts_settings(conn, LOAD_SETTINGS)
+    fts_settings(conn, LOAD_SETTINGS, indexes)
     (total,) = one(conn.execute("SELECT count(*) FROM messages"))
     done, low = 0, None
     while True:
@@ -155,7 +198,7 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
                            " ORDER BY id LIMIT 1 OFFSET ?", (low, FTS_BATCH - 1)).fetchone()
         high = row[0] if row is not None else None
         with conn:
-            for table in INDEXES:
+            for table in indexes:
                 conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM "
                              f"{TEXT_VIEW} WHERE id > coalesce(?, "
                              "-9223372036854775808) AND id <= coalesce(?, 9223372036854775807)",
@@ -166,12 +209,13 @@ def fill_search(conn: apsw.Connection, tick: Progress) -> None:
             break
         low = high
     with conn:
-        _fts_settings(conn, NORMAL_SETTINGS)
+        fts_settings(conn, NORMAL_SETTINGS, indexes)
         (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
         set_watermark(conn, top)
 
 
-def _fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...]) -> None:
-    for table in INDEXES:
+def fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...],
+                 indexes: tuple[str, ...] = INDEXES) -> None:
+    for table in indexes:
         for key, value in settings:
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE
                                     StorageError, classify, one, pending_migrations, stale_marker,
                                     triggers_attached, unknown_migrations)
 
-from . import liveread
+from . import doctor_health, liveread
 from .doctor import (Finding, Target, _journal, _quick_check, _schema, _search, check_store,
                      liveread_bundle)
 from .headers import read_db_header
@@ -58,10 +59,27 @@ def check_store_scaled(t: Target) -> list[Finding]:
     """The store check doctor runs: exhaustive when small or ``--full``, sampled otherwise."""
     size = liveread_bundle(t.db)
     if t.full:
-        return _full(t, size)
+        return _rescue_first(t, _full(t, size))
     if size <= SMALL_STORE_BYTES:
-        return check_store(t)
-    return _fast(t, size)
+        return _rescue_first(t, check_store(t))
+    return _rescue_first(t, _fast(t, size))
+
+
+def _rescue_first(t: Target, findings: list[Finding]) -> list[Finding]:
+    """While a process holds the store's deleted -wal, a failed read of the
+    main file (an I/O error at open, or damage quick_check sees in pages
+    the -wal superseded) is that missing log, not the file's damage: each
+    error's fix is to copy the log out of the holder first. Without this,
+    inspect-only reports the live holder and sends the operator back here."""
+    if not any(f.severity is Severity.ERROR for f in findings):
+        return findings
+    held = doctor_health.deleted_wal_holders(t.db)
+    if not held:
+        return findings
+    fix = doctor_health.rescue_fix(t, held[0])
+    return [replace(f, message=f"{f.message} (the -wal was deleted while process "
+                    f"{held[0].pid} holds it: see deleted_wal)", fix=fix)
+            if f.severity is Severity.ERROR and f.fix != fix else f for f in findings]
 
 
 def _note(t: Target, text: str) -> None:

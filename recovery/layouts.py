@@ -22,7 +22,8 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import ROLES, MessageState, fingerprint_of
+from sessiondb.recovery_api import (ROLES, MessageState, fingerprint_of, fingerprint_text,
+                                    logical_meta)
 
 from .fileformat import MISSING
 
@@ -35,6 +36,7 @@ _MIGRATION_RE = re.compile(r"^m\d{3}_[A-Za-z0-9_]+$")
 # 2001-09-09 .. 2128: epoch seconds a store could plausibly have written
 _TS_MIN, _TS_MAX = 1.0e9, 5.0e9
 
+TEXT_OR_BLOB = ("text", "blob")  # uid and fingerprint: text before m010, bytes since
 TEXT, INT, REAL, ANY = ("text",), ("integer",), ("real", "integer"), ("null", "integer",
                                                                       "real", "text", "blob")
 
@@ -72,6 +74,19 @@ def non_negative(v: Any) -> bool:
 
 def non_empty(v: Any) -> bool:
     return isinstance(v, str) and v != ""
+
+
+def uid_shape(v: Any) -> bool:
+    """Text (rows before m010, and uids that are not 32 hex digits) or the
+    16 bytes of a hex uid (sessiondb.codec.uid_key)."""
+    return non_empty(v) or (isinstance(v, bytes) and len(v) == 16)
+
+
+def fingerprint_shape(v: Any) -> bool:
+    """Hex text (rows before m010) or the bytes of it."""
+    if isinstance(v, bytes):
+        return 4 <= len(v) <= 32
+    return isinstance(v, str) and bool(_HEX_RE.match(v))
 
 
 @dataclass(frozen=True)
@@ -188,11 +203,13 @@ def _message_fingerprint_ok(layout: Layout, values: list[Any]) -> bool:
     names = [c.name for c in layout.columns]
     try:
         got = dict(zip(names, values))
+        # a compact row (m010) keeps finish_reason out of meta: hash what it stands for
+        meta = logical_meta(got["meta"], got.get("finish_reason"))
         fp = fingerprint_of(got["role"], got["content_kind"], got["content"],
-                            got["tool_calls"], got["meta"])
+                            got["tool_calls"], meta)
     except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
         return False
-    return fp == got.get("fingerprint")
+    return fp == fingerprint_text(got.get("fingerprint"))
 
 
 C = Column
@@ -214,7 +231,7 @@ SESSIONS = Layout("sessions", (
 MESSAGES = Layout("messages", (
     C("id", INT, True),
     C("session_id", TEXT, check=session_id_shape),
-    C("uid", TEXT, check=non_empty),
+    C("uid", TEXT_OR_BLOB, check=uid_shape),
     C("position", INT),
     C("role", TEXT, check=one_of(*ROLES)),
     C("content_kind", TEXT, check=one_of("text", "json", "null", "absent")),
@@ -226,7 +243,7 @@ MESSAGES = Layout("messages", (
     C("timestamp", REAL, check=timestamp_shape),
     C("token_count", INT, True),
     C("meta", TEXT, check=json_object_shape, default="{}"),
-    C("fingerprint", TEXT, check=lambda v: isinstance(v, str) and bool(_HEX_RE.match(v))),
+    C("fingerprint", TEXT_OR_BLOB, check=fingerprint_shape),
     C("state", TEXT, check=one_of(*MessageState), default=MessageState.ACTIVE.value),
     C("compaction_id", TEXT, True),
     C("kind", TEXT, check=non_empty, default="message"),

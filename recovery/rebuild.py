@@ -9,13 +9,15 @@ keys stay: they are what resolves a row found by two lanes. `finish` then
 ties the rows together (parent links, placeholder sessions for orphaned
 messages, rows whose parent is lost to quarantine, recounted sessions),
 builds the secondary indexes and the search index once (`recovery.bulk`),
-and leaves the file in WAL mode like any store. Derived data is rebuilt,
-never copied. Malformed JSON values and rows the schema rejects go to a
+and leaves the file in WAL mode like any store. The search index is
+rebuilt, or taken over from the source where that is provably the same
+(`recovery.search_reuse`). Malformed JSON values and rows the schema rejects go to a
 quarantine table with their original values, never silently dropped.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,8 +61,12 @@ def _open(path: Path, vfs: str | None) -> apsw.Connection:
     connection to it opened before the store closes, so the schema's pages
     stay in the WAL like every later write until `finish` checkpoints: a
     disk that loses what is written shows in the verification, not half way."""
+    # SQLITE_OPEN_URI: the search index may be taken over from the source's
+    # copy, attached read-only by URI (the path itself is absolute, never a URI)
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI
     with SessionDB(path, vfs=vfs, background_index=False), output_errors(path):
-        return apsw.Connection(str(path), vfs=vfs) if vfs else apsw.Connection(str(path))
+        return apsw.Connection(os.path.abspath(path), flags=flags, vfs=vfs) if vfs else \
+            apsw.Connection(os.path.abspath(path), flags=flags)
 
 
 class StoreSink(RowSink):
@@ -235,14 +241,17 @@ class StoreSink(RowSink):
 
     # -- the end --------------------------------------------------------------
 
-    def finish(self) -> WriteStats:
+    def finish(self, search_from: Path | None = None,
+               not_copied: str | None = None) -> WriteStats:
         """Rows held in part go in, then the store is tied together and its
-        indexes built (`recovery.bulk.finish`)."""
+        indexes built (`recovery.bulk.finish`; the search index taken over
+        from ``search_from`` when given)."""
         held = self.held_partial()
         with output_errors(self.path):
             with self.conn:
                 for table, _lane, row in held:
                     if self.writable(table):
                         self.insert(table, row)
-            bulk.finish(self.conn, self.stats, self.deferred, self.quarantine, self.progress)
+            bulk.finish(self.conn, self.stats, self.deferred, self.quarantine, self.progress,
+                        search_from=search_from, not_copied=not_copied)
         return self.stats

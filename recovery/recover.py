@@ -24,7 +24,7 @@ import apsw
 from sessiondb.recovery_api import SIDECARS, fsync_dir
 
 from .catalog import PARTIAL_KEY, ROWID_KEY, Catalog
-from . import recover_foreign
+from . import recover_foreign, search_reuse
 from .foreign_write import LOST_SUFFIX
 from .schema_source import fallback_catalog
 from .errors import (OutputUnreadable, RecoveryError, RecoveryIOError, RecoveryUsageError,
@@ -33,6 +33,7 @@ from .inspect import InspectReport, inspect_snapshot, open_copy
 from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, LOST, Budget, LaneContext,
                     LaneResult, Progress, TableState, subtract_rowids)
 from .rebuild import StoreSink, WriteStats
+from .bulk import fill_search
 from .sink import RowSink
 from .report import RecoveryReport, TableReport, write_json_exclusive
 from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
@@ -270,8 +271,12 @@ def _finish(ctx: LaneContext, sink: RowSink, report: RecoveryReport) -> Any:
     FTS5 content is read from it); the write stats."""
     started = time.monotonic()
     if isinstance(sink, StoreSink):
-        stats = sink.finish()
+        why_not = (search_reuse.source_reason(report.verdict_before, report.inspect, False)
+                   or search_reuse.rows_reason(ctx.states.get("messages")))
+        stats = sink.finish(None if why_not else ctx.copy_path, why_not)
+        report.search_index = dict(stats.search_index)
         _fill_write_stats(report, stats)
+        report.timings.update({f"finish_{k}": v for k, v in stats.timings.items()})
     else:
         own, seq = recover_foreign.read_extras(ctx.conn, ctx.live_catalog)
         stats = sink.finish(ctx.conn, own, seq)  # type: ignore[attr-defined]
@@ -299,9 +304,9 @@ def _verify_and_place(ctx: LaneContext, tmp: Path, output: Path, report: Recover
     if foreign:
         verification = recover_foreign.verify(tmp, ctx.live_catalog, stats, _readable(report))
     else:
-        expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
-        verification = verify_output(tmp, expected, _readable(report), progress=ctx.progress)
+        verification = _verify_ours(ctx, tmp, report, stats)
     report.timings["verify_s"] = round(time.monotonic() - started, 3)
+    report.timings.update({f"verify_{k}_s": t for k, t in verification.seconds.items()})
     report.verification = verification.to_dict()
     report.loss_reasons = _loss(report) + (recover_foreign.loss_reasons(stats)
                                            if foreign else [])
@@ -316,6 +321,29 @@ def _verify_and_place(ctx: LaneContext, tmp: Path, output: Path, report: Recover
     if foreign and stats.lost_file:
         report.lost_and_found_file = str(_place(Path(stats.lost_file),
                                                 Path(f"{report.output}{LOST_SUFFIX}"), ""))
+
+
+def _verify_ours(ctx: LaneContext, tmp: Path, report: RecoveryReport,
+                 stats: WriteStats) -> Verification:
+    """Verify our store; a search index taken over from the source that
+    verification refuses is rebuilt from the messages, and verified again."""
+    expected = {n: t.inserted for n, t in stats.tables.items() if n not in ("state_meta",)}
+    verification = verify_output(tmp, expected, _readable(report), progress=ctx.progress)
+    if verification.ok or report.search_index.get("method") != "copied":
+        return verification
+    try:
+        search_reuse.rebuild(tmp, lambda conn: fill_search(conn, _silent))
+    except apsw.Error as e:
+        verification.findings.append(f"rebuilding the copied search index failed: "
+                                     f"{type(e).__name__}")
+        return verification
+    report.search_index = {"method": "rebuilt", "reason": "verification refused the copied "
+                           f"index: {'; '.join(verification.findings)[:200]}"}
+    return verify_output(tmp, expected, _readable(report), progress=ctx.progress)
+
+
+def _silent(_what: str, _done: int, _total: int) -> None:
+    pass
 
 
 def _fill_foreign_stats(report: RecoveryReport, written: Any) -> None:

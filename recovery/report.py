@@ -88,6 +88,8 @@ class RecoveryReport:
     schema_notes: list[str] = field(default_factory=list)  # entries not read or not made
     virtual_tables: dict[str, str] = field(default_factory=dict)  # how each was refilled
     lost_and_found_file: str | None = None  # foreign outputs keep it beside them
+    # our store's search index: {"method": "copied" | "rebuilt", "reason": why not copied}
+    search_index: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

@@ -7,6 +7,7 @@ and that each table holds exactly the rows we wrote.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import AbstractSet, Any, Callable
@@ -26,13 +27,16 @@ class Verification:
 
     findings: list[str] = field(default_factory=list)
     checks: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # each check's, for the timings
 
     @property
     def ok(self) -> bool:
         return not self.findings
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, **asdict(self)}
+        out = {"ok": self.ok, **asdict(self)}
+        del out["seconds"]  # in the report's timings
+        return out
 
 
 def _integrity(conn: apsw.Connection, v: Verification) -> None:
@@ -122,10 +126,12 @@ def _run_checks(path: Path, expected: dict[str, int], readable: dict[str, int] |
         for i, (name, check) in enumerate(checks):
             if progress is not None:
                 progress(f"verifying: {name}", i, len(checks))
+            started = time.monotonic()
             try:
                 check(conn, v)
             except apsw.Error as e:
                 v.findings.append(f"{name}: {type(e).__name__}: {e}")
+            v.seconds[name] = round(time.monotonic() - started, 3)
         if progress is not None:
             progress("verifying", len(checks), len(checks))
     finally:

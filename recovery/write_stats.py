@@ -3,6 +3,7 @@ and the counts the report is built from (never row values)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 PLACEHOLDER_SOURCE = "recovered"
 PLACEHOLDER_TITLE = "Recovered messages (the original session row was lost)"
@@ -28,6 +29,9 @@ class WriteStats:
     parent_links_dropped: int = 0
     quarantined_values: int = 0
     per_session: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # finish's steps, seconds
+    # how the search index was made: {"method": "copied" | "rebuilt", "reason": why not copied}
+    search_index: dict[str, Any] = field(default_factory=dict)
 
     def table(self, name: str) -> TableWrite:
         return self.tables.setdefault(name, TableWrite())

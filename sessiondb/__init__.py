@@ -17,7 +17,8 @@ from .paths import FILE_MODE, ensure_private_dir, resolve_home, store_path
 from .search import SearchHit
 from .search_maintenance import SearchHealth
 from .sessions import Session
-from .spool import SPOOL_CAUSES, import_spool, spool_failed_write
+from .spool import import_spool
+from .spool_write import SPOOL_CAUSES, spool_failed_write
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
 from .usage import UsageRow

@@ -22,7 +22,7 @@ from .errors import Cause, InvalidInput, StorageError
 from .vocab import MessageState
 
 if TYPE_CHECKING:
-    from .store import SessionDB
+    from .coreapi import Core
 
 SUMMARY_KIND = "rolling_summary"
 
@@ -88,7 +88,7 @@ def _live_rows(conn: apsw.Connection, session_id: str,
     return found
 
 
-def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int],
+def archive_and_compact(core: "Core", session_id: str, absorbed_ids: list[int],
                         summary_message: dict[str, Any], *, holder: str | None = None,
                         supersede_previous: bool = True) -> CompactionResult:
     """Replace live rows by a summary, in one transaction; nothing is deleted.
@@ -111,7 +111,7 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
                                              list[rows.SummaryRow]]:
         sessions.require(conn, session_id)
         if holder is not None:
-            leases.check(conn, session_id, holder, db.now())
+            leases.check(conn, session_id, holder, core.now())
         found = _live_rows(conn, session_id, ids)
         position = min(found[i].position for i in ids)
         superseded = ([s for s in rows.live_summaries(conn, session_id) if s.id not in found]
@@ -120,11 +120,11 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
         summary_id, _ = rows.insert(conn, session_id, enc, position, SUMMARY_KIND)
         conn.execute("INSERT INTO compactions(id, session_id, summary_id, absorbed_count,"
                      " created_at) VALUES (?, ?, ?, ?, ?)",
-                     (cid, session_id, summary_id, len(ids), db.now()))
-        sessions.add_message_counts(conn, session_id, db.now(), 1, enc.tool_call_total)
+                     (cid, session_id, summary_id, len(ids), core.now()))
+        sessions.add_message_counts(conn, session_id, core.now(), 1, enc.tool_call_total)
         return summary_id, found, position, superseded
 
-    with db.atomic() as conn:
+    with core.write() as conn:
         summary_id, found, position, superseded = body(conn)
     summary_message[UID_KEY] = uid
     summary_message[MARKER_KEY] = Persisted(summary_id, enc.fingerprint)
@@ -133,7 +133,7 @@ def archive_and_compact(db: "SessionDB", session_id: str, absorbed_ids: list[int
                             tuple(s.uid for s in superseded))
 
 
-def restore_compaction(db: "SessionDB", compaction_id: str, *,
+def restore_compaction(core: "Core", compaction_id: str, *,
                        holder: str | None = None) -> RestoreResult:
     """Undo one compaction: its archived rows are live again, its summary is archived.
 
@@ -151,7 +151,7 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
             raise CompactionNotFound(f"no compaction {compaction_id!r}")
         session_id, summary_id, restored_at = row
         if holder is not None:
-            leases.check(conn, session_id, holder, db.now())
+            leases.check(conn, session_id, holder, core.now())
         if restored_at is not None:
             raise CompactionError(f"compaction {compaction_id!r} was already restored")
         summary = rows.status(conn, summary_id)
@@ -163,17 +163,17 @@ def restore_compaction(db: "SessionDB", compaction_id: str, *,
         rows.set_state(conn, restored, MessageState.ACTIVE, None)
         rows.set_state(conn, [summary_id], MessageState.ARCHIVED, compaction_id)
         conn.execute("UPDATE compactions SET restored_at = ? WHERE id = ?",
-                     (db.now(), compaction_id))
+                     (core.now(), compaction_id))
         return session_id, summary_id, restored
 
-    with db.atomic() as conn:
+    with core.write() as conn:
         session_id, summary_id, restored = body(conn)
     return RestoreResult(compaction_id, session_id, summary_id, tuple(restored))
 
 
-def list_compactions(db: "SessionDB", session_id: str) -> list[dict[str, Any]]:
+def list_compactions(core: "Core", session_id: str) -> list[dict[str, Any]]:
     """The session's compactions, oldest first (ids, summary row, counts, times)."""
-    with db.core.read() as conn:
+    with core.read() as conn:
         sessions.require(conn, session_id)
         cur = conn.execute("SELECT id, summary_id, absorbed_count, created_at, restored_at"
                            " FROM compactions WHERE session_id = ? ORDER BY created_at, rowid",

@@ -3,8 +3,10 @@
 `StoreCore` owns everything about talking to one SQLite file: the writer
 and reader connections, the lock and transaction depth, the containment
 guard, the background checkpointer and indexer. Nothing outside this module
-changes that state; `SessionDB` (the public face) and feature modules call
-its methods. Every write transaction of the package starts here:
+changes that state; `SessionDB` (the public face) and the feature modules
+call its methods: they take this core (or the `Core` protocol of
+coreapi.py, which the PostgreSQL core satisfies too), never `SessionDB`
+(docs/architecture.md). Every write transaction of the package starts here:
 
 - `write()` (``SessionDB.atomic``): BEGIN IMMEDIATE after the guard's
   checks, or a SAVEPOINT when nested; commits notify the indexer;
@@ -35,6 +37,7 @@ import apsw
 
 from . import checkpointer, paths, policy, search_index
 from .checkpointer import Checkpointer
+from .codec import checked_time
 from .containment import Guard
 from .errors import InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw
 from .indexer import Indexer
@@ -115,10 +118,11 @@ class StoreCore:
     """Connections, transactions and background threads of one handle."""
 
     def __init__(self, path: Path, *, journal_mode: str, patience: float,
-                 vfs: str | None) -> None:
+                 vfs: str | None, clock: Callable[[], float] = time.time) -> None:
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
         self.path, self.patience, self.vfs = path, patience, vfs
+        self.clock = clock
         self.journal_mode_wanted = journal_mode
         self.lock = threading.RLock()
         # One SQLite writer at a time within the process: the outermost write
@@ -195,6 +199,26 @@ class StoreCore:
     def check_open(self) -> None:
         if self.closed:
             raise StorageError("this store handle is closed", path=str(self.path))
+
+    def now(self) -> float:
+        # Every time a session row gets (created, updated, ended) comes from here.
+        return checked_time(self.clock(), "the store's clock")
+
+    @property
+    def quarantined(self) -> bool:
+        """True once this handle refuses writes (corruption or a replaced file)."""
+        return self.guard.quarantine is not None
+
+    def catch_up_index(self, max_rows: int | None = None) -> int:
+        """Run index batches now, in this thread (see `SessionDB.catch_up_index`)."""
+        self.check_open()
+        return self.indexer.catch_up(max_rows) if self.indexer is not None else 0
+
+    def can_index_now(self) -> bool:
+        """Whether this thread may run index batches now (a writable, open,
+        unquarantined handle, outside a transaction of its own)."""
+        return (self.indexer is not None and not self.closed and not self.quarantined
+                and not self.in_transaction)
 
     @property
     def in_transaction(self) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
-from . import pages, usage
+from . import pages, sessions, usage
 from .errors import InvalidInput, SessionNotFound
 from .outfile import check_output, private_output
 from .pages import StoredMessage
@@ -35,7 +35,7 @@ from .render import markdown_message, markdown_session_header
 from .sessions import Session
 
 if TYPE_CHECKING:  # for type hints only
-    from .store import SessionDB
+    from .coreapi import Core
 
 FORMATS = ("jsonl", "json", "markdown")
 EXPORT_FORMAT = "hermes-export"
@@ -68,53 +68,62 @@ def iso_utc(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def selected_sessions(db: SessionDB, session_ids: list[str] | None) -> Iterator[Session]:
+def _session(core: "Core", session_id: str) -> Session:
+    with core.read() as conn:
+        return sessions.get(conn, session_id)
+
+
+def selected_sessions(core: "Core", session_ids: list[str] | None) -> Iterator[Session]:
     """The named sessions in the order given, or every session oldest first."""
     if session_ids is not None:
         for sid in session_ids:
-            yield db.get_session(sid)
+            yield _session(core, sid)
         return
     after = None
     while True:
-        page = db.session_page(after=after, limit=SESSION_PAGE)
+        with core.read() as conn:
+            page = pages.session_page(conn, after=after, limit=SESSION_PAGE)
         yield from page
         if len(page) < SESSION_PAGE:
             return
         after = (page[-1].started_at, page[-1].id)
 
 
-def session_messages(db: SessionDB, session_id: str, *,
+def session_messages(core: "Core", session_id: str, *,
                      include_archived: bool = True) -> Iterator[StoredMessage]:
     """Every message row of a session in order, one bounded page at a time."""
-    after = None
+    after: pages.MessageKey | None = None
     while True:
-        page = db.message_page(session_id, after=after, limit=MESSAGE_PAGE,
-                               include_archived=include_archived)
+        with core.read() as conn:
+            if after is None:
+                sessions.require(conn, session_id)
+            page = pages.message_page(conn, session_id, after=after, limit=MESSAGE_PAGE,
+                                      include_archived=include_archived)
         yield from page
         if len(page) < MESSAGE_PAGE:
             return
         after = page[-1].key
 
 
-def message_window(db: SessionDB, session_id: str, message_id: int, *, context: int = 3,
+def message_window(core: "Core", session_id: str, message_id: int, *, context: int = 3,
                    include_archived: bool = False) -> list[StoredMessage]:
     """A search hit in its place: message ``message_id`` of the session with
     ``context`` messages either side. Raises SessionNotFound when the session
     does not hold that message."""
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidInput("context must be a non-negative integer")
-    with db.core.read() as conn:
+    with core.read() as conn:
         window = pages.message_window(conn, session_id, message_id, context=context,
                                       include_archived=include_archived)
     if window is None:
-        db.get_session(session_id)  # an unknown session says so first
+        _session(core, session_id)  # an unknown session says so first
         raise SessionNotFound(f"session {session_id!r} has no message {message_id}")
     return window
 
 
-def session_record(db: SessionDB, session: Session) -> dict[str, Any]:
+def session_record(core: "Core", session: Session) -> dict[str, Any]:
     """The session's row and its usage ledger rows."""
-    with db.core.read() as conn:
+    with core.read() as conn:
         rows = usage.ledger_rows(conn, session.id)
     return {"session": session.to_dict(), "usage": rows}
 
@@ -137,29 +146,29 @@ class _Counter:
             self._progress(n)
 
 
-def _write_jsonl(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+def _write_jsonl(core: "Core", ids: list[str] | None, out: IO[str], count: _Counter) -> None:
     out.write(_dumps({"type": "header", "format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                       "exported_at": iso_utc(time.time())}) + "\n")
-    for session in selected_sessions(db, ids):
+    for session in selected_sessions(core, ids):
         count.sessions += 1
-        out.write(_dumps({"type": "session", **session_record(db, session)}) + "\n")
-        for m in session_messages(db, session.id):
+        out.write(_dumps({"type": "session", **session_record(core, session)}) + "\n")
+        for m in session_messages(core, session.id):
             out.write(_dumps({"type": "message", **message_record(session.id, m)}) + "\n")
             count.tick()
     out.write(_dumps({"type": "end", "sessions": count.sessions,
                       "messages": count.messages}) + "\n")
 
 
-def _write_json(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+def _write_json(core: "Core", ids: list[str] | None, out: IO[str], count: _Counter) -> None:
     head = _dumps({"format": EXPORT_FORMAT, "version": EXPORT_VERSION,
                    "exported_at": iso_utc(time.time())})
     out.write(head[:-1] + ',"sessions":[')
-    for session in selected_sessions(db, ids):
+    for session in selected_sessions(core, ids):
         out.write(("," if count.sessions else "") + "\n")
         count.sessions += 1
-        out.write(_dumps(session_record(db, session))[:-1] + ',"messages":[')
+        out.write(_dumps(session_record(core, session))[:-1] + ',"messages":[')
         first = True
-        for m in session_messages(db, session.id):
+        for m in session_messages(core, session.id):
             record = message_record(session.id, m)
             del record["session_id"]
             out.write(("" if first else ",") + "\n" + _dumps(record))
@@ -170,11 +179,11 @@ def _write_json(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Coun
                                           "messages": count.messages}})[1:] + "\n")
 
 
-def _write_markdown(db: SessionDB, ids: list[str] | None, out: IO[str], count: _Counter) -> None:
-    for session in selected_sessions(db, ids):
+def _write_markdown(core: "Core", ids: list[str] | None, out: IO[str], count: _Counter) -> None:
+    for session in selected_sessions(core, ids):
         out.write(("\n" if count.sessions else "") + markdown_session_header(session))
         count.sessions += 1
-        for m in session_messages(db, session.id):
+        for m in session_messages(core, session.id):
             out.write(markdown_message(m))
             count.tick()
 
@@ -187,32 +196,32 @@ def check_format(fmt: str) -> None:
         raise InvalidInput(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
 
 
-def check_sessions(db: SessionDB, session_ids: list[str] | None) -> None:
+def check_sessions(core: "Core", session_ids: list[str] | None) -> None:
     """Every named session is well-formed (InvalidInput) and exists (SessionNotFound)."""
     for sid in session_ids or ():
         validate_session_id(sid)
     for sid in session_ids or ():
-        db.get_session(sid)
+        _session(core, sid)
 
 
-def export_sessions(db: SessionDB, session_ids: list[str] | None, fmt: str, out: IO[str], *,
+def export_sessions(core: "Core", session_ids: list[str] | None, fmt: str, out: IO[str], *,
                     progress: Progress | None = None) -> ExportSummary:
     """Write the named sessions (``None``: all) to ``out`` in ``fmt``, streaming."""
     check_format(fmt)
-    check_sessions(db, session_ids)
+    check_sessions(core, session_ids)
     count = _Counter(progress)
-    _WRITERS[fmt](db, session_ids, out, count)
+    _WRITERS[fmt](core, session_ids, out, count)
     return ExportSummary(fmt, count.sessions, count.messages, None)
 
 
-def export_to_path(db: SessionDB, session_ids: list[str] | None, fmt: str,
+def export_to_path(core: "Core", session_ids: list[str] | None, fmt: str,
                    path: str | os.PathLike[str], *,
                    force: bool = False, progress: Progress | None = None) -> ExportSummary:
     """Export into a new private file at ``path`` (crash-safe; see `outfile`)."""
     target = Path(path)
     check_format(fmt)
     check_output(target, force=force)
-    check_sessions(db, session_ids)
+    check_sessions(core, session_ids)
     with private_output(target, force=force) as out:
-        summary = export_sessions(db, session_ids, fmt, out, progress=progress)
+        summary = export_sessions(core, session_ids, fmt, out, progress=progress)
     return ExportSummary(fmt, summary.sessions, summary.messages, str(target))

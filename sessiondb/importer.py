@@ -42,6 +42,8 @@ from . import messages as rows
 from . import sessions as session_rows
 from . import usage
 from .codec import MAX_COLUMN_INT, TIME_RANGE_TEXT, EncodedMessage, encode, time_in_range
+from .codec import uid_text
+from .messages import key_for
 from .errors import Cause, InvalidInput, InvalidMessage, StorageError
 from .export import EXPORT_FORMAT, EXPORT_VERSION
 from .import_spill import Spill, SpillWriter, encoded_from
@@ -443,9 +445,9 @@ class _Run:
         sid = chunk[0].session_id
         uids = [m.uid for m in chunk]
         with db.core.read() as conn:
-            known = {r[0] for r in conn.execute(
+            known = {uid_text(r[0]) for r in conn.execute(
                 f"SELECT uid FROM messages WHERE session_id = ? AND uid IN "
-                f"({','.join('?' * len(uids))})", (sid, *uids))}
+                f"({','.join('?' * len(uids))})", (sid, *(key_for(conn, u) for u in uids)))}
         fresh = []
         for m in chunk:
             if m.uid not in known:

@@ -82,10 +82,19 @@ def release(conn: apsw.Connection, session_id: str, holder: str) -> bool:
 
 def check(conn: apsw.Connection, session_id: str, holder: str, now: float) -> None:
     """Raise LeaseLost unless ``holder`` holds an unexpired lease."""
-    cur = _current(conn, session_id, checking=True)
-    if cur is None:
-        raise LeaseLost(f"{holder!r} holds no lease on session {session_id!r}")
-    if cur[0] != holder:
-        raise LeaseLost(f"session {session_id!r} is leased by {cur[0]!r}, not {holder!r}")
-    if cur[1] <= now:
-        raise LeaseLost(f"the lease of {holder!r} on session {session_id!r} expired")
+    refused = refusal(_current(conn, session_id, checking=True), session_id, holder, now)
+    if refused is not None:
+        raise refused
+
+
+def refusal(found: tuple[str, float] | None, session_id: str, holder: str,
+            now: float) -> LeaseLost | None:
+    """Why the lease row ``found`` (holder, expiry) does not let ``holder``
+    write, or None (also what a server-side check's answer is turned into)."""
+    if found is None:
+        return LeaseLost(f"{holder!r} holds no lease on session {session_id!r}")
+    if found[0] != holder:
+        return LeaseLost(f"session {session_id!r} is leased by {found[0]!r}, not {holder!r}")
+    if found[1] <= now:
+        return LeaseLost(f"the lease of {holder!r} on session {session_id!r} expired")
+    return None

@@ -27,7 +27,6 @@ file with no conversation at all is an error, not "0 imported".
 """
 from __future__ import annotations
 
-import re
 import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import sqlite_utils
 
 from . import llm_threads
+from .llm_threads import session_id_for
 from .foreign_copy import connect_copy, foreign_copy, identify_source
 from .identify import LLM
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:  # for type hints only
     from .store import SessionDB
 
 SOURCE = "llm"
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 
 
 @contextmanager
@@ -85,11 +84,6 @@ def parse_time(value: Any) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
-
-
-def session_id_for(conversation_id: str | None, response_id: Any) -> str:
-    raw = f"llm-{conversation_id}" if conversation_id else f"llm-response-{response_id}"
-    return _UNSAFE.sub("_", raw)[:128]
 
 
 def _token_sums(db: sqlite_utils.Database) -> str:

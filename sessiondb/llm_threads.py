@@ -20,6 +20,7 @@ reference (``attachments``), not their bytes.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -30,6 +31,13 @@ from .vocab import MessageState
 
 SOURCE = "llm"
 _MAX_CHAIN = 1_000_000
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
+
+
+def session_id_for(conversation_id: str | None, response_id: Any) -> str:
+    """One id scheme for both of llm's layouts (llm_import's responses too)."""
+    raw = f"llm-{conversation_id}" if conversation_id else f"llm-response-{response_id}"
+    return _UNSAFE.sub("_", raw)[:128]
 
 
 def has_threads(conn: sqlite3.Connection) -> bool:
@@ -96,7 +104,6 @@ def _session(conn: sqlite3.Connection, sid: str, thread: sqlite3.Row, started: f
 
 
 def session_id(thread_id: str) -> str:
-    from .llm_import import session_id_for  # one id scheme for both layouts
     return session_id_for(thread_id, None)
 
 

@@ -3,7 +3,7 @@
 Flags live in ``session_flags`` (m008): a pinned session is never pruned,
 an archived one is hidden from listings (and from search unless asked)
 but keeps every row. Prune deletes whole sessions through the store's own
-delete path (`sessions.delete` inside `SessionDB.atomic`, so the search
+delete path (`sessions.delete` inside the core's `write`, so the search
 index follows the canonical rows however it is maintained: the change log
 carries the deletes to the indexer) and never writes index tables itself.
 
@@ -36,7 +36,7 @@ from .errors import Cause, InvalidInput, StorageError
 from .rows import one
 
 if TYPE_CHECKING:  # for type hints only
-    from .store import SessionDB
+    from .coreapi import Core
 
 ONLINE = {"pin": True, "unpin": True, "archive": True, "unarchive": True,
           "prune": False, "optimize": False}
@@ -80,11 +80,11 @@ def refuse_if_held(db_path: Path, operation: str, why: str) -> None:
 
 # -- flags ---------------------------------------------------------------------
 
-def _set_flag(db: SessionDB, ids: list[str], column: str, value: Any) -> list[str]:
+def _set_flag(core: "Core", ids: list[str], column: str, value: Any) -> list[str]:
     """Set one flag column on existing sessions in one transaction; returns the ids."""
     if not ids:
         raise InvalidInput("name at least one session")
-    with db.atomic() as conn:
+    with core.write() as conn:
         for sid in ids:
             sessions.require(conn, sid)
             conn.execute(f"INSERT INTO session_flags(session_id, {column}) VALUES (?, ?)"
@@ -93,22 +93,22 @@ def _set_flag(db: SessionDB, ids: list[str], column: str, value: Any) -> list[st
     return ids
 
 
-def pin(db: SessionDB, ids: list[str]) -> list[str]:
+def pin(core: "Core", ids: list[str]) -> list[str]:
     """Pin sessions: prune never selects them (nor, so, their ancestors)."""
-    return _set_flag(db, ids, "pinned", 1)
+    return _set_flag(core, ids, "pinned", 1)
 
 
-def unpin(db: SessionDB, ids: list[str]) -> list[str]:
-    return _set_flag(db, ids, "pinned", 0)
+def unpin(core: "Core", ids: list[str]) -> list[str]:
+    return _set_flag(core, ids, "pinned", 0)
 
 
-def archive(db: SessionDB, ids: list[str]) -> list[str]:
+def archive(core: "Core", ids: list[str]) -> list[str]:
     """Hide sessions from listings (and default search); every row stays."""
-    return _set_flag(db, ids, "archived_at", db.now())
+    return _set_flag(core, ids, "archived_at", core.now())
 
 
-def unarchive(db: SessionDB, ids: list[str]) -> list[str]:
-    return _set_flag(db, ids, "archived_at", None)
+def unarchive(core: "Core", ids: list[str]) -> list[str]:
+    return _set_flag(core, ids, "archived_at", None)
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,8 @@ class Flags:
     archived_at: float | None
 
 
-def flags_of(db: SessionDB, session_id: str) -> Flags:
-    with db.core.read() as conn:
+def flags_of(core: "Core", session_id: str) -> Flags:
+    with core.read() as conn:
         sessions.require(conn, session_id)
         row = conn.execute("SELECT pinned, archived_at FROM session_flags WHERE session_id = ?",
                            (session_id,)).fetchone()
@@ -297,12 +297,12 @@ def _depths(ids: set[str], conn: apsw.Connection) -> dict[str, int]:
     return out
 
 
-def plan_prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = True) -> PrunePlan:
+def plan_prune(core: "Core", f: PruneFilter, *, dry_run: bool = True) -> PrunePlan:
     """Choose what prune removes, read-only, in one read transaction."""
     f.check()
-    now = db.now()
+    now = core.now()
     plan = PrunePlan(dry_run)
-    with db.core.snapshot() as conn:
+    with core.snapshot() as conn:
         selected = {sid for sid, _ in _candidates(conn, f, now)}
         sizes = _sizes(conn, sorted(selected))
         scale = _scale(conn) if selected else 1.0
@@ -348,7 +348,7 @@ def _delete_batch(conn: apsw.Connection, batch: list[PruneItem]) -> tuple[int, i
     return gone, messages
 
 
-def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
+def prune(core: "Core", f: PruneFilter, *, dry_run: bool = False,
           export_to: str | os.PathLike[str] | None = None,
           progress: Progress | None = None,
           batch_messages: int = BATCH_MESSAGES) -> PrunePlan:
@@ -359,22 +359,22 @@ def prune(db: SessionDB, f: PruneFilter, *, dry_run: bool = False,
     ``progress`` is told each batch's messages once it committed. Refused
     (MaintenanceRefused) while another process holds the store.
     """
-    plan = plan_prune(db, f, dry_run=dry_run)
+    plan = plan_prune(core, f, dry_run=dry_run)
     if dry_run or not plan.sessions:
         return plan
-    refuse_if_held(db.path, "prune", WHY["prune"])
+    refuse_if_held(core.path, "prune", WHY["prune"])
     if export_to is not None:
         from .export import export_to_path  # export reads pages; no import cycle at load
-        export_to_path(db, [s.id for s in plan.sessions], "jsonl", export_to)
+        export_to_path(core, [s.id for s in plan.sessions], "jsonl", export_to)
         plan.exported_to = str(export_to)
     for batch in _batches(plan.sessions, batch_messages):
-        with db.atomic() as conn:
+        with core.write() as conn:
             gone, messages = _delete_batch(conn, batch)
         plan.deleted_sessions += gone
         plan.deleted_messages += messages
         if progress is not None:
             progress(sum(i.messages for i in batch))
-    with db.core.read() as conn:
+    with core.read() as conn:
         plan.freelist_bytes_after = (one(conn.execute("PRAGMA freelist_count"))[0]
                                      * one(conn.execute("PRAGMA page_size"))[0])
     return plan

@@ -8,11 +8,34 @@ from typing import Any, Iterable, NamedTuple
 
 import apsw
 
-from .codec import MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode
+from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode, fingerprint_key,
+                    fingerprint_text, stored_meta, uid_key, uid_text)
 from .errors import InvalidMessage
 from .rows import one
 
 STATE_KEY = "_db_state"
+
+
+def _plain(value: Any) -> Any:
+    return value
+
+
+def _plain_meta(meta: str, finish_reason: str | None) -> str:
+    return meta
+
+
+def _forms(conn: Any) -> tuple[Any, Any, Any]:
+    """(uid, fingerprint, meta) to their stored forms: compact on SQLite
+    (m010, docs/row-format.md); as they are on a connection that says
+    ``COMPACT_ROWS = False`` (the PostgreSQL adapter: its schema is text)."""
+    if getattr(conn, "COMPACT_ROWS", True):
+        return uid_key, fingerprint_key, stored_meta
+    return _plain, _plain, _plain_meta
+
+
+def key_for(conn: Any, uid: str) -> Any:
+    """``uid`` as the connection's rows store it (for a lookup by uid)."""
+    return _forms(conn)[0](uid)
 COMPACTION_KEY = "_db_compaction_id"
 
 _INSERT = (
@@ -34,17 +57,19 @@ def start_position(conn: apsw.Connection, session_id: str) -> int | None:
 def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position: int,
            kind: str = "message") -> tuple[int, bool]:
     """Insert one encoded message; (row id, inserted?). A known uid is a no-op."""
+    to_uid, to_fp, to_meta = _forms(conn)
+    key = to_uid(enc.uid)
     conn.execute(_INSERT, (
-        session_id, enc.uid, position, enc.role, enc.content_kind, enc.content, enc.tool_calls,
+        session_id, key, position, enc.role, enc.content_kind, enc.content, enc.tool_calls,
         enc.tool_call_id, enc.tool_name, enc.finish_reason, enc.timestamp, enc.token_count,
-        enc.meta, enc.fingerprint, kind))
+        to_meta(enc.meta, enc.finish_reason), to_fp(enc.fingerprint), kind))
     # changes() counts only this statement's rows (not FTS trigger rows), and
     # last_insert_rowid() is back to the top-level row once triggers finish;
     # both are cheaper than RETURNING, which buffers a result set.
     if conn.changes():
         return conn.last_insert_rowid(), True
     (existing,) = one(conn.execute("SELECT id FROM messages WHERE session_id = ? AND uid = ?",
-                               (session_id, enc.uid)))
+                               (session_id, key)))
     return existing, False
 
 
@@ -64,10 +89,12 @@ def insert_fresh(conn: apsw.Connection, session_id: str, encoded: list[EncodedMe
     # A server's id sequence interleaves other hosts' inserts: read back there.
     consecutive = getattr(conn, "CONSECUTIVE_ROWIDS", True)
     before = conn.total_changes() if consecutive else 0
+    to_uid, to_fp, to_meta = _forms(conn)
     conn.executemany(_INSERT, [
-        (session_id, e.uid, position + i, e.role, e.content_kind, e.content, e.tool_calls,
-         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
-         e.fingerprint, kind) for i, e in enumerate(encoded)])
+        (session_id, to_uid(e.uid), position + i, e.role, e.content_kind, e.content,
+         e.tool_calls, e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp,
+         e.token_count, to_meta(e.meta, e.finish_reason), to_fp(e.fingerprint),
+         kind) for i, e in enumerate(encoded)])
     if consecutive:
         last = conn.last_insert_rowid()
         if conn.total_changes() - before == n and last < _CONSECUTIVE_BELOW:
@@ -92,21 +119,23 @@ def insert_many(conn: apsw.Connection, session_id: str,
     """Bulk insert of (message, position, kind, state, compaction_id) in one
     statement loop (executemany); a known uid is a no-op. For writers that
     already know the positions and that the uids are new (the bulk import)."""
+    to_uid, to_fp, to_meta = _forms(conn)
     conn.executemany(_INSERT_FULL, [
-        (session_id, e.uid, pos, e.role, e.content_kind, e.content, e.tool_calls,
-         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count, e.meta,
-         e.fingerprint, kind, state, comp) for e, pos, kind, state, comp in rows])
+        (session_id, to_uid(e.uid), pos, e.role, e.content_kind, e.content, e.tool_calls,
+         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count,
+         to_meta(e.meta, e.finish_reason), to_fp(e.fingerprint), kind, state, comp)
+        for e, pos, kind, state, comp in rows])
 
 
 _LOAD = ("SELECT id, uid, role, content_kind, content, tool_calls, meta, fingerprint, state,"
-         " compaction_id FROM messages WHERE session_id = ?")
+         " compaction_id, finish_reason FROM messages WHERE session_id = ?")
 
 
 def _marked(row: tuple, with_state: bool) -> dict[str, Any]:
-    rid, uid, role, kind, content, tool_calls, meta, fp, state, compaction_id = row
-    message = decode(role, kind, content, tool_calls, meta)
-    message[UID_KEY] = uid
-    message[MARKER_KEY] = Persisted(rid, fp)
+    rid, uid, role, kind, content, tool_calls, meta, fp, state, compaction_id, finish = row
+    message = decode(role, kind, content, tool_calls, meta, finish)
+    message[UID_KEY] = uid_text(uid)
+    message[MARKER_KEY] = Persisted(rid, fingerprint_text(fp))
     if with_state:
         message[STATE_KEY] = state
         message[COMPACTION_KEY] = compaction_id
@@ -195,10 +224,11 @@ def rewrite(conn: apsw.Connection, session_id: str, row_id: int, enc: EncodedMes
 
     ``timestamp`` None keeps the row's original time.
     """
+    _, to_fp, to_meta = _forms(conn)
     conn.execute(_REWRITE, (
         enc.role, enc.content_kind, enc.content, enc.tool_calls, enc.tool_call_id,
-        enc.tool_name, enc.finish_reason, enc.token_count, enc.meta, enc.fingerprint,
-        timestamp, row_id, session_id))
+        enc.tool_name, enc.finish_reason, enc.token_count, to_meta(enc.meta, enc.finish_reason),
+        to_fp(enc.fingerprint), timestamp, row_id, session_id))
     return conn.changes() == 1
 
 
@@ -237,15 +267,15 @@ class SummaryRow(NamedTuple):
 def find_uid(conn: apsw.Connection, session_id: str, uid: str) -> StoredRow | None:
     """The session's row with this uid, or None."""
     row = conn.execute("SELECT id, fingerprint, state FROM messages"
-                       " WHERE session_id = ? AND uid = ?", (session_id, uid)).fetchone()
-    return StoredRow(row[0], row[1], row[2]) if row else None
+                       " WHERE session_id = ? AND uid = ?", (session_id, key_for(conn, uid))).fetchone()
+    return StoredRow(row[0], fingerprint_text(row[1]), row[2]) if row else None
 
 
 def status(conn: apsw.Connection, row_id: int) -> RowStatus | None:
     """A row's fingerprint and state, or None."""
     row = conn.execute("SELECT fingerprint, state FROM messages WHERE id = ?",
                        (row_id,)).fetchone()
-    return RowStatus(row[0], row[1]) if row else None
+    return RowStatus(fingerprint_text(row[0]), row[1]) if row else None
 
 
 def rewind_uids(conn: apsw.Connection, session_id: str, uids: Iterable[str]) -> int:
@@ -254,7 +284,7 @@ def rewind_uids(conn: apsw.Connection, session_id: str, uids: Iterable[str]) -> 
     for uid in uids:
         conn.execute("UPDATE messages SET state = 'rewound'"
                      " WHERE session_id = ? AND uid = ? AND state = 'active'",
-                     (session_id, uid))
+                     (session_id, key_for(conn, uid)))
         count += conn.changes()
     return count
 
@@ -267,13 +297,13 @@ def rows_by_id(conn: apsw.Connection, ids: list[int]) -> dict[int, RowPlace]:
         marks = ",".join("?" * len(chunk))
         for row in conn.execute("SELECT id, session_id, uid, position, state, kind"
                                 f" FROM messages WHERE id IN ({marks})", chunk):
-            found[row[0]] = RowPlace(*row[1:])
+            found[row[0]] = RowPlace(row[1], uid_text(row[2]), *row[3:])
     return found
 
 
 def live_summaries(conn: apsw.Connection, session_id: str) -> list[SummaryRow]:
     """The session's live rolling-summary rows (a partial-index seek)."""
-    return [SummaryRow(*r) for r in conn.execute(
+    return [SummaryRow(r[0], uid_text(r[1])) for r in conn.execute(
         "SELECT id, uid FROM messages WHERE session_id = ?"
         " AND kind = 'rolling_summary' AND state = 'active'", (session_id,))]
 
@@ -286,8 +316,47 @@ def set_state(conn: apsw.Connection, ids: Iterable[int], state: str,
                      (state, compaction_id, rid))
 
 
+def present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> set[str]:
+    """Which of ``uids`` the session holds (a seek each on the unique index)."""
+    return {uid for uid in uids if conn.execute(
+        "SELECT 1 FROM messages WHERE session_id = ? AND uid = ?",
+        (session_id, key_for(conn, uid))).fetchone()}
+
+
 def archived_by(conn: apsw.Connection, compaction_id: str) -> list[int]:
     """Ids of the rows a compaction archived and that are still archived by it."""
     return [r[0] for r in conn.execute(
         "SELECT id FROM messages WHERE compaction_id = ? AND state = 'archived'",
         (compaction_id,))]
+
+
+# -- the compact row format (m010) ---------------------------------------------
+
+_HEX = "NOT GLOB '*[^0-9a-f]*'"
+_TAIL = "',\"finish_reason\":\"' || finish_reason || '\"}'"
+# Rows written before m010 hold uid and fingerprint as hex text and a copy of
+# finish_reason as meta's last key; this rewrites them the way `insert` now
+# writes (the same rules as codec.uid_key, fingerprint_key and stored_meta;
+# meta only for the plain ASCII finish reasons every model sends).
+_COMPACT = f"""UPDATE messages SET
+  uid = CASE WHEN typeof(uid) = 'text' AND length(uid) = 32 AND uid {_HEX}
+        THEN unhex(uid) ELSE uid END,
+  fingerprint = CASE WHEN typeof(fingerprint) = 'text' AND length(fingerprint) % 2 = 0
+        AND fingerprint {_HEX} THEN unhex(fingerprint) ELSE fingerprint END,
+  meta = CASE WHEN finish_reason IS NULL OR finish_reason GLOB '*[^a-z_]*' THEN meta
+        WHEN meta = '{{"finish_reason":"' || finish_reason || '"}}' THEN '{{}}'
+        WHEN length(meta) > length({_TAIL}) AND substr(meta, -length({_TAIL})) = {_TAIL}
+        THEN substr(meta, 1, length(meta) - length({_TAIL})) || '}}' ELSE meta END
+  WHERE typeof(uid) = 'text' OR typeof(fingerprint) = 'text'"""
+
+
+def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> int:
+    """Rewrite rows in the pre-m010 form (one UPDATE, the caller's
+    transaction); returns how many changed. Idempotent: compact rows are
+    not touched. A hex uid must never exist in both forms (the unique index
+    could not see the pair), so this runs before anything inserts compact
+    rows beside legacy ones: in m010, and in a recovered store.
+    ``keep_twins``: a row whose compact uid another row already has stays as
+    it is (recovery, which may carve both versions) instead of failing."""
+    conn.execute(_COMPACT.replace("UPDATE", "UPDATE OR IGNORE", 1) if keep_twins else _COMPACT)
+    return conn.changes()

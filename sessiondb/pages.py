@@ -14,7 +14,7 @@ from typing import Any
 
 import apsw
 
-from .codec import decode
+from .codec import decode, uid_text
 from . import sessions
 from .sessions import Session
 from .rows import one
@@ -48,7 +48,7 @@ def session_page(conn: apsw.Connection, *, after: SessionKey | None, limit: int,
 
 
 _MESSAGES = ("SELECT position, id, uid, timestamp, state, compaction_id, kind, role,"
-             " content_kind, content, tool_calls, meta FROM messages WHERE session_id = ?")
+             " content_kind, content, tool_calls, meta, finish_reason FROM messages WHERE session_id = ?")
 
 
 def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | None,
@@ -69,9 +69,9 @@ def message_page(conn: apsw.Connection, session_id: str, *, after: MessageKey | 
 def _stored(rows: Any) -> list[StoredMessage]:
     out = []
     for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
-         meta) in rows:
-        out.append(StoredMessage((position, rid), uid, ts, state, comp, kind,
-                                 decode(role, ckind, content, calls, meta)))
+         meta, finish) in rows:
+        out.append(StoredMessage((position, rid), uid_text(uid), ts, state, comp, kind,
+                                 decode(role, ckind, content, calls, meta, finish)))
     return out
 
 
@@ -91,10 +91,7 @@ def last_page(conn: apsw.Connection, session_id: str, *, before: int | None, lim
         args.append(before)
     sql += " ORDER BY position DESC, id DESC LIMIT ?"
     rows = list(conn.execute(sql, (*args, limit)))
-    return [StoredMessage((position, rid), uid, ts, state, comp, kind,
-                          decode(role, ckind, content, calls, meta))
-            for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
-                 meta) in reversed(rows)]
+    return _stored(reversed(rows))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ it leaves its module.
 from __future__ import annotations
 
 from .classify import classify, classify_text
-from .codec import ROLES, fingerprint_of
+from .codec import ROLES, fingerprint_of, fingerprint_text, logical_meta
+from .messages import compact_legacy_rows
 from .errors import (Cause, ForeignStore, InvalidInput, SearchIndexCorrupt, StorageError,
                      StoreCorrupt, StoreNotFound, connection_errno, from_apsw, on_readonly_mount)
 from .explain import RECOVERED_NAME, StorageFailure, describe, hermes_command
@@ -39,11 +40,13 @@ from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_f
                     ensure_private_dir, own_entries, profile_dir, resolve_home, validate_profile)
 from .policy import in_wal_reset_band, sqlite_library_version
 from .rows import one
-from .search_index import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE,
-                           attach_triggers, corruption_is_index_only, drop_triggers,
-                           set_watermark, stale_marker, triggers_attached)
+from .search_copy import IndexNotCopyable, attach_readonly, copy_index_tables, copy_search_index
+from .search_index import (CHANGES, FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE,
+                           attach_triggers, corruption_is_index_only, drop_triggers, fts_ddl,
+                           index_batch, set_watermark, stale_marker, triggers_attached)
 from .search_maintenance import SearchHealth, health_on
-from .spool import import_spool, spool_dir_for
+from .spool import import_spool
+from .spool_write import spool_dir_for
 from .store import SessionDB
 from .vocab import MessageState
 
@@ -69,9 +72,15 @@ __all__ = [
     "triggers_attached", "corruption_is_index_only", "SearchHealth", "health_on",
     # recover's bulk path fills a new store's index once (recovery/bulk.py)
     "attach_triggers", "drop_triggers", "set_watermark",
+    # ... or takes the source's index over as rows (recovery/search_reuse.py)
+    "CHANGES", "IndexNotCopyable", "attach_readonly", "copy_search_index", "index_batch",
+    # ... or builds the trigram index in a second process (recovery/fts_parallel.py)
+    "copy_index_tables", "fts_ddl",
     # a PostgreSQL store, for `doctor` on --store-url (psycopg is imported there)
     "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
     "PG_SEARCH_INDEXES", "PG_TSV_COLUMN", "pg_url_label",
     # row formats and the spool
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
+    # the compact row format (m010): stored uid/fingerprint/meta forms
+    "fingerprint_text", "logical_meta", "compact_legacy_rows",
 ]

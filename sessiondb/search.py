@@ -32,7 +32,7 @@ from .rows import one
 from .vocab import MessageState
 
 if TYPE_CHECKING:
-    from .store import SessionDB
+    from .core import StoreCore
 
 log = logging.getLogger(__name__)
 
@@ -471,11 +471,11 @@ def _too_long(backlog: search_index.Backlog | None) -> bool:
             and backlog.tail + backlog.changes > search_tail.TAIL_ROWS)
 
 
-def _catch_up(db: "SessionDB") -> None:
+def _catch_up(core: "StoreCore") -> None:
     """Index a backlog longer than the tail bound before searching (see
     search_tail); a failure leaves the search to cover part of it."""
     try:
-        db.catch_up_index()
+        core.catch_up_index()
     except StorageError as e:
         log.info("could not catch the search index up before searching: %s", e)
 
@@ -496,7 +496,7 @@ def _run_indexed(conn: apsw.Connection, backlog: search_index.Backlog | None, p:
     return SearchResults.of(hits, reason)
 
 
-def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offset: int,
+def search(core: "StoreCore", query: object, *, filters: Filters, limit: int, offset: int,
            order: str, raw: bool) -> SearchResults:
     """Plan, run on the index and its tail, and fail open to a bounded scan
     when the index is damaged."""
@@ -504,13 +504,13 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
     p = make_plan(query, raw=raw)
     damage: apsw.Error | None = None
     for attempt in (1, 2):  # the second after indexing a long backlog
-        with db.core.snapshot() as conn:
+        with core.snapshot() as conn:
             backlog = search_index.backlog(conn)
             stale = (backlog.stale if backlog is not None
                      else search_index.stale_marker(conn) is not None)
             if stale:
                 break
-            if attempt == 2 or not (_too_long(backlog) and db.can_index_now()):
+            if attempt == 2 or not (_too_long(backlog) and core.can_index_now()):
                 try:
                     return _run_indexed(conn, backlog, p, filters, order, limit, offset)
                 except search_index.INDEX_DAMAGE_ERRORS as e:
@@ -518,16 +518,16 @@ def search(db: "SessionDB", query: object, *, filters: Filters, limit: int, offs
                         raise
                     damage = e
                     break
-        _catch_up(db)  # what is still left after it is searched partially
+        _catch_up(core)  # what is still left after it is searched partially
     if damage is not None:
-        mark_stale(db, f"search failed: {damage}", search_index.code_of(damage))
-    with db.core.snapshot() as conn:
+        mark_stale(core, f"search failed: {damage}", search_index.code_of(damage))
+    with core.snapshot() as conn:
         return _scan(conn, fallback_plan(p), filters, order, limit, offset, "fallback")
 
 
-def mark_stale(db: "SessionDB", reason: str, code: int | None) -> None:
+def mark_stale(core: "StoreCore", reason: str, code: int | None) -> None:
     """Set the marker, unless another process did."""
-    with db.atomic() as conn:
+    with core.write() as conn:
         if search_index.stale_marker(conn) is None:
             search_index.mark_stale(conn, reason, code)
             log.warning("full-text index damaged (%s); search falls back to scanning until "

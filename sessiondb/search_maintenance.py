@@ -28,7 +28,7 @@ from .errors import SearchIndexCorrupt, SearchRebuildRefused, StorageError
 from .rows import one
 
 if TYPE_CHECKING:
-    from .store import SessionDB
+    from .core import StoreCore
 
 log = logging.getLogger(__name__)
 
@@ -60,31 +60,31 @@ class SearchHealth:
         return {**asdict(self), "ok": self.ok}
 
 
-def check_alone(db: "SessionDB", *, force: bool = False) -> None:
+def check_alone(core: "StoreCore", *, force: bool = False) -> None:
     """Raise SearchRebuildRefused unless no other process holds the store."""
-    pids = holders.other_holders(db.path)
+    pids = holders.other_holders(core.path)
     if pids is None and not force:
         raise SearchRebuildRefused(
-            f"cannot tell whether another process has {db.path} open on this platform "
+            f"cannot tell whether another process has {core.path} open on this platform "
             "(no /proc/locks); close other hermes processes and pass force=True "
-            "(`sessions reindex --force`)", path=str(db.path))
+            "(`sessions reindex --force`)", path=str(core.path))
     if pids:
         raise SearchRebuildRefused(
-            f"processes {', '.join(map(str, pids))} have {db.path} open; rebuilding the search "
+            f"processes {', '.join(map(str, pids))} have {core.path} open; rebuilding the search "
             "index now would hold the write lock against them. Close them and retry",
-            path=str(db.path), holders=pids)
+            path=str(core.path), holders=pids)
 
 
-def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
+def rebuild(core: "StoreCore", *, force: bool = False) -> dict[str, Any]:
     """Reset both indexes (and the change-log triggers, and ``fts_stale``),
     then fill them from canonical rows in batches."""
-    check_alone(db, force=force)
+    check_alone(core, force=force)
     started = time.monotonic()
     try:
-        with db.atomic() as conn:
+        with core.write() as conn:
             was_stale = search_index.stale_marker(conn) is not None
             stats = search_index.reset(conn)
-        db.catch_up_index()
+        core.catch_up_index()
     except SearchIndexCorrupt as e:
         # Damage in the index's b-tree pages (the store's guard checked that
         # every canonical table is clean, so nothing was quarantined): SQLite
@@ -92,24 +92,26 @@ def rebuild(db: "SessionDB", *, force: bool = False) -> dict[str, Any]:
         # reindexing again would fail the same way. Only recovery, which
         # writes a new file with a fresh index, gets search back.
         raise SearchIndexCorrupt(
-            f"the search index of {db.path} cannot be rebuilt in place, its pages are "
+            f"the search index of {core.path} cannot be rebuilt in place, its pages are "
             f"damaged ({e}); messages are intact and still written, search keeps using "
             "the fallback scan; `hermes sessions repair` rebuilds the store from its "
             "canonical tables to get the index back",
-            path=str(db.path), sqlite_code=e.sqlite_code) from e
+            path=str(core.path), sqlite_code=e.sqlite_code) from e
     return {**stats, "was_stale": was_stale, "seconds": round(time.monotonic() - started, 3)}
 
 
-def rebuild_on_open(db: "SessionDB") -> dict[str, Any] | None:
+def rebuild_on_open(core: "StoreCore") -> dict[str, Any] | None:
     """Open-time repair: rebuild a stale index only when this process is the
     only holder (and the lock table can say so). Never fails the open.
     Returns the rebuild's stats when it ran."""
     try:
-        if db.meta(search_index.STALE_KEY) is None or db.journal_mode() != "wal":
+        with core.read() as conn:
+            if (search_index.stale_marker(conn) is None
+                    or str(one(conn.execute("PRAGMA journal_mode"))[0]).lower() != "wal"):
+                return None
+        if holders.other_holders(core.path) != []:
             return None
-        if holders.other_holders(db.path) != []:
-            return None
-        stats = rebuild(db)
+        stats = rebuild(core)
         log.warning("rebuilt the stale search index on open (%d messages)", stats["messages"])
         return stats
     except StorageError as e:
@@ -187,11 +189,11 @@ def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | Non
         return f"{type(e).__name__}: {e}"
 
 
-def health(db: "SessionDB") -> SearchHealth:
+def health(core: "StoreCore") -> SearchHealth:
     """FTS5 integrity-check (against the canonical rows) and a MATCH probe per
     index. Runs on the writer (integrity-check is an INSERT command), so it
     holds the write lock while it reads the whole index."""
-    with db.atomic() as conn:
+    with core.write() as conn:
         return health_on(conn)
 
 

@@ -21,7 +21,7 @@ from .rows import one
 from .vocab import MessageState
 
 if TYPE_CHECKING:  # for type hints only
-    from .store import SessionDB
+    from .core import StoreCore
 
 # Both full-text indexes (word and trigram) and their shadow tables.
 FTS_PREFIXES = INDEXES
@@ -59,12 +59,11 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
     return int(one(conn.execute(f"PRAGMA {name}"))[0])
 
 
-def store_stats(db: SessionDB) -> dict[str, Any]:
-    """One document describing the store (keys documented in docs/cli.md)."""
-    if getattr(db, "backend", "sqlite") != "sqlite":
-        return db.store_stats()  # type: ignore[attr-defined]  # the server's own measures
-    path = Path(db.path)
-    with db.core.snapshot() as conn:  # one snapshot for every count below
+def store_stats(core: "StoreCore") -> dict[str, Any]:
+    """One document describing a SQLite store (keys documented in docs/cli.md);
+    `SessionDB.store_stats` calls it, a PostgreSQL store has its own (pg/stats.py)."""
+    path = Path(core.path)
+    with core.snapshot() as conn:  # one snapshot for every count below
         (sessions,) = one(conn.execute("SELECT count(*) FROM sessions"))
         by_state = dict.fromkeys(STATES, 0)
         by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))

@@ -1,6 +1,9 @@
 """SessionDB: the public face of a store. Its connections, transactions and
 background threads belong to the store core (sessiondb/core.py); this class
-delegates to it and holds the store's operations.
+delegates to it and holds the store's operations. Level 2 of
+docs/architecture.md: the feature modules it delegates to take the core,
+never this class, and the modules built on this class (importers, the
+spool's re-import, transcripts) are never imported here.
 
 One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
@@ -19,11 +22,11 @@ from typing import Any, Callable
 import apsw
 
 from . import (compaction, leases, maintenance, messages, migrations, pages, paths, policy,
-               search, search_index, search_maintenance, sessions, spool, usage)
+               search, search_index, search_maintenance, sessions, spool_write, stats, usage)
 from . import checkpointer, identify
 from .checkpointer import CheckpointStats
 from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
-                    new_uid)
+                    new_uid, new_uids)
 from .core import Atomic, StoreCore
 from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
                      StoreLocked, StoreNotFound, from_apsw)
@@ -61,7 +64,6 @@ class SessionDB:
         self.path = Path(path)
         self.home, self.profile = home, profile
         self.patience = patience
-        self.clock = clock
         self._tail: tuple[str, int, int] | None = None  # see _known_start
         if self.path.is_dir():
             raise InvalidInput(f"{self.path} is a directory, not a database file",
@@ -71,7 +73,7 @@ class SessionDB:
         self.identity = identify.check_before_open(self.path, create=create, home=home,
                                                    profile=profile)
         self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,
-                                      vfs=vfs)
+                                      vfs=vfs, clock=clock)
         try:
             core.guard.attach(core.writer)
             self._migrate()
@@ -81,11 +83,11 @@ class SessionDB:
             core.abandon()
             raise
         # A stale search index is rebuilt here only if no other process holds the file.
-        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(self)
+        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(core)
         if core.indexer is not None:
             core.indexer.notify()  # catch up on what earlier handles left
         if home is not None and not core.writer.readonly("main"):
-            spool.reserve_for(self.path)  # a home's spool takes space while there is some
+            spool_write.reserve_for(self.path)  # a home's spool takes space while there is some
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
@@ -110,9 +112,10 @@ class SessionDB:
 
     @property
     def core(self) -> StoreCore:
-        """The store core: the package's feature modules read through it
-        (`core.read()`, `core.snapshot()`), not through this class's private
-        methods."""
+        """The store core. The package's feature modules take it, never this
+        class (docs/architecture.md); callers of those pass it on:
+        ``export_to_path(db.core, ...)``, ``maintenance.prune(db.core, ...)``,
+        ``spool_failed_write(db.core, ...)``."""
         return self._core
 
     # -- the core's state, read-only views (tests and benches look at them) --
@@ -174,16 +177,13 @@ class SessionDB:
     @property
     def quarantined(self) -> bool:
         """True once this handle refuses writes (corruption or a replaced file)."""
-        return self._core.guard.quarantine is not None
+        return self._core.quarantined
 
     def __enter__(self) -> "SessionDB":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _check_open(self) -> None:
-        self._core.check_open()
 
     # -- transactions ------------------------------------------------------
 
@@ -228,9 +228,18 @@ class SessionDB:
         with self._read() as conn:
             return migrations.pending(conn)
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The store's clock (``clock=`` at open); the core owns it."""
+        return self._core.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self._core.clock = clock
+
     def now(self) -> float:
-        # Every time a session row gets (created, updated, ended) comes from here.
-        return checked_time(self.clock(), "the store's clock")
+        # `StoreCore.now`, inlined: the append path calls it once per write.
+        return checked_time(self._core.clock(), "the store's clock")
 
     # -- sessions ----------------------------------------------------------
 
@@ -329,17 +338,23 @@ class SessionDB:
         # Dicts without a uid get a fresh one, which no stored row can have:
         # such a batch is inserted in one statement loop (`messages.insert_fresh`).
         fresh = len(batch) > 1 and all(type(m) is dict and not m.get(UID_KEY) for m in batch)
-        encoded = [self._encode_for_append(m, i) for i, m in enumerate(batch)]
+        uids = new_uids(len(batch))  # one syscall for the batch (codec.new_uids says why)
+        encoded = [self._encode_for_append(m, i, u) for (i, m), u in zip(enumerate(batch), uids)]
         fresh = fresh and len({id(m) for m in batch}) == len(batch)  # a dict twice: one row
         try:
-            ids = self.session_write(session_id, lambda conn, start: self._insert_held(
-                conn, session_id, encoded, holder, "message", start, fresh))
+            ids = self._append_encoded(session_id, encoded, holder, fresh)
         except StorageError as e:
-            spool.spool_failed_write(self, session_id, batch, e, encoded=encoded)
+            spool_write.spool_failed_write(self._core, session_id, batch, e, encoded=encoded)
             raise
         for message, enc, rid in zip(batch, encoded, ids):
             message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
         return ids
+
+    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
+                        holder: str | None, fresh: bool) -> list[int]:
+        """The write of `append_messages` (a server store does it in one call)."""
+        return self.session_write(session_id, lambda conn, start: self._insert_held(
+            conn, session_id, encoded, holder, "message", start, fresh))
 
     def session_write(self, session_id: str,
                       body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
@@ -394,8 +409,10 @@ class SessionDB:
         return tail[1]
 
     @staticmethod
-    def _encode_for_append(message: Any, index: int) -> EncodedMessage:
-        enc = encode(message, index=index)
+    def _encode_for_append(message: Any, index: int, uid: str | None = None) -> EncodedMessage:
+        # (a dict's own uid, even a bad one, goes to encode: it checks it)
+        given = type(message) is dict and message.get(UID_KEY) not in (None, "")
+        enc = encode(message, index=index, uid=None if given else uid)
         message.setdefault(UID_KEY, enc.uid)
         return enc
 
@@ -489,18 +506,18 @@ class SessionDB:
                             summary_message: dict[str, Any], *, holder: str | None = None,
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.compaction.archive_and_compact`."""
-        return compaction.archive_and_compact(self, session_id, absorbed_ids, summary_message,
-                                              holder=holder,
+        return compaction.archive_and_compact(self._core, session_id, absorbed_ids,
+                                              summary_message, holder=holder,
                                               supersede_previous=supersede_previous)
 
     def restore_compaction(self, compaction_id: str, *,
                            holder: str | None = None) -> compaction.RestoreResult:
         """See `sessiondb.compaction.restore_compaction`."""
-        return compaction.restore_compaction(self, compaction_id, holder=holder)
+        return compaction.restore_compaction(self._core, compaction_id, holder=holder)
 
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first."""
-        return compaction.list_compactions(self, session_id)
+        return compaction.list_compactions(self._core, session_id)
 
     # -- streaming reads ---------------------------------------------------
 
@@ -547,7 +564,7 @@ class SessionDB:
                 archived_sessions = not maintenance.any_archived(conn)
         filters = search.Filters(session_id, role, source, since, until, include_archived,
                                  archived_sessions)
-        return search.search(self, query, filters=filters, limit=limit, offset=offset,
+        return search.search(self._core, query, filters=filters, limit=limit, offset=offset,
                              order=order, raw=raw)
 
     def index_backlog(self) -> search_index.Backlog | None:
@@ -559,16 +576,12 @@ class SessionDB:
         """Bring the search index up to date now, in this thread (the
         background indexer normally does it within milliseconds of a commit);
         returns the rows indexed or change-log entries applied."""
-        self._check_open()
-        ix = self._core.indexer
-        return ix.catch_up(max_rows) if ix is not None else 0
+        return self._core.catch_up_index(max_rows)
 
     def can_index_now(self) -> bool:
         """Whether this thread may run index batches now (a writable, open,
         unquarantined handle, outside a transaction of its own)."""
-        core = self._core
-        return (core.indexer is not None and not core.closed and not self.quarantined
-                and not core.in_transaction)
+        return self._core.can_index_now()
 
     @property
     def indexer_stats(self) -> IndexerStats | None:
@@ -583,11 +596,16 @@ class SessionDB:
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
         """Rebuild both search indexes and clear ``fts_stale``; refuses with
         SearchRebuildRefused while another process holds the store."""
-        return search_maintenance.rebuild(self, force=force)
+        return search_maintenance.rebuild(self._core, force=force)
 
     def search_health(self) -> search_maintenance.SearchHealth:
         """Integrity-check and a real MATCH probe for each search index."""
-        return search_maintenance.health(self)
+        return search_maintenance.health(self._core)
+
+    def store_stats(self) -> dict[str, Any]:
+        """One document describing the store (`sessiondb.stats.store_stats`;
+        keys documented in docs/cli.md)."""
+        return stats.store_stats(self._core)
 
     # -- usage ledger (sessiondb/usage.py) ---------------------------------
 

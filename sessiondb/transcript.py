@@ -20,7 +20,7 @@ from .codec import MARKER_KEY, PRIVATE_PREFIX, UID_KEY, EncodedMessage, Persiste
 from .codec import public_fields
 from .errors import InvalidInput, InvalidMessage, StorageError
 from .paths import validate_session_id
-from .spool import spool_failed_write
+from .spool_write import spool_failed_write
 from .vocab import MessageState
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class TranscriptWriter:
         except BaseException as e:
             self.unwritten = tuple(w.message for w in plan)
             if isinstance(e, StorageError):  # keep what could not be written
-                spool_failed_write(self.db, self.session_id, list(self.unwritten), e)
+                spool_failed_write(self.db.core, self.session_id, list(self.unwritten), e)
             raise
         for w, rid in zip(plan, ids):
             w.message[MARKER_KEY] = Persisted(rid, w.enc.fingerprint)

@@ -104,7 +104,7 @@ def test_corrupt_store_fails_the_turn_closed(hermes_home):
     with SessionDB(path) as db:
         db.create_session("s", source="test")
         db.append_messages("s", [{"role": "user", "content": f"old {i}"} for i in range(3)])
-    root, size = page_of(path, "messages_by_time")  # an index every insert must update
+    root, size = page_of(path, "sqlite_autoindex_messages_1")  # an index every insert must update
     smash_page(path, root, size)
     db = SessionDB(path)
     try:

@@ -106,7 +106,7 @@ def test_index_cells_match_sqlite(tmp_path: Path) -> None:
     truth = read_truth(path)
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     pages = [p for (p,) in conn.execute(
-        "SELECT pageno FROM dbstat WHERE name='messages_by_time' AND pagetype!='overflow'")]
+        "SELECT pageno FROM dbstat WHERE name='messages_in_order' AND pagetype!='overflow'")]
     conn.close()
     data = path.read_bytes()
     hdr = parse_header(data[:100])
@@ -122,7 +122,9 @@ def test_index_cells_match_sqlite(tmp_path: Path) -> None:
             ov = read_overflow(cell, page_of, ps, hdr.page_count)
             entries.append(tuple(decode_record(ov.payload, cell.payload_size).values))
     assert kinds == {INDEX_INTERIOR, INDEX_LEAF}
-    expect = sorted((row["timestamp"], rowid) for rowid, row in truth.rows["messages"].items())
+    # messages_in_order is (session_id, position, id), and the rowid again at the end
+    expect = sorted((row["session_id"], row["position"], rowid, rowid)
+                    for rowid, row in truth.rows["messages"].items())
     assert sorted(entries) == expect
 
 

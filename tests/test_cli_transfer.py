@@ -42,7 +42,7 @@ def filled(hermes_home):
 def state_of(home: Path) -> dict:
     with SessionDB.open(home) as db:
         return {s.id: (s.to_dict(), [(m.uid, m.timestamp, m.state, m.message)
-                                     for m in session_messages(db, s.id)])
+                                     for m in session_messages(db.core, s.id)])
                 for s in db.session_page(limit=100)}
 
 

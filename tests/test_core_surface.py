@@ -99,8 +99,9 @@ def _runtime_store_imports(tree: ast.Module) -> list[int]:
 
 
 def test_feature_modules_never_import_the_store_class_at_run_time() -> None:
-    """Imports point one way: store.py builds on the feature modules; they
-    name `SessionDB` for type hints only."""
+    """Imports point one way: store.py builds on the feature modules, which
+    never name `SessionDB` (tests/test_layers.py); its clients name it for
+    type hints only."""
     bad = []
     for path in sorted((ROOT / "sessiondb").glob("*.py")):
         if path.name not in STORE_FACES:

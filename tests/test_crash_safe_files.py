@@ -31,7 +31,7 @@ ALLOWED = {
     ("sessiondb/paths.py", "create_private_file"): FOR_SQLITE,
     ("recovery/foreign_write.py", "_create_exclusive"): FOR_SQLITE,
     ("recovery/liveread.py", "copy_live"): FOR_SQLITE + " (backups rename it into place)",
-    ("sessiondb/spool.py", "_open_locked_for_append"):
+    ("sessiondb/spool_write.py", "_open_locked_for_append"):
         "the spool's append log: under a flock, fsynced per append, a failed append cut "
         "back; a torn last line (kill -9) is skipped on import (tests/reliability/spool_crash)",
     ("sessiondb/spool.py", "_trim"): "a same-size ftruncate: frees blocks, writes no data",

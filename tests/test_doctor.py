@@ -218,7 +218,7 @@ def test_pending_spool_and_fix_imports_it(hermes_home: Path) -> None:
     batch = [{"role": "user", "content": "spooled while the disk was full"}]
     with SessionDB.open(hermes_home) as db:  # spooled exactly as a failed append does
         err = DiskFull("test", path=str(path))
-        assert spool_failed_write(db, "shared", batch, err) is not None
+        assert spool_failed_write(db.core, "shared", batch, err) is not None
     code, doc = run_doctor()
     finding = only(doc, "spool")
     assert code == 3 and finding["fix"].endswith("sessions import-spool")

@@ -77,7 +77,7 @@ def test_size_section_with_advice_in_json(hermes_home):
     with SessionDB.open(hermes_home) as db:
         db.create_session("big", source="t")
         db.append_messages("big", [{"role": "user", "content": "z" * 3000} for _ in range(300)])
-        maintenance.prune(db, maintenance.PruneFilter(larger_than=100_000))
+        maintenance.prune(db.core, maintenance.PruneFilter(larger_than=100_000))
     code, doc = doctor_json()
     size = doc["size"]
     assert size == ids(doc)["size"]["data"]

@@ -51,14 +51,14 @@ def snapshot(db: SessionDB) -> dict:
     out = {}
     for s in db.session_page(limit=1000):
         rows = [(m.uid, m.timestamp, m.state, m.compaction_id, m.kind, m.message)
-                for m in session_messages(db, s.id)]
+                for m in session_messages(db.core, s.id)]
         out[s.id] = (s.to_dict(), rows)
     return out
 
 
 def export_text(db: SessionDB, fmt: str = "jsonl", ids=None) -> str:
     buf = io.StringIO()
-    export_sessions(db, ids, fmt, buf)
+    export_sessions(db.core, ids, fmt, buf)
     return buf.getvalue()
 
 
@@ -66,7 +66,7 @@ def test_round_trip_into_a_fresh_home_is_exact(open_store, tmp_path):
     src = open_store()
     fill(src)
     path = tmp_path / "all.jsonl"
-    summary = export_to_path(src, None, "jsonl", path)
+    summary = export_to_path(src.core, None, "jsonl", path)
     assert (summary.sessions, summary.messages) == (2, 12)
     dst = open_store(home=tmp_path / "fresh")
     result = import_export_file(dst, path)
@@ -81,7 +81,7 @@ def test_reimport_is_idempotent_and_keeps_local_changes(open_store, tmp_path):
     src = open_store()
     fill(src)
     path = tmp_path / "all.jsonl"
-    export_to_path(src, None, "jsonl", path)
+    export_to_path(src.core, None, "jsonl", path)
     dst = open_store(home=tmp_path / "fresh")
     import_export_file(dst, path)
     dst.set_title("child", "renamed here")
@@ -99,7 +99,7 @@ def test_import_adds_only_missing_messages_to_an_existing_session(open_store, tm
     first = [{"role": "user", "content": f"m{i}"} for i in range(3)]
     db.append_messages("s", first)
     path = tmp_path / "s.jsonl"
-    export_to_path(db, ["s"], "jsonl", path)
+    export_to_path(db.core, ["s"], "jsonl", path)
     other = open_store(home=tmp_path / "other")
     other.create_session("s", source="t")
     other.append_messages("s", [dict(first[0])])  # same uid as the exported first message
@@ -151,14 +151,14 @@ def test_export_of_unknown_session_writes_nothing(open_store, tmp_path):
     fill(db)
     out = tmp_path / "x.jsonl"
     with pytest.raises(SessionNotFound):
-        export_to_path(db, ["parent", "nope"], "jsonl", out)
+        export_to_path(db.core, ["parent", "nope"], "jsonl", out)
     assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "home"]
 
 
 def _export_lines(db: SessionDB, tmp_path: Path) -> list[str]:
     fill(db)
     path = tmp_path / "src.jsonl"
-    export_to_path(db, None, "jsonl", path)
+    export_to_path(db.core, None, "jsonl", path)
     return path.read_text().splitlines()
 
 
@@ -192,7 +192,7 @@ def test_child_before_parent_is_linked_after_the_parent_arrives(open_store, tmp_
     src = open_store()
     fill(src)
     path = tmp_path / "rev.jsonl"
-    export_to_path(src, ["child", "parent"], "jsonl", path)
+    export_to_path(src.core, ["child", "parent"], "jsonl", path)
     dst = open_store(home=tmp_path / "fresh")
     import_export_file(dst, path)
     assert dst.get_session("child").parent_session_id == "parent"

@@ -63,13 +63,14 @@ def test_llm_logs_become_sessions_and_messages(open_store, tmp_path):
                                                           "gpt-4o-mini")
     assert (cheese.input_tokens, cheese.output_tokens, cheese.message_count) == (20, 10, 5)
     assert cheese.started_at == parse_time("2024-05-01T10:00:00.123456")
-    msgs = [m.message for m in session_messages(db, cheese.id)]
+    msgs = [m.message for m in session_messages(db.core, cheese.id)]
     # The repeated system prompt is stored once.
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant"]
     assert msgs[2] == {"role": "assistant", "content": "1. Cheesy McCakeface",
                        "response_id": "r1", "model": "gpt-4o-mini"}
     assert db.get_session("llm-response-r4").title is None
-    assert [m.message["role"] for m in session_messages(db, "llm-01j0bbbbbbbbbbbbbbbbbbbbbb")] \
+    assert [m.message["role"] for m in session_messages(
+        db.core, "llm-01j0bbbbbbbbbbbbbbbbbbbbbb")] \
         == ["user", "assistant"]
 
 
@@ -90,7 +91,8 @@ def test_llm_reimport_adds_only_new_responses(open_store, tmp_path):
     assert (plan.messages_added, plan.messages_skipped) == (2, 10)
     done = import_llm_logs(db, logs)
     assert done.messages_added == 2
-    texts = [m.message["content"] for m in session_messages(db, "llm-01j0bbbbbbbbbbbbbbbbbbbbbb")]
+    texts = [m.message["content"]
+             for m in session_messages(db.core, "llm-01j0bbbbbbbbbbbbbbbbbbbbbb")]
     assert texts[-2:] == ["And a heron?", "Long legs."]
 
 

@@ -21,7 +21,7 @@ def test_large_export_runs_in_bounded_memory(open_store, tmp_path):
 
     tracemalloc.start()
     try:
-        summary = export_to_path(db, None, "jsonl", out)
+        summary = export_to_path(db.core, None, "jsonl", out)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -47,7 +47,7 @@ def test_large_import_runs_in_bounded_memory(open_store, tmp_path):
     db.append_messages("big", [{"role": "user", "content": f"{i} {text}"}
                                for i in range(count)])
     out = tmp_path / "big.jsonl"
-    export_to_path(db, None, "jsonl", out)
+    export_to_path(db.core, None, "jsonl", out)
     assert out.stat().st_size > 20 * 1024 * 1024
     fresh = open_store(home=tmp_path / "fresh")
 

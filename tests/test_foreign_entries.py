@@ -69,7 +69,7 @@ def test_a_failed_write_never_appends_through_a_symlink(db: SessionDB, sid: str,
     outside = plant(tmp_path, spool_dir_for(db.path), f"{sid}.jsonl")
     before = digest(outside)
     err = StoreCorrupt("test", path=str(db.path))
-    assert spool_failed_write(db, sid, [{"role": "user", "content": "m"}], err) is None
+    assert spool_failed_write(db.core, sid, [{"role": "user", "content": "m"}], err) is None
     assert digest(outside) == before
     assert getattr(err, "spooled_to", None) is None
 
@@ -79,7 +79,7 @@ def test_a_fifo_in_the_spool_is_not_written_and_does_not_block(db: SessionDB, si
     spool.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.mkfifo(spool / f"{sid}.jsonl")
     err = StoreCorrupt("test", path=str(db.path))
-    assert spool_failed_write(db, sid, [{"role": "user", "content": "m"}], err) is None
+    assert spool_failed_write(db.core, sid, [{"role": "user", "content": "m"}], err) is None
     assert stat.S_ISFIFO(os.lstat(spool / f"{sid}.jsonl").st_mode)
     assert import_spool(db).files == []
 

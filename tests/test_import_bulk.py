@@ -26,7 +26,7 @@ def make_export(tmp_path: Path, sessions: int = 3, per: int = 1200) -> Path:
                                        "content": f"alpha{s} word{i} text"} for i in range(per)])
         src.end_session("s0")
         out = tmp_path / "e.jsonl"
-        export_to_path(src, None, "jsonl", out)
+        export_to_path(src.core, None, "jsonl", out)
     return out
 
 

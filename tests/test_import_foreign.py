@@ -28,7 +28,7 @@ from tests.test_foreign_files import snapshot
 
 def _exported(db: SessionDB) -> tuple[dict[str, dict], dict[str, list[dict]]]:
     out = io.StringIO()
-    export_sessions(db, None, "jsonl", out)
+    export_sessions(db.core, None, "jsonl", out)
     sessions, messages = {}, {}
     for line in out.getvalue().splitlines():
         rec = json.loads(line)

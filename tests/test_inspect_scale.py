@@ -78,7 +78,7 @@ def test_damage_is_still_placed_table_by_table(tmp_path):
     db = build(tmp_path / "state.db", messages=2000)
     conn = apsw.Connection(str(db))
     (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name ="
-                           " 'messages_by_time'").fetchone()
+                           " 'messages_in_order'").fetchone()
     (ps,) = conn.execute("PRAGMA page_size").fetchone()
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

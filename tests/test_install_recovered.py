@@ -41,7 +41,8 @@ def test_recover_says_install_next_and_install_does_the_mv_sequence(hermes_home:
     err = StoreCorrupt("x", path=str(db))
     with SessionDB(hermes_home / "other.db") as other:
         other.create_session("later", source="t")
-        spool_failed_write(other, "later", [{"role": "user", "content": "from the spool"}], err)
+        spool_failed_write(other.core, "later", [{"role": "user", "content": "from the spool"}],
+                           err)
     res = run("sessions", "recover", "--source", str(db), "--output",
               str(hermes_home / "again.db"))
     step = res.output.strip().splitlines()[-1]

@@ -39,7 +39,7 @@ def build(home: Path) -> Path:
             if sid in ("old", "old_child"):
                 db.end_session(sid)
     with SessionDB.open(home) as db:
-        maintenance.pin(db, ["pinned_old"])
+        maintenance.pin(db.core, ["pinned_old"])
     return home / "state.db"
 
 
@@ -55,31 +55,31 @@ def test_filters_pins_and_lineage(hermes_home):
     build(hermes_home)
     with SessionDB.open(hermes_home) as db:
         old = PruneFilter(older_than_s=7 * DAY)
-        plan = maintenance.plan_prune(db, old)
+        plan = maintenance.plan_prune(db.core, old)
         # old keeps its child: the child matches too, so both go
         assert ids_of(plan) == {"old", "old_child", "empty", "big"}
         assert plan.kept == {"pinned_old": "pinned"}
-        assert ids_of(maintenance.plan_prune(db, PruneFilter(never_active=True))) == {"empty"}
-        assert ids_of(maintenance.plan_prune(db, PruneFilter(source="cli"))) == {"recent"}
-        assert ids_of(maintenance.plan_prune(db, PruneFilter(larger_than=200_000))) == {"big"}
+        assert ids_of(maintenance.plan_prune(db.core, PruneFilter(never_active=True))) == {"empty"}
+        assert ids_of(maintenance.plan_prune(db.core, PruneFilter(source="cli"))) == {"recent"}
+        assert ids_of(maintenance.plan_prune(db.core, PruneFilter(larger_than=200_000))) == {"big"}
         # "old" alone would orphan its child: kept, with the reason and the flag to pass
-        ended_parent = maintenance.plan_prune(db, PruneFilter(ended=True, larger_than=3000))
+        ended_parent = maintenance.plan_prune(db.core, PruneFilter(ended=True, larger_than=3000))
         assert "old" not in ids_of(ended_parent)
         assert "--with-children" in ended_parent.kept["old"]
-        with_kids = maintenance.plan_prune(db, PruneFilter(ended=True, larger_than=3000,
+        with_kids = maintenance.plan_prune(db.core, PruneFilter(ended=True, larger_than=3000,
                                                            with_children=True))
         assert ids_of(with_kids) == {"old", "old_child"}
         # children are deleted first
         assert [s.id for s in with_kids.sessions].index("old_child") == 0
         with pytest.raises(InvalidInput):
-            maintenance.plan_prune(db, PruneFilter())
+            maintenance.plan_prune(db.core, PruneFilter())
 
 
 def test_a_pinned_child_keeps_its_parent(hermes_home):
     build(hermes_home)
     with SessionDB.open(hermes_home) as db:
-        maintenance.pin(db, ["old_child"])
-        plan = maintenance.plan_prune(db, PruneFilter(ended=True, with_children=True))
+        maintenance.pin(db.core, ["old_child"])
+        plan = maintenance.plan_prune(db.core, PruneFilter(ended=True, with_children=True))
         assert ids_of(plan) == set()
         assert plan.kept["old_child"] == "pinned" and "old" in plan.kept
 
@@ -126,7 +126,7 @@ def test_prune_refused_under_a_holder_flags_are_not(hermes_home):
         assert len(db.list_sessions(archived=None)) == 6
         with pytest.raises(MaintenanceRefused) as e:
             with held_by_another_process(db_path) as pid:
-                maintenance.prune(db, PruneFilter(older_than_s=7 * DAY))
+                maintenance.prune(db.core, PruneFilter(older_than_s=7 * DAY))
         assert e.value.holders == [pid] and e.value.operation == "prune"
 
 
@@ -147,8 +147,8 @@ def test_archive_hides_from_list_and_search(hermes_home):
     assert run("sessions", "unarchive", "old").exit_code == 0
     assert "old" in found()
     with SessionDB.open(hermes_home) as db:
-        assert maintenance.flags_of(db, "recent").archived_at is not None
-        assert maintenance.flags_of(db, "old") == maintenance.Flags(False, None)
+        assert maintenance.flags_of(db.core, "recent").archived_at is not None
+        assert maintenance.flags_of(db.core, "old") == maintenance.Flags(False, None)
 
 
 def test_pin_unpin_and_unknown_session(hermes_home):
@@ -167,7 +167,7 @@ def test_pin_unpin_and_unknown_session(hermes_home):
 def test_deleted_session_takes_its_flags(hermes_home):
     build(hermes_home)
     with SessionDB.open(hermes_home) as db:
-        maintenance.archive(db, ["big"])
+        maintenance.archive(db.core, ["big"])
         db.delete_session("big")
         with db._read() as conn:
             assert conn.execute("SELECT count(*) FROM session_flags WHERE session_id = 'big'"
@@ -199,3 +199,19 @@ def test_optimize_gives_back_what_prune_freed(hermes_home):
         assert db.quick_check() == ["ok"]
         assert {h.session_id for h in db.search("word3", limit=50)} == \
             {"old", "old_child", "recent", "pinned_old"}
+
+
+def test_features_on_the_core_read_the_store_clock(tmp_path: Path) -> None:
+    """The clock lives in the core: a flag set through `db.core` and a session
+    row written through `SessionDB` get their times from the same clock."""
+    with SessionDB(tmp_path / "c.db", clock=lambda: 1_000.0) as db:
+        sid = db.create_session(source="cli")
+        maintenance.archive(db.core, [sid])
+        assert maintenance.flags_of(db.core, sid).archived_at == 1_000.0
+        db.clock = lambda: 2_000.0
+        db.end_session(sid)
+        assert db.core.now() == db.now() == db.get_session(sid).ended_at == 2_000.0
+        db.clock = lambda: float("nan")
+        with pytest.raises(InvalidInput):
+            maintenance.archive(db.core, [sid])
+        assert maintenance.flags_of(db.core, sid).archived_at == 1_000.0  # unchanged

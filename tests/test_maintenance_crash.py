@@ -70,7 +70,7 @@ STEPS = ("copy", "merge_search", "vacuum_into", "verify", "promote", "checkpoint
 def test_kill_during_optimize_leaves_a_healthy_store(hermes_home, step):
     build(hermes_home, sessions=6)
     with SessionDB.open(hermes_home) as db:
-        maintenance.prune(db, maintenance.PruneFilter(source="old"))
+        maintenance.prune(db.core, maintenance.PruneFilter(source="old"))
     digest = _digest(hermes_home)
     proc = worker("optimize", str(hermes_home), step)
     assert proc.wait(timeout=120) == -9
@@ -88,7 +88,7 @@ def test_kill_during_optimize_leaves_a_healthy_store(hermes_home, step):
 def test_kill_inside_the_promotion(hermes_home):
     build(hermes_home, sessions=40, per=60)
     with SessionDB.open(hermes_home) as db:
-        maintenance.prune(db, maintenance.PruneFilter(source="old"))
+        maintenance.prune(db.core, maintenance.PruneFilter(source="old"))
     digest = _digest(hermes_home)
     for delay in ("0.002", "0.02", "0.1"):
         proc = worker("optimize", str(hermes_home), "promote-mid", delay)
@@ -108,7 +108,7 @@ def test_kill_while_flags_change(hermes_home):
     proc.wait(timeout=30)
     healthy(hermes_home)
     with SessionDB.open(hermes_home) as db:
-        flags = {s.id: maintenance.flags_of(db, s.id)
+        flags = {s.id: maintenance.flags_of(db.core, s.id)
                  for s in db.list_sessions(archived=None, limit=100)}
     # one transaction per operation over every session: all alike, never a mix
     assert len({(f.pinned, f.archived_at is not None) for f in flags.values()}) == 1
@@ -127,12 +127,12 @@ def test_recover_carries_the_flags_over_and_the_carver_knows_them(hermes_home, t
     from recovery.recover import recover
     build(hermes_home, sessions=2, per=3)
     with SessionDB.open(hermes_home) as db:
-        maintenance.pin(db, ["keep0"])
-        maintenance.archive(db, ["old1"])
+        maintenance.pin(db.core, ["keep0"])
+        maintenance.archive(db.core, ["old1"])
     recover(hermes_home / "state.db", tmp_path / "out.db")
     with SessionDB(tmp_path / "out.db") as out:
-        assert maintenance.flags_of(out, "keep0").pinned
-        assert maintenance.flags_of(out, "old1").archived_at is not None
+        assert maintenance.flags_of(out.core, "keep0").pinned
+        assert maintenance.flags_of(out.core, "old1").archived_at is not None
     layout, score = best_fit(["20260101_000000_ab12cd34", 1, 1.7e9],
                              ["text", "integer", "real"], KNOWN_LAYOUTS)
     assert layout.table == "session_flags" and score == 1.0

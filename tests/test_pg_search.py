@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from sessiondb.codec import uid_text
 from sessiondb import InvalidQuery, SessionDB
 from sessiondb.pg import search as pg_search
 from sessiondb.pg.transfer import PgSide, SqliteSide, transfer
@@ -56,8 +57,8 @@ def stores(db: SessionDB, pg_db_url: str):
 
 def uids_sqlite(db: SessionDB, hits) -> list[str]:
     with db._read() as conn:
-        return [conn.execute("SELECT uid FROM messages WHERE id = ?", (h.message_id,))
-                .fetchone()[0] for h in hits]
+        return [uid_text(conn.execute("SELECT uid FROM messages WHERE id = ?", (h.message_id,))
+                         .fetchone()[0]) for h in hits]  # (hex uids are stored as bytes: m010)
 
 
 def uids_pg(pg, hits) -> list[str]:

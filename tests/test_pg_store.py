@@ -62,6 +62,7 @@ def test_sqlite_only_operations_and_search_say_so(url, hermes_home) -> None:
         with pytest.raises(NotOnPostgreSQL, match="FTS5"):
             db.search_health()
         assert db.index_backlog() is None and db.catch_up_index() == 0
+        assert not db.can_index_now() and not db.quarantined
         with pytest.raises(InvalidInput, match="vfs"):
             SessionDB.open(url=url, vfs="faulty")
 

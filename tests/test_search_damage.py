@@ -332,7 +332,7 @@ def test_import_fails_open(tmp_path, open_store, kind):
     source.append_messages("incoming", [{"role": "user", "content": f"walrus number {i}"}
                                         for i in range(7)])
     export = tmp_path / "export.jsonl"
-    export_to_path(source, None, "jsonl", export)
+    export_to_path(source.core, None, "jsonl", export)
     path = tmp_path / "s.db"
     fill(path, 40)
     _damage(path, kind)
@@ -363,7 +363,7 @@ def test_spool_import_and_session_delete_fail_open(tmp_path, open_store, op):
     spooled = [{"role": "user", "content": f"narwhal spooled {i}"} for i in range(3)]
     err = StoreCorrupt("disk was full", path=str(path))
     err.cause = Cause.DISK_FULL
-    assert spool_failed_write(db, "shared", spooled, err) is not None
+    assert spool_failed_write(db.core, "shared", spooled, err) is not None
     db.close()
     _damage(path, "pages")
     db = open_store(path)

@@ -28,7 +28,7 @@ def spool(db: SessionDB, sid: str, batch: list[dict[str, Any]],
     """Spool ``batch`` exactly as a failed append does."""
     err = StoreCorrupt("test", path=str(db.path))
     err.cause = cause
-    path = spool_failed_write(db, sid, batch, err)
+    path = spool_failed_write(db.core, sid, batch, err)
     assert path is not None and err.spooled_to == str(path)
     return path
 
@@ -151,7 +151,7 @@ def test_non_spool_causes_are_not_spooled(db: SessionDB, sid: str) -> None:
     for cause in (Cause.LOCKED, Cause.FTS_INDEX, Cause.INVALID_INPUT, Cause.LEASE_LOST):
         err = StoreCorrupt("x")
         err.cause = cause
-        assert spool_failed_write(db, sid, [msg(0)], err) is None
+        assert spool_failed_write(db.core, sid, [msg(0)], err) is None
         assert err.spooled_to is None
     assert not list(spool_dir_for(db.path).glob("*.jsonl"))  # only the reserve
 

@@ -15,7 +15,7 @@ from sessiondb.spool import spool_dir_for, spool_failed_write
 
 def spool_good(db: SessionDB, sid: str, text: str) -> Path:
     err = StoreCorrupt("test", path=str(db.path))
-    path = spool_failed_write(db, sid, [{"role": "user", "content": text}], err)
+    path = spool_failed_write(db.core, sid, [{"role": "user", "content": text}], err)
     assert path is not None
     return path
 

@@ -62,6 +62,9 @@ class PgConn:
     #: messages.insert_fresh: ids from a sequence other hosts share are not
     #: consecutive within a transaction, so a batch's ids are read back.
     CONSECUTIVE_ROWIDS = False
+    #: messages.py: rows keep uid, fingerprint and meta as text (the
+    #: PostgreSQL schema's types), not SQLite's compact forms (m010).
+    COMPACT_ROWS = False
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw

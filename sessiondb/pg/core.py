@@ -4,7 +4,11 @@
 works on its own pooled connection: a write transaction takes one for its
 whole length (nested blocks are SAVEPOINTs on it), a read outside a
 transaction takes one for one statement group, a snapshot holds one in a
-REPEATABLE READ READ ONLY transaction.
+REPEATABLE READ READ ONLY transaction, and `statement` runs one statement
+outside any transaction, where it is a transaction of its own (an append's
+one round trip, pg/append.py). A ``relaxed`` core turns synchronous_commit
+off in each write transaction (``SET LOCAL``: nothing else on the pooled
+connection changes).
 
 Waiting: ``lock_timeout`` is set to the call's patience in every write
 transaction, so a row lock held too long by another host ends as
@@ -20,9 +24,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from ..codec import checked_time
 from ..core import retry_busy
 from ..errors import StorageError, StoreIOError
 from .adapter import PgConn, register_numeric_loader, register_text_codec
@@ -46,9 +53,12 @@ class _Local(threading.local):
 class PgCore:
     """Pool, per-thread transactions and error translation of one handle."""
 
-    def __init__(self, url: str, *, patience: float, min_size: int = 1,
-                 max_size: int = 4) -> None:
+    def __init__(self, url: str, *, patience: float, path: Path, min_size: int = 1,
+                 max_size: int = 4, clock: Callable[[], float] = time.time,
+                 relaxed: bool = False) -> None:
         self.url, self.shown, self.patience = url, redact(url), patience
+        self.path, self.clock = path, clock  # the profile's anchor: the spool goes beside it
+        self.relaxed = relaxed  # synchronous_commit=off in every write transaction
         self.sizes = (min_size, max_size)
         self.closed = False
         self.stale = False  # a connection was lost: renew the pool on the next call
@@ -98,6 +108,9 @@ class PgCore:
         if self.closed:
             raise StorageError("this store handle is closed", path=self.shown)
 
+    def now(self) -> float:
+        return checked_time(self.clock(), "the store's clock")
+
     @property
     def depth(self) -> int:
         return self.local.depth
@@ -142,6 +155,23 @@ class PgCore:
         return retry_busy(body, self.patience if patience is None else patience, _reraise,
                           errors=(StorageError,), retryable=is_retryable)
 
+    def statement(self, body: Callable[[Any], T], patience: float | None = None) -> T:
+        """``body(raw)`` on a pooled connection outside any transaction: one
+        statement there is its own transaction (one round trip, no BEGIN or
+        COMMIT); errors come back typed."""
+        self.check_open()
+        raw = self.getconn(self.patience if patience is None else patience)
+        try:
+            return body(raw)
+        except StorageError:
+            raise
+        except Exception as e:
+            if _is_db_error(e):
+                raise self.error(e) from e
+            raise
+        finally:
+            self.putconn(raw)
+
     @contextmanager
     def read(self) -> Iterator[PgConn]:
         """This thread's transaction if it has one, else a pooled connection."""
@@ -183,6 +213,11 @@ class PgCore:
         self.pool.close()
 
 
+def lock_timeout_ms(patience: float) -> int:
+    """The patience as PostgreSQL's lock_timeout (0 would mean no limit)."""
+    return max(int(patience * 1000), 1)
+
+
 def _is_db_error(e: BaseException) -> bool:
     import psycopg
     from psycopg_pool import PoolTimeout
@@ -219,7 +254,8 @@ class PgAtomic:
             return local.conn
         raw = core.getconn(self.patience)
         try:
-            raw.execute(f"BEGIN; SET LOCAL lock_timeout = {max(int(self.patience * 1000), 1)}")
+            raw.execute(f"BEGIN; SET LOCAL lock_timeout = {lock_timeout_ms(self.patience)}"
+                        + ("; SET LOCAL synchronous_commit = off" if core.relaxed else ""))
         except Exception as e:
             core.putconn(raw)
             raise core.error(e, "cannot begin a transaction") from e

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from .append import p011_append_function
 from .search_schema import SEARCH_MIGRATIONS
 
 #: pg_advisory_lock key of the migration run ("hermes" in ASCII, as a bigint).
@@ -140,7 +141,7 @@ def p008_session_flags(conn: Any) -> None:
 MIGRATIONS: tuple[Migration, ...] = (p001_meta, p002_sessions, p003_session_counters,
                                      p004_messages, p005_leases, p006_compactions,
                                      p007_usage_ledger, p008_session_flags,
-                                     *SEARCH_MIGRATIONS)
+                                     *SEARCH_MIGRATIONS, p011_append_function)
 
 _LEDGER = ("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY,"
            " applied_at DOUBLE PRECISION NOT NULL,"

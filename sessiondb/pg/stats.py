@@ -13,21 +13,21 @@ from .. import usage
 from ..stats import STATES
 
 if TYPE_CHECKING:
-    from .store import PgSessionDB
+    from .core import PgCore
 
 
-def store_stats(db: "PgSessionDB") -> dict[str, Any]:
+def store_stats(core: "PgCore") -> dict[str, Any]:
     """One document describing the store (keys documented in docs/cli.md)."""
-    with db._snapshot() as conn:
+    with core.snapshot() as conn:
         (count,) = conn.execute("SELECT count(*) FROM sessions").fetchone()
         by_state = dict.fromkeys(STATES, 0)
         by_state.update(conn.execute("SELECT state, count(*) FROM messages GROUP BY state"))
-        spent = usage.summary(usage.totals(conn))
+        spent = usage.summary(usage.totals(conn))  # type: ignore[arg-type]  # the adapter
         size, version = conn.execute(
             "SELECT pg_database_size(current_database()), current_setting('server_version')"
         ).fetchone()
     return {
-        "path": db.url, "sessions": count, "messages": sum(by_state.values()),
+        "path": core.shown, "sessions": count, "messages": sum(by_state.values()),
         "messages_by_state": by_state, "pages": None,
         "fts": {"tables": [], "bytes": 0, "method": "none"}, "usage": spent, "files": None,
         "postgresql": {"database_bytes": size, "server_version": version},

@@ -9,7 +9,11 @@ unchanged through the adapter (adapter.py). What differs is here:
   reading the next position or checking the lease, so writers on several
   hosts append in one order and a stalled writer whose lease was taken
   over is refused inside its own transaction, as on SQLite;
-- a batch is inserted with one multi-row statement returning its ids;
+- an append is one call of a server-side function (`hermes_append`,
+  pg/append.py) that takes that lock, checks the lease and writes the rows
+  and counters: one round trip outside a transaction;
+- ``durability="relaxed"`` commits every write transaction with
+  ``synchronous_commit=off`` (see docs/postgresql.md, "Durability");
 - the SQLite-only operations (pages, WAL, checkpoints, FTS5 health)
   raise `NotOnPostgreSQL`; search runs on tsvector and pg_trgm
   (sessiondb/pg/search.py), indexed by the insert itself.
@@ -23,23 +27,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compaction, leases, maintenance, paths, sessions, spool
+from .. import compaction, leases, maintenance, paths, sessions, spool_write
 from ..codec import EncodedMessage
-from ..errors import InvalidInput, SchemaTooNew, SessionNotFound, StoreNotFound
+from ..errors import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound
 from ..search import Filters, SearchResults
 from ..store import DEFAULT_PATIENCE_S, SessionDB
-from . import migrations
-from .core import PgCore
+from . import append, migrations
+from .core import PgCore, lock_timeout_ms
 from .errors import NotOnPostgreSQL, redact
 
 #: Options of the SQLite store that tune its file; meaningless here, accepted.
 SQLITE_TUNING = frozenset({"journal_mode", "checkpoint_pages", "background_index"})
 ANCHOR_NAME = "postgresql"
-CHUNK_ROWS = 1000  # rows per INSERT statement (15 parameters each, under 65535)
-
-_COLUMNS = ("session_id, uid, position, role, content_kind, content, tool_calls,"
-            " tool_call_id, tool_name, finish_reason, timestamp, token_count, meta,"
-            " fingerprint, kind")
+DURABILITY = ("durable", "relaxed")
 
 
 def is_url(target: object) -> bool:
@@ -54,22 +54,26 @@ class PgSessionDB(SessionDB):
     def __init__(self, url: str, *, patience: float = DEFAULT_PATIENCE_S,
                  clock: Callable[[], float] = time.time, home: Path | None = None,
                  profile: str | None = None, create: bool = True, pool_size: int = 4,
-                 **sqlite_options: Any) -> None:
+                 durability: str = "durable", **sqlite_options: Any) -> None:
         unknown = set(sqlite_options) - SQLITE_TUNING
         if unknown:
             raise InvalidInput(f"not options of a PostgreSQL store: {', '.join(sorted(unknown))}")
+        if durability not in DURABILITY:
+            raise InvalidInput(f"durability must be one of {', '.join(DURABILITY)}, "
+                               f"not {durability!r}")
         if not is_url(url):
             raise InvalidInput("a PostgreSQL store URL starts with postgresql://")
         root = paths.resolve_home(home)
         self.url = redact(url)
         self.home, self.profile = root, profile
         self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
-        self.patience, self.clock = patience, clock
+        self.patience = patience
         self.sqlite_version = ""
         self.identity = None  # type: ignore[assignment]  # identify.py reads SQLite files
         self.search_rebuilt_on_open = None
         self._tail = None
-        self._pg = PgCore(url, patience=patience, max_size=pool_size)
+        self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,
+                          clock=clock, relaxed=durability == "relaxed")
         self._core = self._pg  # type: ignore[assignment]  # the base class's core slot
         try:
             self._prepare(create)
@@ -78,7 +82,7 @@ class PgSessionDB(SessionDB):
             raise
         if create:
             paths.ensure_private_dir(self.path.parent)
-            spool.reserve_for(self.path)  # the spool takes space while there is some
+            spool_write.reserve_for(self.path)  # the spool takes space while there is some
 
     def _prepare(self, create: bool) -> None:
         with self._pg.read() as conn:
@@ -156,6 +160,9 @@ class PgSessionDB(SessionDB):
     def catch_up_index(self, max_rows: int | None = None) -> int:
         return 0
 
+    def can_index_now(self) -> bool:
+        return False  # no indexer: the insert wrote the index
+
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
         """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
         from .search_schema import INDEXES
@@ -206,44 +213,41 @@ class PgSessionDB(SessionDB):
                               (session_id,)).fetchone()
         return (top or 0) + 1
 
+    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
+                        holder: str | None, fresh: bool) -> list[int]:
+        """`append_messages`' write as one `hermes_append` call (pg/append.py):
+        outside a transaction a single statement, one round trip; inside
+        the caller's, under a savepoint. Re-run after a deadlock or
+        serialization failure until the patience."""
+        paths.validate_session_id(session_id)
+        pg = self._pg
+
+        def call(raw: Any, timeout_ms: int | None) -> list[int]:
+            now = self.now()
+            status, ids, _, found, expires = append.call_append(
+                raw, session_id, holder, now, "message", encoded, timeout_ms, pg.relaxed)
+            if status == "no_session":
+                raise SessionNotFound(f"no session {session_id!r}")
+            if status == "lease" and holder is not None:  # the server's verdict, our words
+                lease = None if found is None or expires is None else (found, expires)
+                raise leases.refusal(lease, session_id, holder, now) or LeaseLost(
+                    f"{holder!r} may not write")
+            return ids
+        if pg.depth:
+            with self.atomic() as conn:
+                pgconn: Any = conn  # a PgConn (typed as the base class's apsw connection)
+                return call(pgconn.raw, None)
+        return pg.run(lambda: pg.statement(lambda raw: call(raw, lock_timeout_ms(pg.patience))))
+
     def _insert_rows(self, conn: Any, session_id: str, encoded: list[EncodedMessage],
                      kind: str, position: int) -> tuple[list[int], int]:
-        """New uids in one statement per chunk (RETURNING their ids); known
-        uids keep their rows, as SQLite's ON CONFLICT DO NOTHING does."""
+        """New uids from ``position`` on in one `hermes_insert_rows` call (any
+        batch size: the rows travel as 13 arrays); known uids keep their rows,
+        as SQLite's ON CONFLICT DO NOTHING does."""
         if not encoded:
             return [], position
-        uids = list(dict.fromkeys(e.uid for e in encoded))
-        ids: dict[str, int] = dict(conn.execute(
-            "SELECT uid, id FROM messages WHERE session_id = ? AND uid = ANY(?)",
-            (session_id, uids)))
-        fresh, calls, seen = [], 0, set(ids)
-        for enc in encoded:
-            if enc.uid in seen:  # a known row, or twice in this batch: one row
-                continue
-            seen.add(enc.uid)
-            fresh.append((enc, position))
-            position += 1
-            calls += enc.tool_call_total
-        for start in range(0, len(fresh), CHUNK_ROWS):
-            ids.update(self._insert_chunk(conn, session_id, fresh[start:start + CHUNK_ROWS],
-                                          kind))
-        if fresh:
-            sessions.add_message_counts(conn, session_id, self.now(), len(fresh), calls)
-        return [ids[e.uid] for e in encoded], position
-
-    @staticmethod
-    def _insert_chunk(conn: Any, session_id: str, rows: list[tuple[EncodedMessage, int]],
-                      kind: str) -> dict[str, int]:
-        marks = ", ".join(["(%s)" % ", ".join(["%s"] * 15)] * len(rows))
-        args: list[Any] = []
-        for e, pos in rows:
-            args += (session_id, e.uid, pos, e.role, e.content_kind, e.content, e.tool_calls,
-                     e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count,
-                     e.meta, e.fingerprint, kind)
-        cur = conn.raw.execute(f"INSERT INTO messages({_COLUMNS}) VALUES {marks}"
-                               " ON CONFLICT (session_id, uid) DO NOTHING RETURNING uid, id",
-                               args)
-        return dict(cur.fetchall())
+        return append.call_insert_rows(conn.raw, session_id, position, self.now(), kind,
+                                       encoded)
 
     def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
         return self._locked_write(session_id, lambda conn: leases.acquire(
@@ -265,13 +269,13 @@ class PgSessionDB(SessionDB):
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.compaction.archive_and_compact` (under the row lock)."""
         return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
-            self, session_id, absorbed_ids, summary_message, holder=holder,
+            self._pg, session_id, absorbed_ids, summary_message, holder=holder,
             supersede_previous=supersede_previous))
 
     def restore_compaction(self, compaction_id: str, *,
                            holder: str | None = None) -> compaction.RestoreResult:
         return self._pg.run(lambda: compaction.restore_compaction(
-            self, compaction_id, holder=holder))
+            self._pg, compaction_id, holder=holder))
 
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first (``seq`` is SQLite's rowid order)."""
@@ -287,4 +291,4 @@ class PgSessionDB(SessionDB):
     def store_stats(self) -> dict[str, Any]:
         """`sessiondb.stats.store_stats` for this store (see pg/stats.py)."""
         from .stats import store_stats
-        return store_stats(self)
+        return store_stats(self._pg)

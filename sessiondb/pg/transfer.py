@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 import apsw
 
+from ..codec import (fingerprint_key, fingerprint_text, logical_meta, stored_meta, uid_key,
+                     uid_text)
 from ..errors import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
@@ -213,8 +215,9 @@ def _copy_compactions(src: Side, dst: Side, cols: list[str], result: TransferRes
     sid_at = cols.index("session_id")
     mapped = []
     for row in rows:
+        uid = uid_text(row[at])  # (a SQLite side stores hex uids as bytes: m010)
         target = dst.one("SELECT id FROM messages WHERE session_id = %s AND uid = %s",
-                         (row[sid_at], row[at]))
+                         (row[sid_at], uid_key(uid) if isinstance(dst, SqliteSide) else uid))
         mapped.append((*row[:at], target, *row[at + 1:]))
     dst.write([(_insert_sql("compactions", cols), mapped)])
     result.copied["compactions"] = len(mapped)
@@ -238,11 +241,33 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
         if not rows:
             break
         after = rows[-1][0]
-        dst.write([(insert, [tuple(r[1:]) for r in rows]), (save, [(key, str(after))])])
+        out = _row_forms(src, dst, cols, [tuple(r[1:]) for r in rows])
+        dst.write([(insert, out), (save, [(key, str(after))])])
         n += len(rows)
         if progress is not None:
             progress(len(rows))
     result.copied["messages"] = n
+
+
+def _row_forms(src: Side, dst: Side, cols: list[str], rows: list[tuple]) -> list[tuple]:
+    """Message rows from the source's stored forms into the target's: a
+    SQLite store keeps uid and fingerprint as bytes and no finish_reason
+    copy in meta (m010, docs/row-format.md); PostgreSQL keeps the text."""
+    from_sqlite, to_sqlite = isinstance(src, SqliteSide), isinstance(dst, SqliteSide)
+    if from_sqlite == to_sqlite or not {"uid", "fingerprint", "meta"} <= set(cols):
+        return rows
+    u, f, m = cols.index("uid"), cols.index("fingerprint"), cols.index("meta")
+    reason = cols.index("finish_reason") if "finish_reason" in cols else None
+    out = []
+    for row in rows:
+        r = list(row)
+        why = r[reason] if reason is not None else None
+        if from_sqlite:
+            r[u], r[f], r[m] = uid_text(r[u]), fingerprint_text(r[f]), logical_meta(r[m], why)
+        else:
+            r[u], r[f], r[m] = uid_key(r[u]), fingerprint_key(r[f]), stored_meta(r[m], why)
+        out.append(tuple(r))
+    return out
 
 
 def count(side: Side, table: str, sessions: Side | None = None) -> int:

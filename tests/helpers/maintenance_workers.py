@@ -32,7 +32,7 @@ def main(what: str, home: str, *rest: str) -> None:
         return
     db = SessionDB.open(home)
     if what == "prune":
-        maintenance.prune(db, maintenance.PruneFilter(source="old"), progress=die,
+        maintenance.prune(db.core, maintenance.PruneFilter(source="old"), progress=die,
                           batch_messages=50)
     elif what == "flags":
         ids = [s.id for s in db.list_sessions(archived=None, limit=1000)]

@@ -1,0 +1,184 @@
+"""Recover takes the source's search index over as rows when that equals a rebuild.
+
+The copy path and a re-index of the same output answer every query of a
+corpus identically; a source whose index pages are damaged is re-indexed
+(the fallback), as is one whose rows did not all come back; a source with
+an indexing backlog (rows above its watermark, a change log) is copied and
+then caught up, so the output's index is complete either way.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import apsw
+
+from recovery import fts_parallel
+from recovery.bulk import fill_search
+from recovery.recover import recover
+from recovery.search_reuse import rebuild, take_over
+from recovery.write_stats import WriteStats
+from sessiondb import SessionDB
+from tests.helpers import damage
+
+WORDS = ["kubernetes deployment rollback", "naïve café résumé", "東京の天気は晴れ",
+         "segfault in libfoo.so at 0xdeadbeef", "quarterly revenue forecast"]
+QUERIES = ["kubernetes", "rollback", "cafe", "résumé", "東京", "天気", "segfault",
+           "deadbeef", "libfoo", "revenue forecast", "forecast", "dep", "nothing-here",
+           "session 3", "lorem"]
+
+
+def _corpus(path: Path, *, backlog: bool = False) -> None:
+    """A store with varied text: plain, accented, CJK, JSON blocks, tool output."""
+    with SessionDB(path, background_index=False) as db:
+        for s in range(4):
+            sid = db.create_session(f"s{s}", source="test", title=f"session {s}")
+            batch = [{"role": "user" if i % 2 else "assistant",
+                      "content": f"session {s} note {i}: {WORDS[(s + i) % len(WORDS)]}"}
+                     for i in range(30)]
+            batch.append({"role": "assistant", "content": [
+                {"type": "text", "text": f"blocks of session {s} mention kubernetes"}]})
+            batch.append({"role": "tool", "tool_call_id": f"t{s}",
+                          "content": "segfault log line\n" * 50})
+            db.append_messages(sid, batch)
+        db.catch_up_index()
+    if backlog:  # (after close, which catches the index up) a row above the watermark
+        conn = apsw.Connection(str(path))  # and an edited row the index holds
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(messages)") if r[1] != "id"]
+        picked = ", ".join({"uid": "'late-row'", "content": "'late revenue forecast'"}.get(c, c)
+                           for c in cols)
+        conn.execute(f"INSERT INTO messages({', '.join(cols)}) SELECT {picked} FROM messages "
+                     "WHERE id = 1")
+        conn.execute("UPDATE messages SET content = 'rewritten rollback text' WHERE id = 3")
+        conn.close()
+
+
+def _smash(path: Path, pages: list[int]) -> None:
+    (size,) = damage.sql(path, "PRAGMA page_size")[0]
+    for page in pages:
+        damage.smash_page(path, page, size)
+
+
+def _answers(path: Path) -> dict[str, list[int]]:
+    with SessionDB(path, background_index=False) as db:
+        return {q: sorted(h.message_id for h in db.search(q, limit=200)) for q in QUERIES}
+
+
+def _recover(src: Path, out: Path, **kw) -> dict:
+    report = recover(src, out, **kw)
+    assert report.verification["ok"], report.verification
+    return report.to_dict()
+
+
+def test_copied_index_answers_like_a_reindex(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    report = _recover(src, out)
+    assert report["search_index"] == {"method": "copied", "reason": None}
+    reindexed = tmp_path / "reindexed.db"
+    shutil.copy(out, reindexed)
+    rebuild(reindexed, lambda conn: fill_search(conn, lambda *_: None))
+    copied, fresh = _answers(out), _answers(reindexed)
+    assert copied == fresh
+    assert copied["kubernetes"] and copied["東京"] and copied["cafe"]  # the corpus is searched
+    assert copied == _answers(src)
+
+
+def test_backlog_of_the_source_is_indexed_after_the_copy(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src, backlog=True)
+    (changes,) = damage.sql(src, "SELECT count(*) FROM search_changes")[0]
+    assert changes == 1
+    report = _recover(src, out)
+    assert report["search_index"]["method"] == "copied"
+    (w,), (top,), (left,) = (damage.sql(out, q)[0] for q in (
+        "SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = 'fts_watermark'",
+        "SELECT max(id) FROM messages", "SELECT count(*) FROM search_changes"))
+    assert (w, left) == (top, 0)
+    answers = _answers(out)
+    assert 3 in answers["rollback"] and top in answers["forecast"]
+    ids = [r[0] for r in damage.sql(out, "SELECT rowid FROM messages_fts WHERE messages_fts "
+                                         "MATCH 'rewritten'")]
+    assert ids == [3]
+
+
+def test_damaged_source_index_is_rebuilt(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    _smash(src, [damage.pages_of(src, name, "leaf")[0]
+                 for name in ("messages_fts_data", "messages_trigram_data")])
+    report = _recover(src, out)
+    assert report["search_index"]["method"] == "rebuilt"
+    assert "not sound" in report["search_index"]["reason"]
+    assert report["tables"]["messages"]["recovered"] == 4 * 32
+    # on two cores the trigram index came from a second process: the same answers
+    # as both indexes built in this one
+    assert report["search_index"]["processes"] == (2 if fts_parallel.cores() >= 2 else 1)
+    assert not list(tmp_path.glob("*.trigram*"))  # the worker's scratch file is gone
+    assert _answers(out) == _answers_via_rebuild(out, tmp_path)
+    assert _answers(out)["kubernetes"]
+
+
+def test_take_over_refuses_an_unreadable_index_and_leaves_it_empty(tmp_path):
+    """Straight at the primitive: a source whose index pages cannot be read
+    (inspect would have said so; here nothing stops the attempt) gives a
+    reason, and the output's index is left empty for the rebuild."""
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    _recover(src, out)
+    _smash(src, damage.pages_of(src, "messages_trigram_data", "leaf"))
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+    try:
+        reason = take_over(conn, src, WriteStats(), lambda *_: None)
+        assert reason is not None
+        assert damage_free(conn)
+    finally:
+        conn.close()
+
+
+def damage_free(conn: apsw.Connection) -> bool:
+    """Both indexes empty, nothing logged, the watermark at 0."""
+    rows = [conn.execute(f"SELECT count(*) FROM {t}_docsize").fetchone()[0]
+            for t in ("messages_fts", "messages_trigram")]
+    w = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_watermark'").fetchone()[0]
+    logged = conn.execute("SELECT count(*) FROM search_changes").fetchone()[0]
+    return rows == [0, 0] and str(w) == "0" and logged == 0
+
+
+def test_rows_not_all_read_whole_are_reindexed(tmp_path):
+    """Messages carved from pages may differ from what the source indexed:
+    the index is rebuilt from what came back."""
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    truth = damage.build_store(src, sessions=3, per_session=60)
+    damage.smash_page(src, damage.pages_of(src, "messages", "leaf")[2])
+    report = recover(src, out, allow_partial=True).to_dict()
+    assert report["verification"]["ok"]
+    assert report["search_index"]["method"] == "rebuilt"
+    assert report["tables"]["messages"]["recovered"] < len(truth.messages)
+    with SessionDB(Path(report["output"]), background_index=False) as db:
+        assert db.search("lorem", limit=500)
+
+
+def test_report_json_names_the_method(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    rep = tmp_path / "r.json"
+    recover(src, out, report_path=rep)
+    assert json.loads(rep.read_text())["search_index"]["method"] == "copied"
+
+
+def test_stale_source_index_is_rebuilt(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    damage.sql(src, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', '{}')")
+    report = _recover(src, out)
+    assert report["search_index"]["method"] == "rebuilt"
+    assert _answers(out) == _answers_via_rebuild(out, tmp_path)
+
+
+def _answers_via_rebuild(out: Path, tmp_path: Path) -> dict[str, list[int]]:
+    again = tmp_path / "again.db"
+    shutil.copy(out, again)
+    rebuild(again, lambda conn: fill_search(conn, lambda *_: None))
+    return _answers(again)
