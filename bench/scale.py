@@ -165,14 +165,20 @@ def main() -> None:
                     help="messages in the long session (0: skip that part)")
     ap.add_argument("--sqlite3", type=Path)
     ap.add_argument("--skip-recover", action="store_true")
-    ap.add_argument("--work", type=Path, help="directory for the stores (default: a temp dir)")
+    ap.add_argument("--work", type=Path,
+                    help="directory for the stores, kept after the run; a store already built "
+                         "there for the same --messages is reused (default: a temp dir, removed)")
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--only", default=",".join(PARTS),
                     help=f"comma-separated parts to run (default all: {','.join(PARTS)}); "
                          "the export and the import always run")
     a = ap.parse_args()
     a.only = set(a.only.split(","))
-    work = Path(tempfile.mkdtemp(prefix="hermes-scale-", dir=a.work))
+    if a.work:
+        work = a.work
+        work.mkdir(mode=0o700, parents=True, exist_ok=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="hermes-scale-"))
     res: dict[str, Any] = {"messages": a.messages, "long": a.long, "work": str(work)}
     try:
         run_all(a, work, res)
@@ -180,7 +186,8 @@ def main() -> None:
         print(json.dumps(res, indent=1))
         if a.json:
             a.json.write_text(json.dumps(res, indent=1) + "\n")
-        shutil.rmtree(work, ignore_errors=True)
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def step(res: dict[str, Any], name: str, value: Any) -> None:
@@ -193,21 +200,39 @@ PARTS = ("doctor", "inspect", "recover", "long", "reclaim")
 
 def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     res["load_average_start"] = os.getloadavg()
+    home = work / "home"
+    built = work / "built.json"  # written once the store is complete: a rerun reuses it
+    if built.exists() and json.loads(built.read_text())["messages"] == a.messages:
+        res["build"] = {**json.loads(built.read_text()), "reused": True}
+    else:
+        shutil.rmtree(home, ignore_errors=True)
+        build(a, work, home, res)
+        built.write_text(json.dumps({k: res[k] for k in
+                                     ("messages", "export_file", "import", "export_peer")}))
+    db = home / "state.db"
+    step(res, "store_bytes", bundle_bytes(db))
+    run_parts(a, home, db, work, res)
+
+
+def build(a: argparse.Namespace, work: Path, home: Path, res: dict[str, Any]) -> None:
+    """The export of N messages, its import (the store every part runs on), and
+    the export of that store (the import's peer)."""
     export = work / "export.jsonl"
     t = time.monotonic()
     step(res, "export_file", {**write_export(export, a.messages),
                               "generate_seconds": round(time.monotonic() - t, 3)})
-    home = work / "home"
     split = import_split(home, export)
     step(res, "import", {**split, "msg_per_s": round(split["messages"] / split["seconds"]),
                          "rows_msg_per_s": round(split["messages"] / max(
                              split["seconds"] - split["index_seconds"], 1e-9)),
                          "load_average": os.getloadavg()})
-    db = home / "state.db"
-    step(res, "store_bytes", bundle_bytes(db))
     step(res, "export_peer", hermes(home, "sessions", "export", "--all", "-o",
                                     str(work / "re.jsonl")))
     (work / "re.jsonl").unlink(missing_ok=True)
+
+
+def run_parts(a: argparse.Namespace, home: Path, db: Path, work: Path,
+              res: dict[str, Any]) -> None:
     if "doctor" in a.only:
         step(res, "doctor_default", hermes(home, "doctor", "--json"))
         step(res, "doctor_full", hermes(home, "doctor", "--full", "--json"))
@@ -229,6 +254,7 @@ def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     if a.long and "long" in a.only:
         long_session(a, work, res)
     if "reclaim" in a.only:
+        (work / "built.json").unlink(missing_ok=True)  # the prune changes the store: never reused
         reclaim(home, db, work, res)
 
 
