@@ -326,6 +326,8 @@ class DatabaseImage:
         off = self._wal_map.get(pgno)
         if off is not None and self._wal_fd is not None:
             data = os.pread(self._wal_fd, ps, off)
+        elif pgno > self.file_size // ps:  # past the end: a header that says more pages
+            return None  # (damage or truncation) costs no read per page that is not there
         else:
             data = os.pread(self._fd, ps, (pgno - 1) * ps)
         self.pages_read += 1
