@@ -160,17 +160,8 @@ class PgCore:
         statement there is its own transaction (one round trip, no BEGIN or
         COMMIT); errors come back typed."""
         self.check_open()
-        raw = self.getconn(self.patience if patience is None else patience)
-        try:
+        with self._pooled(patience) as raw:
             return body(raw)
-        except StorageError:
-            raise
-        except Exception as e:
-            if _is_db_error(e):
-                raise self.error(e) from e
-            raise
-        finally:
-            self.putconn(raw)
 
     @contextmanager
     def read(self) -> Iterator[PgConn]:
@@ -180,9 +171,16 @@ class PgCore:
             assert self.local.conn is not None
             yield self.local.conn
             return
-        raw = self.getconn()
-        try:
+        with self._pooled() as raw:
             yield PgConn(raw)
+
+    @contextmanager
+    def _pooled(self, patience: float | None = None) -> Iterator[Any]:
+        """A pooled connection for the block, given back after it; the
+        driver's errors come out typed."""
+        raw = self.getconn(patience)
+        try:
+            yield raw
         except StorageError:
             raise
         except Exception as e:
