@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from sessiondb import SessionDB
+from sessiondb.codec import uid_text
 from sessiondb.paths import store_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,7 +115,8 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
         order = conn.execute("SELECT session_id, uid FROM messages ORDER BY id").fetchall()
     source = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:  # target ids follow the source's row order across the kill
-        assert order == list(source.execute("SELECT session_id, uid FROM messages ORDER BY id"))
+        stored = source.execute("SELECT session_id, uid FROM messages ORDER BY id")
+        assert order == [(sid, uid_text(uid)) for sid, uid in stored]  # (m010: uid bytes)
     finally:
         source.close()
     assert digest(path) == before
