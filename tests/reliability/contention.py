@@ -145,11 +145,18 @@ def summarize(path: Path, results: list[dict[str, Any]], seconds: float,
 
 
 def _all_rows(db: SessionDB) -> list[dict[str, str]]:
+    """Every stored message, paged: a quick machine writes more into one
+    session in a short run than a whole load returns (SessionTooLong)."""
     out = []
     for sid in SESSIONS:
-        for m in db.get_messages(sid, include_archived=True):
-            out.append({"session": sid, "content": m["content"]})
+        after = 0
+        while page := db.get_messages(sid, include_archived=True, limit=PAGE, after=after):
+            out += [{"session": sid, "content": m["content"]} for m in page]
+            after = page[-1]["_db_position"]
     return out
+
+
+PAGE = 2_000
 
 
 def main(argv: list[str] | None = None) -> int:
