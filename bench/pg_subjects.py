@@ -192,8 +192,8 @@ class PgOurs:
     def append(self, batch: list[dict[str, Any]]) -> None:
         self.db.append_messages(self.sid, batch)
 
-    def count(self) -> int:
-        return len(self.db.get_messages(self.sid))
+    def count(self) -> int:  # the session's counter: a whole load stops at load_limit
+        return self.db.get_session(self.sid).message_count
 
     def close(self) -> None:
         self.db.close()

@@ -164,9 +164,10 @@ def _open_writer(kind: str, where: str, key: str, host: int) -> Any:
     return PgFloor(where, key, pool)
 
 
-def _writer(kind: str, where: str, key: str, host: int, go: Any, stop_at: Any,
+def _writer(kind: str, where: str, key: str, host: int, ready: Any, go: Any, stop_at: Any,
             out: Any) -> None:
     subject = _open_writer(kind, where, key, host)
+    ready.wait()  # connected: the clock starts when every writer is
     lat: list[float] = []
     errors: Counter[str] = Counter()
     acked = 0
@@ -212,11 +213,12 @@ def b2_one(kind: str, where: str, writers: int, seconds: float,
         _open_writer(kind, where, key, 0).close()
     ctx = mp.get_context("fork")
     go, out, stop_at = ctx.Event(), ctx.Queue(), ctx.Value("d", 0.0)
-    procs = [ctx.Process(target=_writer, args=(kind, where, k, i * 2 // writers, go, stop_at,
-                                               out)) for i, k in enumerate(keys)]
+    ready = ctx.Barrier(len(keys) + 1)
+    procs = [ctx.Process(target=_writer, args=(kind, where, k, i * 2 // writers, ready, go,
+                                               stop_at, out)) for i, k in enumerate(keys)]
     for p in procs:
         p.start()
-    time.sleep(1.5)  # every process connected before the clock starts
+    ready.wait(timeout=120)  # every process connected before the clock starts
     watch = WaitSampler(server, where) if server is not None else None
     stop_at.value = time.time() + seconds
     go.set()
