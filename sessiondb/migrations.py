@@ -173,11 +173,32 @@ _ANNOUNCE_ROWS = 200_000
 _SECONDS_PER_ROW = 4e-5
 
 
+def m011_compact_indexes(conn: apsw.Connection) -> None:
+    """Two indexes without bytes nothing reads (docs/row-format.md, m011):
+    ``messages_in_order`` on ``(session_id, position)``, since every index
+    entry ends with the rowid anyway (m001's ``id`` column stored it twice,
+    and the order and the plans are the same), and the trigram index
+    without its per-document size table (``columnsize=0``), refilled here
+    with the documents the word index holds (`search_index.reshape_trigram`).
+    """
+    (n,) = one(conn.execute("SELECT count(*) FROM messages"))
+    if n >= _ANNOUNCE_ROWS:
+        log.warning("m011: rebuilding the message order index and the trigram index over"
+                    " %s messages (one transaction, about %.0f s)", f"{n:,}",
+                    n * _M011_SECONDS_PER_ROW)
+    conn.execute("DROP INDEX IF EXISTS messages_in_order")
+    conn.execute("CREATE INDEX messages_in_order ON messages(session_id, position)")
+    search_index.reshape_trigram(conn)
+
+
+_M011_SECONDS_PER_ROW = 4e-5
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
                                      m006_index_watermark, m007_usage_ledger,
                                      m008_session_flags, m009_index_shape,
-                                     m010_compact_rows)
+                                     m010_compact_rows, m011_compact_indexes)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

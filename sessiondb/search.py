@@ -218,9 +218,15 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
     is enough whenever enough of them pass the state filter (nearly always:
     few rows are not active); otherwise the joined query ranks the window."""
     want = offset + limit
+    # The trigram index keeps no document sizes (m011): bm25 counts them from
+    # the text, so a document whose text is out of date (a logged edit or
+    # delete the indexer has not applied; the tail searches those rows) is
+    # never scored: its row may be gone, which FTS5 reports as corruption.
+    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
+            if filters.exclude_changed and table == search_index.TRIGRAM_TABLE else "")
     best = list(conn.execute(
         f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}) AS score FROM {table}"
-        f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
+        f" WHERE {table} MATCH ?{skip} ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
         f" ORDER BY score, id DESC LIMIT {int(2 * want)}", (p.match,)))
     if len(best) <= offset:
         return None if not best else []

@@ -38,7 +38,8 @@ import apsw
 from .rows import one
 from .search_index import CHANGES, INDEXES, STALE_KEY, TEXT_VIEW, WATERMARK_KEY
 
-SHADOWS = ("data", "idx", "docsize", "config")  # an external-content index has no _content
+# the shadow tables an index may have (an external-content index has no _content)
+SHADOWS = ("data", "idx", "docsize", "config")
 
 
 @dataclass
@@ -99,13 +100,21 @@ def check_copyable(conn: apsw.Connection, schema: str) -> None:
         raise IndexNotCopyable("the other file has no index watermark")
 
 
+def index_shadows(conn: apsw.Connection, index: str) -> tuple[str, ...]:
+    """The shadow tables ``main``'s ``index`` has (an index made with
+    ``columnsize=0``, the trigram index since m011, has no ``_docsize``)."""
+    names = {n for (n,) in conn.execute(
+        "SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    return tuple(s for s in SHADOWS if f"{index}_{s}" in names)
+
+
 def copy_index_tables(conn: apsw.Connection, schema: str, index: str) -> dict[str, int]:
     """Replace ``main``'s shadow tables of one index by ``schema``'s (rows
     copied per table), in the caller's transaction. Only the rows: the
     caller knows both sides define ``index`` alike (`check_copyable`, or it
     made the other side with the same DDL) and what the rows stand for."""
     q, rows = _quote_ident(schema), {}
-    for shadow in SHADOWS:
+    for shadow in index_shadows(conn, index):
         table = _quote_ident(f"{index}_{shadow}")
         conn.execute(f"DELETE FROM main.{table}")
         conn.execute(f"INSERT INTO main.{table} SELECT * FROM {q}.{table}")
@@ -133,4 +142,4 @@ def copy_search_index(conn: apsw.Connection, schema: str) -> CopiedIndex:
 
 
 __all__ = ["CopiedIndex", "IndexNotCopyable", "SHADOWS", "attach_readonly", "check_copyable",
-           "copy_index_tables", "copy_search_index"]
+           "copy_index_tables", "copy_search_index", "index_shadows"]

@@ -54,19 +54,20 @@ TOKENIZERS = {
     FTS_TABLE: "unicode61 remove_diacritics 2",
     TRIGRAM_TABLE: "trigram remove_diacritics 1",
 }
-# The shape of each index (m009). The word index keeps positions (phrases,
+# The shape of each index (m009, m011). The word index keeps positions (phrases,
 # NEAR, snippets, bm25 with stored sizes). The trigram index is only a
 # candidate filter: ``detail=none`` stores which documents hold a trigram,
-# not where (a position list per trigram per document was ~85% of its size;
-# its per-document size table stays: bm25 reads it, and the health check
-# counts documents in it). A substring query
+# not where (a position list per trigram per document was ~85% of its size),
+# and ``columnsize=0`` (m011) stores no per-document size table: the only
+# reader of a trigram document's size is bm25 when a substring query ranks,
+# and FTS5 then counts the candidate's trigrams from its text, the same
+# number the table held (docs/search.md, "Index shape"). A substring query
 # is the AND of its trigrams, and every candidate is verified against the
 # message text (`contains`), so results stay exact (docs/search.md).
 OPTIONS = {
     FTS_TABLE: "",
-    TRIGRAM_TABLE: ", detail=none",
+    TRIGRAM_TABLE: ", detail=none, columnsize=0",
 }
-
 
 def fts_ddl(table: str, content: str = "") -> str:
     """CREATE VIRTUAL TABLE for ``table`` in its indexed shape; ``content``
@@ -464,6 +465,69 @@ def reshape(conn: apsw.Connection) -> None:
     """Migration body (m009): `reset` unless the indexes have today's shape."""
     if not has_current_shape(conn):
         reset(conn)
+
+
+def reshape_trigram(conn: apsw.Connection) -> None:
+    """Migration body (m011): the trigram index in today's shape (no size
+    table), refilled in the caller's transaction with exactly the documents
+    the word index holds, so the watermark and the change log stay true for
+    both: every row up to the watermark that the change log does not hold,
+    with its text, and each logged row whose old text is indexed, with that
+    text (the indexer later deletes it by that text). The word index is
+    left as it is. A stale or otherwise reshaped store is `reset` instead."""
+    if has_current_shape(conn):
+        return
+    w = watermark(conn)
+    if w is None or stale_marker(conn) is not None or not _word_index_current(conn):
+        reset(conn)
+        return
+    conn.execute(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
+    conn.execute(fts_ddl(TRIGRAM_TABLE, f", content='{TEXT_VIEW}', content_rowid='id'"))
+    conn.execute(
+        f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT id, text FROM {TEXT_VIEW} AS v"
+        f" WHERE v.id <= ? AND NOT EXISTS (SELECT 1 FROM {CHANGES} AS c"
+        f" WHERE c.message_id = v.id) ORDER BY v.id", (w,))
+    conn.execute(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT message_id, old_text"
+                 f" FROM {CHANGES} WHERE indexed = 1 ORDER BY message_id")
+
+
+def _word_index_current(conn: apsw.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+                       (FTS_TABLE,)).fetchone()
+    return row is not None and " ".join(str(row[0]).split()).endswith(
+        f"tokenize='{TOKENIZERS[FTS_TABLE]}'{OPTIONS[FTS_TABLE]})")
+
+
+# FTS5 keeps the number of documents an index holds in its averages record
+# (``<index>_data`` row 1: an SQLite varint, then one per column, of tokens).
+_AVERAGES_ROWID = 1
+
+
+def document_count(conn: apsw.Connection, table: str) -> int:
+    """How many documents ``table`` holds, from its averages record: the
+    count an index without a size table (``columnsize=0``) can still give
+    without reading its segments. Raises apsw.CorruptError when the record
+    is missing or does not parse."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?",
+                       (_AVERAGES_ROWID,)).fetchone()
+    if row is None or row[0] == b"":
+        return 0  # a new or emptied index: no record yet, or an empty one
+    if not isinstance(row[0], bytes):
+        raise apsw.CorruptError(f"{table}: the averages record is not a blob")
+    return _varint(row[0], table)
+
+
+def _varint(block: bytes, table: str) -> int:
+    """The leading SQLite varint of ``block`` (big-endian 7-bit groups, the
+    ninth byte whole)."""
+    value = 0
+    for i, byte in enumerate(block[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    raise apsw.CorruptError(f"{table}: the averages record is truncated")
 
 
 def reset(conn: apsw.Connection) -> dict[str, int]:

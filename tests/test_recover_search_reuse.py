@@ -19,7 +19,7 @@ from recovery.bulk import fill_search
 from recovery.recover import recover
 from recovery.search_reuse import rebuild, take_over
 from recovery.write_stats import WriteStats
-from sessiondb import SessionDB
+from sessiondb import SessionDB, search_index
 from tests.helpers import damage
 
 WORDS = ["kubernetes deployment rollback", "naïve café résumé", "東京の天気は晴れ",
@@ -139,8 +139,7 @@ def test_take_over_refuses_an_unreadable_index_and_leaves_it_empty(tmp_path):
 
 def damage_free(conn: apsw.Connection) -> bool:
     """Both indexes empty, nothing logged, the watermark at 0."""
-    rows = [conn.execute(f"SELECT count(*) FROM {t}_docsize").fetchone()[0]
-            for t in ("messages_fts", "messages_trigram")]
+    rows = [search_index.document_count(conn, t) for t in ("messages_fts", "messages_trigram")]
     w = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_watermark'").fetchone()[0]
     logged = conn.execute("SELECT count(*) FROM search_changes").fetchone()[0]
     return rows == [0, 0] and str(w) == "0" and logged == 0

@@ -319,8 +319,12 @@ def test_health_catches_an_index_out_of_step(db, corpus):
         set_watermark(conn, rid)     # bookkeeping that claims the row is indexed
     health = db.search_health()
     assert not health.ok and not health.triggers_attached and health.stale is None
+    # the word index lists its documents; the trigram index (no size table
+    # since m011) can only count them
+    expect = {"messages_fts": "index out of step: 1 messages not indexed, 0 stale documents",
+              "messages_trigram": "index out of step: it holds 8 documents, 9 expected"}
     for index in health.indexes:
-        assert index.integrity == "index out of step: 1 messages not indexed, 0 stale documents"
+        assert index.integrity == expect[index.name]
         assert index.probe.startswith("message ") and index.probe.endswith("missing from the index")
     assert health.to_dict()["ok"] is False
     db.rebuild_search_index()
