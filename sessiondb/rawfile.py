@@ -235,6 +235,8 @@ class Pages:
         local = _local_size(size, self.usable)
         payload = page[p:p + local]
         if local < size:
+            if p + local + 4 > len(page):  # a damaged cell: garbage size or offset
+                raise RawFileError("a table cell runs past the end of its page")
             payload += self._overflow(struct.unpack(">I", page[p + local:p + local + 4])[0],
                                       size - local)
         return rowid, decode_record(payload, self.header.text_encoding)

@@ -25,7 +25,8 @@ def run(*args: str):
 def recovered_store(home: Path) -> tuple[Path, Path]:
     """A home whose store lost a leaf page, recovered beside it (.partial)."""
     db = fill_home(home)
-    damage.smash_page(db, damage.TableTree(db, "messages").middle_leaf())
+    tree = damage.TableTree(db, "messages")  # (smash at the file's page size, not 1 KiB)
+    damage.smash_page(db, tree.middle_leaf(), tree.page_size)
     res = run("sessions", "recover", "--source", str(db), "--output",
               str(home / "state.recovered.db"))
     out = next(home.glob("state.recovered.db*"))
