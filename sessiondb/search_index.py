@@ -61,13 +61,14 @@ TOKENIZERS = {
 # and ``columnsize=0`` (m011) stores no per-document size table: the only
 # reader of a trigram document's size is bm25 when a substring query ranks,
 # and FTS5 then counts the candidate's trigrams from its text, the same
-# number the table held (docs/search.md, "Index shape"). A substring query
+# number the table held (docs/search.md, "What is indexed"). A substring query
 # is the AND of its trigrams, and every candidate is verified against the
 # message text (`contains`), so results stay exact (docs/search.md).
 OPTIONS = {
     FTS_TABLE: "",
     TRIGRAM_TABLE: ", detail=none, columnsize=0",
 }
+
 
 def fts_ddl(table: str, content: str = "") -> str:
     """CREATE VIRTUAL TABLE for ``table`` in its indexed shape; ``content``
@@ -506,8 +507,8 @@ _AVERAGES_ROWID = 1
 def document_count(conn: apsw.Connection, table: str) -> int:
     """How many documents ``table`` holds, from its averages record: the
     count an index without a size table (``columnsize=0``) can still give
-    without reading its segments. Raises apsw.CorruptError when the record
-    is missing or does not parse."""
+    without reading its segments (0 before its first document). Raises
+    apsw.CorruptError when the record does not parse."""
     row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?",
                        (_AVERAGES_ROWID,)).fetchone()
     if row is None or row[0] == b"":
