@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import apsw
 
-from . import checkpointer, freepages, paths, policy, search_index
+from . import checkpointer, paths, policy, search_index
 from .checkpointer import Checkpointer
 from .codec import checked_time
 from .containment import Guard
@@ -352,8 +352,6 @@ class StoreCore:
         with self.lock:
             if self.closed:
                 return
-            if self.indexer is not None and not self.quarantined:  # writable, trusted
-                freepages.reclaim_on_close(self)
             self.closed = True
             if self.checkpointer is not None:
                 self.checkpointer.close()  # joined, its connection closed first

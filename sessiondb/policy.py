@@ -78,14 +78,6 @@ def set_page_size(conn: apsw.Connection) -> None:
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
 
 
-def set_auto_vacuum_incremental(conn: apsw.Connection) -> None:
-    """New files keep a pointer map so a closing handle can give free pages
-    back without a VACUUM (freepages.py). On a file that has tables this
-    only records a wish for a VACUUM on this connection, which the store
-    never runs: existing files keep their mode."""
-    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-
-
 def set_journal_wal(conn: apsw.Connection) -> None:
     """WAL lets readers run beside the one writer and makes commits cheap."""
     mode = one(conn.execute("PRAGMA journal_mode=WAL"))[0]
@@ -176,12 +168,11 @@ def set_trusted_schema_off(conn: apsw.Connection) -> None:
     conn.execute("PRAGMA trusted_schema=OFF")
 
 
-WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size,
-                     set_auto_vacuum_incremental, set_journal_wal,
+WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size, set_journal_wal,
                      set_synchronous_normal, set_foreign_keys, set_journal_size_limit,
                      set_wal_autocheckpoint_off)
 WRITER_POLICY_DELETE = (set_busy_timeout, set_trusted_schema_off, set_page_size,
-                        set_auto_vacuum_incremental, set_journal_delete,
+                        set_journal_delete,
                         set_synchronous_full, set_foreign_keys)
 READER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_foreign_keys)
 # The background checkpointer's own connection: it only runs checkpoints,
