@@ -104,8 +104,9 @@ def _load(src: apsw.Connection, dst: apsw.Connection, table: str, top: int,
     loaded = 0
     while loaded < COMMIT_ROWS and not stop.is_set():
         done = final.is_set()  # read first: a read after it sees every commit
-        rows = src.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id > ?"
-                           " ORDER BY id LIMIT ?", (top, READ_ROWS)).fetchall()
+        rows: list[tuple[Any, ...]] = src.execute(
+            f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
+            (top, READ_ROWS)).fetchall()
         if rows:
             dst.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
             top = int(rows[-1][0])
