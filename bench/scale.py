@@ -100,7 +100,9 @@ def find_sqlite3(given: Path | None) -> Path | None:
 def import_split(home: Path, export: Path) -> dict[str, Any]:
     """The import in-process, as the CLI runs it (no background indexer), timing
     the rows (checked, committed, searchable through the tail) apart from the
-    index catch-up the import drives after them (importer._catch_up)."""
+    index catch-up the import drives after them (importer._catch_up: the
+    batches, or waiting for the parallel builders and copying their index in),
+    and the CPU seconds of the import and its builder processes."""
     code = ("import json, sys, time\nfrom sessiondb import SessionDB, importer\n"
             "spent = {}\ncatch = importer._catch_up\n"
             "def timed(*a):\n    t = time.monotonic(); catch(*a)\n"
@@ -108,8 +110,11 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
             "importer._catch_up = timed\n"
             "t = time.monotonic()\nwith SessionDB.open(sys.argv[1], background_index=False) as db:\n"
             "    r = importer.import_export_file(db, sys.argv[2])\n"
+            "import resource\ncpu = sum(u.ru_utime + u.ru_stime for u in (resource.getrusage("
+            "resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))\n"
             "print(json.dumps({'seconds': time.monotonic() - t, 'index_seconds': spent.get('index', 0),"
-            " 'messages': r.messages_added, 'search_index': r.search_index}))\n")
+            " 'messages': r.messages_added, 'search_index': r.search_index,"
+            " 'index_build': r.index_build, 'cpu_seconds': round(cpu, 2)}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(home), str(export)], cwd=ROOT,
                           stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
