@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import resource
 import shutil
 import subprocess
@@ -141,6 +142,15 @@ def _index_empty(conn: apsw.Connection) -> bool:
     return True
 
 
+def _child_env() -> dict[str, str]:
+    """This process's environment, with the directory this package is
+    imported from first on the path (a checkout run from elsewhere too)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _data_version(conn: apsw.Connection) -> int:
     """Changes only when another connection commits to the file."""
     (version,) = one(conn.execute("PRAGMA data_version"))
@@ -161,7 +171,7 @@ class ScratchIndex:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", __name__, str(db.path), table, str(file)],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True))
+                    text=True, env=_child_env()))
         except BaseException:
             self.close()
             raise
@@ -169,9 +179,12 @@ class ScratchIndex:
     @classmethod
     def start_if_empty(cls, db: "SessionDB") -> "ScratchIndex | None":
         """Builders for an import into a store with no messages and an empty
-        index (SQLite only); None otherwise (the store's indexer catches up)."""
-        if not isinstance(getattr(db, "core", None), StoreCore):
-            return None
+        index, through a handle without a background indexer (the CLI's
+        import has none); SQLite only. None otherwise: the store's indexer
+        catches up."""
+        core = getattr(db, "core", None)
+        if not isinstance(core, StoreCore) or core.indexer is None or core.indexer.background:
+            return None  # (a background indexer would index the rows itself, meanwhile)
         # In the writer's own write transaction: nobody commits between the
         # look and the version it is compared with at the copy.
         with db.atomic() as conn:
@@ -197,7 +210,9 @@ class ScratchIndex:
         for p in self.procs:
             out, err = p.communicate()
             try:
-                tops.add(int(json.loads(out)["top"]))
+                report = json.loads(out)
+                tops.add(int(report["top"]))
+                log.debug("index builder done: %s", report)
             except (ValueError, KeyError, TypeError):
                 log.info("the parallel index build failed (%s); indexing in batches",
                          (out or err).strip()[-300:])

@@ -24,7 +24,10 @@ counters moved once per chunk, not per message. The import writes
 canonical rows only: the search index is the off-commit indexer's (rows
 above its watermark are searched exactly through the tail scan as soon as
 their batch commits), and after the last batch the import drives the
-indexer in short batches of its own (see import_index.py).
+indexer in short batches of its own (see import_index.py). Into a store
+with no messages, builder processes index the rows beside it while they
+are written and the result is copied in when nobody else wrote meanwhile
+(see import_fts.py); otherwise the batches.
 """
 from __future__ import annotations
 
