@@ -550,7 +550,7 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
             plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
                         require_end, spill.write)
             # Checked: an empty store's index is built beside it as the rows commit.
-            scratch = import_fts.ScratchIndex.start_if_empty(db)
+            scratch = import_fts.ScratchIndex.start_if_empty(db, plan.messages_in_file)
             if scratch is not None:
                 scratch_files.enter_context(scratch)
             progress = progress_for(plan.messages_in_file) if progress_for is not None else None

@@ -144,3 +144,23 @@ def test_an_import_failing_mid_write_stops_the_builders_and_removes_the_scratch(
     result = import_export_file(db, out)  # a re-run builds it in parallel again
     assert (result.index_build, result.messages_added) == ("parallel", 2100)
     integrity_checked(path)
+
+
+def test_an_index_too_big_to_copy_in_one_short_transaction_is_built_in_batches(
+        open_store, tmp_path, monkeypatch, caplog):
+    import logging
+    from sessiondb import import_fts
+    caplog.set_level(logging.INFO, logger="sessiondb.import_fts")
+    out = make_export(tmp_path, sessions=1, per=300)
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False)
+    monkeypatch.setattr(import_fts, "MAX_COPY_BYTES", 16 << 10)  # the scratch files are bigger
+    result = import_export_file(db, out)
+    assert (result.index_build, result.search_index) == ("batches", "caught_up")
+    assert "too big to copy" in caplog.text  # built, then not copied
+    assert not list(path.parent.glob(PREFIX + "*"))
+    monkeypatch.setattr(import_fts, "MAX_COPY_BYTES", 256 << 20)
+    monkeypatch.setattr(import_fts, "MAX_MESSAGES", 299)  # 300 planned: no builders at all
+    db2 = open_store(tmp_path / "new2" / "state.db", background_index=False)
+    assert import_export_file(db2, out).index_build == "batches"
+    assert answers(db2) == answers(db)
