@@ -74,6 +74,9 @@ COMMIT_ROWS = 50_000  # rows per scratch transaction (each commit flushes a segm
 MAX_COPY_BYTES = 256 << 20
 MAX_MESSAGES = 250_000  # imports planned bigger than this do not start the builders
 POLL_S = 0.05  # a builder with nothing to read waits this long for a commit
+# After the last commit a builder still has its lag to index (seconds at the
+# bound, minutes on a starved machine); past this the import stops waiting.
+BUILD_WAIT_S = 900.0
 STOP_WAIT_S = 10.0  # a stopped builder ends within a read batch; past this it is killed
 
 
@@ -216,7 +219,12 @@ class ScratchIndex:
             p.stdin.write("final\n")
             p.stdin.flush()
         for p in self.procs:
-            out, err = p.communicate()
+            try:
+                out, err = p.communicate(timeout=BUILD_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.info("an index builder still ran after %.0f s; indexing in batches",
+                         BUILD_WAIT_S)
+                return False  # (`close` stops and reaps it)
             try:
                 report = json.loads(out)
                 tops.add(int(report["top"]))
