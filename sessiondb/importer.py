@@ -27,7 +27,7 @@ their batch commits), and after the last batch the import drives the
 indexer in short batches of its own (see import_index.py). Into a store
 with no messages, builder processes index the rows beside it while they
 are written and the result is copied in when nobody else wrote meanwhile
-(see import_fts.py); otherwise the batches.
+(fts_build.py, see import_index.py); otherwise the batches.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
 
 import apsw
 
-from . import import_fts, import_index
+from . import import_index
 from . import messages as rows
 from . import sessions as session_rows
 from . import usage
@@ -144,7 +144,7 @@ class ImportResult:
     index_backlog: int = 0
     #: how the import brought the index to date: "batches" (the store's indexer,
     #: short transactions) or "parallel" (built beside an empty store's index
-    #: while the rows were written, then copied in: import_fts.py)
+    #: while the rows were written, then copied in: import_index.ParallelIndex)
     index_build: str = "batches"
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
@@ -548,27 +548,31 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
         planned.search_index, planned.index_backlog = import_index.state(db)
         return planned
     with ExitStack() as scratch_files:
+        # Started before the checking pass (a builder's start-up overlaps it):
+        # an empty store's index is built beside it as the rows commit.
+        parallel = import_index.ParallelIndex.start_if_empty(db)
+        if parallel is not None:
+            scratch_files.enter_context(parallel)
         with Spill(db.path.parent) as spill:
             plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
                         require_end, spill.write)
-            # Checked: an empty store's index is built beside it as the rows commit.
-            scratch = import_fts.ScratchIndex.start_if_empty(db, plan.messages_in_file)
-            if scratch is not None:
-                scratch_files.enter_context(scratch)
+            if parallel is not None and plan.messages_in_file > import_index.MAX_MESSAGES:
+                parallel.close()  # its copy would hold the write lock too long: batches
+                parallel = None
             progress = progress_for(plan.messages_in_file) if progress_for is not None else None
             result = ImportResult(source_format, path, False)
             _run(db, _unspill(spill.read()), result, progress, require_end)
-        _catch_up(db, result, progress_for, scratch)
+        _catch_up(db, result, progress_for, parallel)
     return result
 
 
 def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None,
-              scratch: import_fts.ScratchIndex | None = None) -> None:
+              parallel: import_index.ParallelIndex | None = None) -> None:
     """The rows are committed: install the index built beside the store
-    (import_fts.py), or else bring it to date in short batches."""
+    (import_index.ParallelIndex), or else bring it to date in short batches."""
     total = import_index.backlog_rows(db)
     progress = progress_for(total, "indexing") if progress_for and total else None
-    if scratch is not None and scratch.install():
+    if parallel is not None and parallel.install():
         result.search_index, result.index_backlog = "caught_up", 0
         result.index_build = "parallel"
         if progress is not None:

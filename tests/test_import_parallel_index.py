@@ -1,4 +1,5 @@
-"""The import's parallel index build (sessiondb/import_fts.py): into an empty
+"""The import's parallel index build (import_index.ParallelIndex over
+sessiondb/fts_build.py): into an empty
 store both indexes are built by builder processes beside it and copied in;
 the answers are those of an index built in batches, and any commit by
 another connection during the import makes it fall back to batches."""
@@ -13,7 +14,7 @@ import pytest
 
 from sessiondb import SessionDB
 from sessiondb.export import export_to_path
-from sessiondb.import_fts import PREFIX
+from sessiondb.fts_build import PREFIX
 from sessiondb.importer import import_export_file
 from sessiondb.search_index import INDEXES
 
@@ -34,7 +35,7 @@ def make_export(tmp_path: Path, sessions: int = 3, per: int = 700) -> Path:
                              if i % 5 else [{"type": "text", "text": f"block {WORDS[i % 6]} word{i}"}]),
                  **({"tool_call_id": f"c{i}"} if i % 3 == 2 else {})} for i in range(per)])
         out = tmp_path / "e.jsonl"
-        export_to_path(src, None, "jsonl", out)
+        export_to_path(src.core, None, "jsonl", out)
     return out
 
 
@@ -149,18 +150,18 @@ def test_an_import_failing_mid_write_stops_the_builders_and_removes_the_scratch(
 def test_an_index_too_big_to_copy_in_one_short_transaction_is_built_in_batches(
         open_store, tmp_path, monkeypatch, caplog):
     import logging
-    from sessiondb import import_fts
-    caplog.set_level(logging.INFO, logger="sessiondb.import_fts")
+    from sessiondb import import_index
+    caplog.set_level(logging.INFO, logger="sessiondb.import_index")
     out = make_export(tmp_path, sessions=1, per=300)
     path = tmp_path / "new" / "state.db"
     db = open_store(path, background_index=False)
-    monkeypatch.setattr(import_fts, "MAX_COPY_BYTES", 16 << 10)  # the scratch files are bigger
+    monkeypatch.setattr(import_index, "MAX_COPY_BYTES", 16 << 10)  # the scratch files are bigger
     result = import_export_file(db, out)
     assert (result.index_build, result.search_index) == ("batches", "caught_up")
     assert "too big to copy" in caplog.text  # built, then not copied
     assert not list(path.parent.glob(PREFIX + "*"))
-    monkeypatch.setattr(import_fts, "MAX_COPY_BYTES", 256 << 20)
-    monkeypatch.setattr(import_fts, "MAX_MESSAGES", 299)  # 300 planned: no builders at all
+    monkeypatch.setattr(import_index, "MAX_COPY_BYTES", 256 << 20)
+    monkeypatch.setattr(import_index, "MAX_MESSAGES", 299)  # 300 planned: no builders at all
     db2 = open_store(tmp_path / "new2" / "state.db", background_index=False)
     assert import_export_file(db2, out).index_build == "batches"
     assert answers(db2) == answers(db)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import apsw
 
-from recovery import fts_parallel
+from sessiondb.fts_build import cores
 from recovery.bulk import fill_search
 from recovery.recover import recover
 from recovery.search_reuse import rebuild, take_over
@@ -114,7 +114,7 @@ def test_damaged_source_index_is_rebuilt(tmp_path):
     assert report["tables"]["messages"]["recovered"] == 4 * 32
     # on two cores the trigram index came from a second process: the same answers
     # as both indexes built in this one
-    assert report["search_index"]["processes"] == (2 if fts_parallel.cores() >= 2 else 1)
+    assert report["search_index"]["processes"] == (2 if cores() >= 2 else 1)
     assert not list(tmp_path.glob("*.trigram*"))  # the worker's scratch file is gone
     assert _answers(out) == _answers_via_rebuild(out, tmp_path)
     assert _answers(out)["kubernetes"]
