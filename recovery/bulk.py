@@ -169,13 +169,25 @@ def _rebuild(conn: apsw.Connection, tick: Progress, timings: dict[str, float],
 
 def _take(conn: apsw.Connection, builder: ParallelBuild) -> bool:
     """The builder's trigram index copied in, in one transaction (the
-    watermark is already at the top: `fill_search` of the word index)."""
+    watermark is already at the top: `fill_search` of the word index), on
+    a connection of its own: FTS5 caches an index's structure per
+    connection, and ``conn`` may have read the trigram index since its DDL
+    (a take-over that failed empties it on ``conn``)."""
     try:
-        with builder.attached(conn), conn:
-            builder.copy(conn)
+        fresh = apsw.Connection(conn.filename, flags=apsw.SQLITE_OPEN_READWRITE
+                                | apsw.SQLITE_OPEN_URI, vfs=conn.vfsname("main"))
+    except apsw.Error:
+        log.warning("could not open the output to copy the trigram index", exc_info=True)
+        return False
+    try:
+        fresh.execute("PRAGMA synchronous=OFF")  # as `start` set the loading connection
+        with builder.attached(fresh), fresh:
+            builder.copy(fresh)
     except apsw.Error:
         log.warning("could not copy the builder's trigram index", exc_info=True)
         return False
+    finally:
+        fresh.close()
     return True
 
 

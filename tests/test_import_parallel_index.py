@@ -5,6 +5,9 @@ the answers are those of an index built in batches, and any commit by
 another connection during the import makes it fall back to batches."""
 from __future__ import annotations
 
+import hashlib
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +17,10 @@ import pytest
 
 from sessiondb import SessionDB
 from sessiondb.export import export_to_path
-from sessiondb.fts_build import PREFIX
+from sessiondb.fts_build import PREFIX, ParallelBuild
 from sessiondb.importer import import_export_file
 from sessiondb.search_index import INDEXES
+from tests.helpers import foreign_dbs
 
 pytestmark = pytest.mark.sqlite_only("FTS5 shadow tables of a SQLite file copied in")
 
@@ -165,3 +169,113 @@ def test_an_index_too_big_to_copy_in_one_short_transaction_is_built_in_batches(
     db2 = open_store(tmp_path / "new2" / "state.db", background_index=False)
     assert import_export_file(db2, out).index_build == "batches"
     assert answers(db2) == answers(db)
+
+
+def builder_pids(table: str) -> list[int]:
+    """This process's own builder children for ``table`` (from /proc)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if ppid == os.getpid() and b"sessiondb.fts_build" in argv and table.encode() in argv:
+            found.append(int(d.name))
+    return found
+
+
+@pytest.mark.parametrize("victim", INDEXES)
+def test_kill_9_of_a_builder_mid_import_leaves_a_correct_store(open_store, tmp_path, victim):
+    out = make_export(tmp_path)
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False)
+    killed: list[int] = []
+
+    def progress_for(total, label="importing"):
+        def step(n):
+            if not killed:  # the first chunk is committed: the builders are reading
+                for pid in builder_pids(victim):
+                    os.kill(pid, signal.SIGKILL)  # our own child, by its pid
+                    killed.append(pid)
+        return step if label == "importing" else None
+
+    result = import_export_file(db, out, progress_for=progress_for)
+    assert killed
+    # the import noticed (no report from that builder) and indexed in batches
+    assert (result.index_build, result.search_index, result.messages_added) == \
+        ("batches", "caught_up", 2100)
+    assert db.index_backlog().empty and db.count_messages() == 2100
+    assert not list(path.parent.glob(PREFIX + "*"))
+    integrity_checked(path)
+    kept = answers(db)
+    db.rebuild_search_index(force=True)
+    assert answers(db) == kept
+
+
+def test_another_process_writing_mid_rows_makes_the_import_index_in_batches(open_store,
+                                                                            tmp_path):
+    out = make_export(tmp_path)
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False)
+    writer: list[subprocess.Popen] = []
+
+    def progress_for(total, label="importing"):
+        def step(n):
+            if not writer:  # inside a batch: it commits between two of them
+                writer.append(subprocess.Popen([sys.executable, "-c", APPEND, str(path)],
+                                               cwd=Path(__file__).resolve().parents[1]))
+        if label == "indexing":  # the rows are in: the other process has written
+            assert writer[0].wait(timeout=60) == 0
+        return step if label == "importing" else None
+
+    result = import_export_file(db, out, progress_for=progress_for)
+    assert writer
+    assert (result.index_build, result.search_index) == ("batches", "caught_up")
+    assert db.count_messages() == 2101 and db.index_backlog().empty
+    assert [h.session_id for h in db.search("unique")] == ["other"]
+    integrity_checked(path)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_foreign_store_is_never_changed_by_the_builder_path(tmp_path):
+    """A Hermes Agent state.db (its own messages table and FTS5 index):
+    the import refuses it before any builder starts, and builders pointed
+    straight at it (past every check) only read it, fail, and leave it
+    byte for byte as it was."""
+    from click.testing import CliRunner
+    from cli.main import cli
+    out = make_export(tmp_path, sessions=1, per=50)
+    home = tmp_path / "theirs"
+    home.mkdir()
+    foreign_dbs.build_hermes_agent(home / "state.db", sessions=3, messages=20)
+    before = digest(home)
+    res = CliRunner().invoke(cli, ["--home", str(home), "sessions", "import", str(out)])
+    assert res.exit_code == 1 and res.output.startswith("Error: ")
+    assert digest(home) == before and not list(home.glob(PREFIX + "*"))
+    with ParallelBuild(home / "state.db", INDEXES, follow=False) as build:
+        assert build.finish(60) is None  # no text view of ours: every builder failed
+    assert digest(home) == before and not list(home.glob(PREFIX + "*"))
+
+
+def test_a_store_holding_messages_starts_no_builder(open_store, tmp_path):
+    out = make_export(tmp_path, sessions=1, per=600)
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False)
+    db.create_session("mine", source="x")
+    db.append_messages("mine", [{"role": "user", "content": "alpha mine"}])
+    db.catch_up_index()
+    seen: list[list[Path]] = []
+
+    def progress_for(total, label="importing"):
+        return lambda n: seen.append(list(path.parent.glob(PREFIX + "*")))
+
+    result = import_export_file(db, out, progress_for=progress_for)
+    assert seen and not any(seen) and result.index_build == "batches"
+    assert [h.session_id for h in db.search("mine")] == ["mine"]
