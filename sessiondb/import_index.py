@@ -67,7 +67,10 @@ Progress = Callable[[int], None]
 # this many bytes of index it would hold the lock for seconds, so bigger
 # imports index in batches (~0.9 KB of index a message of the scale export).
 MAX_COPY_BYTES = 256 << 20
-MAX_MESSAGES = 250_000  # imports planned bigger than this stop the builders
+MAX_MESSAGES = 250_000  # imports planned bigger than this start no builders
+# Below this the batches take about as long as starting two builder
+# processes (~0.1-0.2 s of CPU each): small imports index in batches.
+MIN_MESSAGES = 2_000
 # After the last commit a builder still has its lag to index (seconds on an
 # idle machine, minutes on a starved one); past this the import stops waiting.
 BUILD_WAIT_S = 900.0
@@ -145,11 +148,14 @@ class ParallelIndex:
         self.copy_seconds = 0.0
 
     @classmethod
-    def start_if_empty(cls, db: "SessionDB") -> "ParallelIndex | None":
-        """Builders for an import into a store with no messages and an
-        empty index, through a handle without a background indexer (the
-        CLI's import has none), on a machine with a second core; SQLite
-        only. None otherwise: the import indexes in batches."""
+    def start_if_empty(cls, db: "SessionDB", messages: int) -> "ParallelIndex | None":
+        """Builders for an import of ``messages`` (planned; MIN_MESSAGES to
+        MAX_MESSAGES) into a store with no messages and an empty index,
+        through a handle without a background indexer (the CLI's import has
+        none), on a machine with a second core; SQLite only. None
+        otherwise: the import indexes in batches."""
+        if not MIN_MESSAGES <= messages <= MAX_MESSAGES:
+            return None
         core = getattr(db, "core", None)
         if not isinstance(core, StoreCore) or core.indexer is None or core.indexer.background:
             return None  # (a background indexer would index the rows itself, meanwhile)

@@ -548,17 +548,13 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
         planned.search_index, planned.index_backlog = import_index.state(db)
         return planned
     with ExitStack() as scratch_files:
-        # Started before the checking pass (a builder's start-up overlaps it):
-        # an empty store's index is built beside it as the rows commit.
-        parallel = import_index.ParallelIndex.start_if_empty(db)
-        if parallel is not None:
-            scratch_files.enter_context(parallel)
         with Spill(db.path.parent) as spill:
             plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
                         require_end, spill.write)
-            if parallel is not None and plan.messages_in_file > import_index.MAX_MESSAGES:
-                parallel.close()  # its copy would hold the write lock too long: batches
-                parallel = None
+            # Checked: an empty store's index is built beside it as the rows commit.
+            parallel = import_index.ParallelIndex.start_if_empty(db, plan.messages_in_file)
+            if parallel is not None:
+                scratch_files.enter_context(parallel)
             progress = progress_for(plan.messages_in_file) if progress_for is not None else None
             result = ImportResult(source_format, path, False)
             _run(db, _unspill(spill.read()), result, progress, require_end)

@@ -159,6 +159,7 @@ def test_an_index_too_big_to_copy_in_one_short_transaction_is_built_in_batches(
     out = make_export(tmp_path, sessions=1, per=300)
     path = tmp_path / "new" / "state.db"
     db = open_store(path, background_index=False)
+    monkeypatch.setattr(import_index, "MIN_MESSAGES", 0)
     monkeypatch.setattr(import_index, "MAX_COPY_BYTES", 16 << 10)  # the scratch files are bigger
     result = import_export_file(db, out)
     assert (result.index_build, result.search_index) == ("batches", "caught_up")
@@ -279,3 +280,14 @@ def test_a_store_holding_messages_starts_no_builder(open_store, tmp_path):
     result = import_export_file(db, out, progress_for=progress_for)
     assert seen and not any(seen) and result.index_build == "batches"
     assert [h.session_id for h in db.search("mine")] == ["mine"]
+
+
+def test_a_small_import_starts_no_builder(open_store, tmp_path):
+    out = make_export(tmp_path, sessions=1, per=1999)  # below MIN_MESSAGES
+    path = tmp_path / "new" / "state.db"
+    db = open_store(path, background_index=False)
+    seen: list[list[Path]] = []
+    result = import_export_file(db, out, progress_for=lambda total, label="importing": (
+        lambda n: seen.append(list(path.parent.glob(PREFIX + "*")))))
+    assert seen and not any(seen)
+    assert (result.index_build, result.search_index) == ("batches", "caught_up")
