@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -126,9 +127,13 @@ def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
         if not_copied is None:
             stats.search_index = {"method": "copied", "reason": None}
             return
-        builder = _start_builder(conn)
-    stats.search_index = {"method": "rebuilt", "reason": not_copied,
-                          "processes": _rebuild(conn, tick, stats.timings, builder)}
+    with ExitStack() as stack:
+        if builder is None:  # (the caller closes its own)
+            builder = _start_builder(conn)
+            if builder is not None:
+                stack.enter_context(builder)
+        stats.search_index = {"method": "rebuilt", "reason": not_copied,
+                              "processes": _rebuild(conn, tick, stats.timings, builder)}
 
 
 def _start_builder(conn: apsw.Connection) -> ParallelBuild | None:

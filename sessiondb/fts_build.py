@@ -186,6 +186,7 @@ class ParallelBuild:
         self.files = {t: self.dir / f"{t}.db" for t in tables}
         self.procs: dict[str, subprocess.Popen[str]] = {}
         self.reports: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, str] = {}  # table -> attached scratch (`attached`)
         try:
             for table, file in self.files.items():
                 create_private_file(file)
@@ -246,12 +247,17 @@ class ParallelBuild:
         with ExitStack() as stack:
             self._schemas = {t: stack.enter_context(attach_readonly(conn, f, f"built_{t}"))
                              for t, f in self.files.items()}
-            yield
+            try:
+                yield
+            finally:
+                self._schemas = {}
 
     def copy(self, conn: apsw.Connection) -> dict[str, int]:
         """Replace ``conn``'s shadow rows of every built index by the
         builders' (inside `attached`, in the caller's transaction); rows
         copied per shadow table."""
+        if not self._schemas:
+            raise RuntimeError("ParallelBuild.copy outside its attached() block")
         rows: dict[str, int] = {}
         for table, schema in self._schemas.items():
             rows.update(copy_index_tables(conn, schema, table, COPIED_SHADOWS))

@@ -222,3 +222,28 @@ def test_recover_rebuild_with_a_builder_or_a_killed_one_answers_like_a_rebuild(t
     assert processes == 1 and "search_builder_cpu_s" not in timings  # built here instead
     assert _answers(out) == expected
     assert not list(tmp_path.glob(PREFIX + "*"))
+
+
+def test_a_refused_take_over_rebuilds_with_a_builder_and_leaves_no_scratch(tmp_path):
+    """bulk's search step when the source's index cannot be taken over (here
+    its index is marked stale): rebuilt, on two cores with a builder that
+    is closed again, and the answers are a rebuild's."""
+    from recovery import bulk
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    _recover(src, out)
+    expected = _answers_via_rebuild(out, tmp_path)
+    stale = tmp_path / "stale.db"
+    shutil.copy(src, stale)
+    damage.sql(stale, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', 'test')")
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+    stats = WriteStats()
+    try:
+        bulk._search(conn, stats, lambda *_: None, stale, None, None)
+    finally:
+        conn.close()
+    assert stats.search_index["method"] == "rebuilt"
+    assert "stale" in stats.search_index["reason"]
+    assert stats.search_index["processes"] == (2 if cores() >= 2 else 1)
+    assert not list(tmp_path.glob(PREFIX + "*"))
+    assert _answers(out) == expected
