@@ -8,16 +8,18 @@ invalidates it (up to a minute and 50 rows + 10% later): every append
 then reads the whole table, and appends grow O(rows). Measured
 (auto_explain inside `hermes_append`, 3,000 rows in one session): the
 cached plan was ``Seq Scan on messages`` reading 3,000 rows, 1.1 ms of a
-2.4 ms call; bench/postgres.py's B2 starts from an empty database and
-ran on that plan for its whole window.
+2.4 ms call. bench/postgres.py's B2 starts from an empty database, so its
+writers ran on that plan until autovacuum analyzed the table (server CPU
+per relaxed commit 1.12-1.15 ms before p013, 0.63-0.69 ms after, in
+alternating runs: docs/benchmarks.md).
 
 The fix: the position comes from ``ORDER BY position DESC LIMIT 1``, a
 backward walk of ``messages_in_order`` that stops at the first entry, and
 both append functions run with ``enable_seqscan = off`` (a function
 ``SET`` clause: restored when the call returns, so nothing leaks into a
-caller's transaction). Every statement in them is an equality lookup on
-an index, so no plan they could want is a sequential scan; with the
-setting off, a plan made on an empty table is the index plan too.
+caller's transaction). Every table they read is read by an equality
+lookup on an index, so no plan they could want is a sequential scan; with
+the setting off, a plan made on an empty table is the index plan too.
 
 `hermes_append_one` (a commit-each append, the common case) becomes one
 flat PL/pgSQL function with p011's checks and writes in p011's order:
