@@ -79,6 +79,8 @@ def _inside(cells: list[Any], bounds: tuple[int, int] | None) -> bool:
     return all(c.rowid is not None and lo <= c.rowid <= hi for c in cells)
 # (table or None for any, rowid) -> whether the caller still needs that row
 Want = Callable[["str | None", "int | None"], bool]
+# (table, lowest, highest rowid) -> whether the caller needs any row in that span
+WantSpan = Callable[[str, int, int], bool]
 SAMPLE = 4  # records an orphan page decodes whatever is wanted: the page votes by them
 
 
@@ -132,10 +134,12 @@ class Carver:
 
     def __init__(self, image: DatabaseImage, count_only: bool = False,
                  resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
-                 harvest: bool = False, want: Want | None = None) -> None:
+                 harvest: bool = False, want: Want | None = None,
+                 want_span: WantSpan | None = None) -> None:
         self.image = image
         self.harvest = harvest
         self.want = want  # None: every row; else only rows it names are decoded and kept
+        self.want_span = want_span  # with want: one question for a leaf's whole span
         self.count_only = count_only
         self.resolve: Resolver = resolve or layout_for_schema
         self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
@@ -511,8 +515,10 @@ class Carver:
         if self.want is None or not filtered or table is None or bounds is None:
             return False
         lo, hi = bounds
+        # nothing wanted anywhere in the span: no cell need be asked about
+        ask = self.want_span is None or self.want_span(table, lo, hi)
         for found in table_cell_keys(data, page, self.image.usable_size):
-            if found is None or not lo <= found[1] <= hi or self.want(table, found[1]):
+            if found is None or not lo <= found[1] <= hi or (ask and self.want(table, found[1])):
                 return False
         return True
 
