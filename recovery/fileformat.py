@@ -438,9 +438,12 @@ def local_payload_size(payload_size: int, usable: int, table_leaf: bool) -> int:
     return k if k <= max_local else min_local
 
 
-class Cell(NamedTuple):
+@dataclass(slots=True)
+class Cell:
     """One cell. ``rowid`` is set for table cells, ``left_child`` for interior
-    cells, ``payload_size``/``local``/``overflow_page`` for cells with a payload."""
+    cells, ``payload_size``/``local``/``overflow_page`` for cells with a payload.
+    (Slots, not frozen: a frozen dataclass took as long to build as the cell
+    took to parse; nothing changes a cell once made.)"""
 
     index: int
     offset: int
