@@ -14,7 +14,9 @@ the same run:
   commit each to its own session; on PostgreSQL as 2 simulated hosts of 4
   processes (each process its own connection pool, tagged by host), on
   SQLite all 8 on one file. Aggregate commits/s, p99, errors that reached
-  the caller, and stored = acknowledged;
+  the caller, and stored = acknowledged; `pg-floor-no-search sc=off` (raw
+  inserts, no search column or index) is the ceiling any PostgreSQL
+  design reaches on this machine;
 - **search**: bench/search.py's corpus and query classes, our PostgreSQL
   search (`sessiondb/pg/search.py`) against the like-for-like raw
   `tsvector` floor (docs/benchmarks.md says which statement per class).
@@ -277,7 +279,10 @@ def b2(server: BenchServer, root: Path, seconds: float) -> dict[str, Any]:
     runs = {"sqlite-ours NORMAL (1 file)": ("sqlite-ours", str(root / "b2.db")),
             "sqlite-ours FULL (1 file)": ("sqlite-ours-full", str(root / "b2full.db")),
             "pg-floor sc=on (2 hosts)": ("pg-floor", server.database("b2floor")),
-            "pg-floor sc=off (2 hosts)": ("pg-floor", relaxed(server.database("b2floor2")))}
+            "pg-floor sc=off (2 hosts)": ("pg-floor", relaxed(server.database("b2floor2"))),
+            # The ceiling of any PostgreSQL design here: a raw row, no search at all.
+            "pg-floor-no-search sc=off (2 hosts)": ("pg-floor", relaxed(
+                server.database("b2nosearch", search=False)))}
     if pg_ours_status() == "ok":
         runs["pg-ours sc=on (2 hosts)"] = ("pg-ours", server.database("b2ours"))
         runs["pg-ours sc=off (2 hosts)"] = ("pg-ours", relaxed(server.database("b2ours2")))

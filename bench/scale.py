@@ -100,7 +100,9 @@ def find_sqlite3(given: Path | None) -> Path | None:
 def import_split(home: Path, export: Path) -> dict[str, Any]:
     """The import in-process, as the CLI runs it (no background indexer), timing
     the rows (checked, committed, searchable through the tail) apart from the
-    index catch-up the import drives after them (importer._catch_up)."""
+    index catch-up the import drives after them (importer._catch_up: the
+    batches, or waiting for the parallel builders and copying their index in),
+    and the CPU seconds of the import and of its builder processes."""
     code = ("import json, sys, time\nfrom sessiondb import SessionDB, importer\n"
             "spent = {}\ncatch = importer._catch_up\n"
             "def timed(*a):\n    t = time.monotonic(); catch(*a)\n"
@@ -108,8 +110,12 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
             "importer._catch_up = timed\n"
             "t = time.monotonic()\nwith SessionDB.open(sys.argv[1], background_index=False) as db:\n"
             "    r = importer.import_export_file(db, sys.argv[2])\n"
+            "import resource\ncpu = {w: round(u.ru_utime + u.ru_stime, 2) for w, u in (('self',"
+            " resource.getrusage(resource.RUSAGE_SELF)), ('children',"
+            " resource.getrusage(resource.RUSAGE_CHILDREN)))}\n"
             "print(json.dumps({'seconds': time.monotonic() - t, 'index_seconds': spent.get('index', 0),"
-            " 'messages': r.messages_added, 'search_index': r.search_index}))\n")
+            " 'messages': r.messages_added, 'search_index': r.search_index,"
+            " 'index_build': getattr(r, 'index_build', 'batches'), 'cpu_seconds': cpu}))\n")
     done = subprocess.run([sys.executable, "-c", code, str(home), str(export)], cwd=ROOT,
                           stdout=subprocess.PIPE, text=True, check=True)
     return json.loads(done.stdout)
@@ -171,7 +177,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the results here too")
     ap.add_argument("--only", default=",".join(PARTS),
                     help=f"comma-separated parts to run (default all: {','.join(PARTS)}); "
-                         "the export and the import always run")
+                         "the export and the import always run (``import`` on a reused "
+                         "--work: the kept export is imported again)")
     a = ap.parse_args()
     a.only = set(a.only.split(","))
     if a.work:
@@ -204,6 +211,8 @@ def run_all(a: argparse.Namespace, work: Path, res: dict[str, Any]) -> None:
     built = work / "built.json"  # written once the store is complete: a rerun reuses it
     if built.exists() and json.loads(built.read_text())["messages"] == a.messages:
         res["build"] = {**json.loads(built.read_text()), "reused": True}
+        if "import" in a.only:  # the kept export imported again, into a fresh home
+            reimport(work, res)
     else:
         shutil.rmtree(home, ignore_errors=True)
         build(a, work, home, res)
@@ -221,14 +230,30 @@ def build(a: argparse.Namespace, work: Path, home: Path, res: dict[str, Any]) ->
     t = time.monotonic()
     step(res, "export_file", {**write_export(export, a.messages),
                               "generate_seconds": round(time.monotonic() - t, 3)})
+    import_step(home, export, res)
+    step(res, "export_peer", hermes(home, "sessions", "export", "--all", "-o",
+                                    str(work / "re.jsonl")))
+    (work / "re.jsonl").unlink(missing_ok=True)
+
+
+def import_step(home: Path, export: Path, res: dict[str, Any]) -> None:
+    load = os.getloadavg()
     split = import_split(home, export)
     step(res, "import", {**split, "msg_per_s": round(split["messages"] / split["seconds"]),
                          "rows_msg_per_s": round(split["messages"] / max(
                              split["seconds"] - split["index_seconds"], 1e-9)),
-                         "load_average": os.getloadavg()})
-    step(res, "export_peer", hermes(home, "sessions", "export", "--all", "-o",
-                                    str(work / "re.jsonl")))
-    (work / "re.jsonl").unlink(missing_ok=True)
+                         "load_average_before": load, "load_average": os.getloadavg()})
+
+
+def reimport(work: Path, res: dict[str, Any]) -> None:
+    """``--only import`` on a reused --work: the import alone, again (the
+    export kept from the build, a fresh home removed after)."""
+    home = work / "reimport"
+    shutil.rmtree(home, ignore_errors=True)
+    try:
+        import_step(home, work / "export.jsonl", res)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def run_parts(a: argparse.Namespace, home: Path, db: Path, work: Path,

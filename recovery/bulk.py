@@ -11,23 +11,33 @@ batch of them: parent links to lost sessions dropped, a labelled
 placeholder session for each session id that only messages name, rows
 whose parent is still missing moved to the quarantine, sessions
 recounted, the secondary indexes created, the search index copied from
-the source (`recovery.search_reuse`) or filled in rowid batches with its
-watermark at the top (`recovery.fts_parallel`: on two cores), the file
+the source (`recovery.search_reuse`) or built again, the file
 checkpointed and synced.
+
+Built again, on two cores: the trigram index (the larger) by a builder
+process (`sessiondb.fts_build`, the import's too, through recovery_api),
+started as soon as the messages are final (after the linking step, so it
+reads while the secondary indexes are created), and the word index in
+place meanwhile, in rowid batches with the watermark at the top; then the
+builder's shadow tables are copied in as rows. If the builder fails in
+any way the trigram index is built here: the same index either way, and
+verification checks it.
 """
 from __future__ import annotations
 
 import json
+import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (INDEXES, TEXT_VIEW, attach_triggers, compact_legacy_rows,
-                                    drop_triggers, one,
-                                    set_watermark)
+from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE, ParallelBuild,
+                                    attach_triggers, compact_legacy_rows, cores, drop_triggers,
+                                    one, set_watermark)
 
 from . import search_reuse
 from .catalog import quote
@@ -38,6 +48,8 @@ FTS_BATCH = 10000  # messages indexed per transaction
 LOAD_SETTINGS = (("automerge", 0), ("crisismerge", 2000), ("hashsize", 32 << 20))
 NORMAL_SETTINGS = (("automerge", 4), ("crisismerge", 16), ("hashsize", 1 << 20))
 CACHE_KIB = 8192  # page cache while loading: interior pages of every b-tree stay hot
+BUILDER_SECONDS = 3600.0  # never wait forever on a stuck builder
+log = logging.getLogger(__name__)
 Quarantine = Callable[[str, Any, "str | None", str, Any], None]
 Progress = Callable[[str, int, int], None]
 
@@ -85,13 +97,19 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
         # store is compact throughout (a hex uid must not be in both forms)
         compact_legacy_rows(conn, keep_twins=True)
     clock.lap("link_s")
-    with conn:
-        for i, (_name, sql) in enumerate(deferred.indexes, 1):
-            conn.execute(sql)
-            tick("building indexes", i, len(deferred.indexes))
-        attach_triggers(conn)
-    clock.lap("indexes_s")
-    _search(conn, stats, tick, search_from, not_copied)
+    # the messages are final now: a rebuild's trigram builder can start reading
+    builder = _start_builder(conn) if search_from is None else None
+    try:
+        with conn:
+            for i, (_name, sql) in enumerate(deferred.indexes, 1):
+                conn.execute(sql)
+                tick("building indexes", i, len(deferred.indexes))
+            attach_triggers(conn)
+        clock.lap("indexes_s")
+        _search(conn, stats, tick, search_from, not_copied, builder)
+    finally:
+        if builder is not None:
+            builder.close()
     clock.lap("search_s")
     stats.per_session = dict(conn.execute(  # type: ignore[arg-type]  # (id, n)
         "SELECT session_id, count(*) FROM messages GROUP BY session_id"))
@@ -101,16 +119,81 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
 
 
 def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
-            search_from: Path | None, not_copied: str | None) -> None:
+            search_from: Path | None, not_copied: str | None,
+            builder: ParallelBuild | None) -> None:
     """The search index taken over from ``search_from``, or else rebuilt."""
     if search_from is not None:
         not_copied = search_reuse.take_over(conn, search_from, stats, tick)
         if not_copied is None:
             stats.search_index = {"method": "copied", "reason": None}
             return
-    from . import fts_parallel  # (it builds with this module's fill_search)
-    stats.search_index = {"method": "rebuilt", "reason": not_copied,
-                          "processes": fts_parallel.fill(conn, tick, stats.timings)}
+    with ExitStack() as stack:
+        if builder is None:  # (the caller closes its own)
+            builder = _start_builder(conn)
+            if builder is not None:
+                stack.enter_context(builder)
+        stats.search_index = {"method": "rebuilt", "reason": not_copied,
+                              "processes": _rebuild(conn, tick, stats.timings, builder)}
+
+
+def _start_builder(conn: apsw.Connection) -> ParallelBuild | None:
+    """A trigram builder on the output's committed messages (None on one
+    core, or when no process can be started: the index is built here)."""
+    if cores() < 2:
+        return None
+    try:
+        return ParallelBuild(Path(conn.filename), (TRIGRAM_TABLE,), follow=False)
+    except OSError:
+        return None
+
+
+def _rebuild(conn: apsw.Connection, tick: Progress, timings: dict[str, float],
+             builder: ParallelBuild | None) -> int:
+    """Both indexes from the messages: the word index here and the trigram
+    index from ``builder`` (copied in), or both here; returns how many
+    processes built them. ``timings`` gets the seconds of the word index
+    and of the wait for the builder after it."""
+    if builder is None:
+        fill_search(conn, tick)
+        return 1
+    started = time.monotonic()
+    fill_search(conn, tick, (FTS_TABLE,))
+    timings["search_words_s"] = round(time.monotonic() - started, 3)
+    tick("building the trigram index (second process)", 0, 0)
+    top = builder.finish(BUILDER_SECONDS)
+    timings["search_trigram_wait_s"] = round(time.monotonic() - started, 3) - \
+        timings["search_words_s"]
+    (last,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
+    if top is not None and top == last and _take(conn, builder):
+        timings["search_builder_cpu_s"] = builder.cpu_seconds()
+        return 2
+    log.warning("the trigram builder's index was not used (built here instead)")
+    fill_search(conn, tick, (TRIGRAM_TABLE,))
+    return 1
+
+
+def _take(conn: apsw.Connection, builder: ParallelBuild) -> bool:
+    """The builder's trigram index copied in, in one transaction (the
+    watermark is already at the top: `fill_search` of the word index), on
+    a connection of its own: FTS5 caches an index's structure per
+    connection, and ``conn`` may have read the trigram index since its DDL
+    (a take-over that failed empties it on ``conn``)."""
+    try:
+        fresh = apsw.Connection(conn.filename, flags=apsw.SQLITE_OPEN_READWRITE
+                                | apsw.SQLITE_OPEN_URI, vfs=conn.vfsname("main"))
+    except apsw.Error:
+        log.warning("could not open the output to copy the trigram index", exc_info=True)
+        return False
+    try:
+        fresh.execute("PRAGMA synchronous=OFF")  # as `start` set the loading connection
+        with builder.attached(fresh), fresh:
+            builder.copy(fresh)
+    except apsw.Error:
+        log.warning("could not copy the builder's trigram index", exc_info=True)
+        return False
+    finally:
+        fresh.close()
+    return True
 
 
 class _Clock:

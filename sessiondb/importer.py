@@ -24,7 +24,10 @@ counters moved once per chunk, not per message. The import writes
 canonical rows only: the search index is the off-commit indexer's (rows
 above its watermark are searched exactly through the tail scan as soon as
 their batch commits), and after the last batch the import drives the
-indexer in short batches of its own (see import_index.py).
+indexer in short batches of its own (see import_index.py). Into a store
+with no messages, builder processes index the rows beside it while they
+are written and the result is copied in when nobody else wrote meanwhile
+(fts_build.py, see import_index.py); otherwise the batches.
 """
 from __future__ import annotations
 
@@ -139,6 +142,10 @@ class ImportResult:
     #: is exact meanwhile) or "stale" (untrusted before the import: reindex)
     search_index: str = "caught_up"
     index_backlog: int = 0
+    #: how the import brought the index to date: "batches" (the store's indexer,
+    #: short transactions) or "parallel" (built beside an empty store's index
+    #: while the rows were written, then copied in: import_index.ParallelIndex)
+    index_build: str = "batches"
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
     #: Rows per table of a foreign source, and what was not carried over (why).
@@ -540,20 +547,33 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
                        require_end)
         planned.search_index, planned.index_backlog = import_index.state(db)
         return planned
-    with Spill(db.path.parent) as spill:
-        plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
-                    require_end, spill.write)
-        progress = progress_for(plan.messages_in_file) if progress_for is not None else None
-        result = ImportResult(source_format, path, False)
-        _run(db, _unspill(spill.read()), result, progress, require_end)
-    _catch_up(db, result, progress_for)
+    with ExitStack() as scratch_files:
+        with Spill(db.path.parent) as spill:
+            plan = _run(db, open_records(), ImportResult(source_format, path, True), None,
+                        require_end, spill.write)
+            # Checked: an empty store's index is built beside it as the rows commit.
+            parallel = import_index.ParallelIndex.start_if_empty(db, plan.messages_in_file)
+            if parallel is not None:
+                scratch_files.enter_context(parallel)
+            progress = progress_for(plan.messages_in_file) if progress_for is not None else None
+            result = ImportResult(source_format, path, False)
+            _run(db, _unspill(spill.read()), result, progress, require_end)
+        _catch_up(db, result, progress_for, parallel)
     return result
 
 
-def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None) -> None:
-    """The rows are committed: bring the search index to date in short batches."""
+def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None,
+              parallel: import_index.ParallelIndex | None = None) -> None:
+    """The rows are committed: install the index built beside the store
+    (import_index.ParallelIndex), or else bring it to date in short batches."""
     total = import_index.backlog_rows(db)
     progress = progress_for(total, "indexing") if progress_for and total else None
+    if parallel is not None and parallel.install():
+        result.search_index, result.index_backlog = "caught_up", 0
+        result.index_build = "parallel"
+        if progress is not None:
+            progress(total)
+        return
     result.search_index, result.index_backlog = import_index.catch_up(db, progress)
 
 

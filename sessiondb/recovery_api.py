@@ -40,9 +40,10 @@ from .paths import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, create_private_f
                     ensure_private_dir, own_entries, profile_dir, resolve_home, validate_profile)
 from .policy import in_wal_reset_band, sqlite_library_version
 from .rows import one
-from .search_copy import IndexNotCopyable, attach_readonly, copy_index_tables, copy_search_index
+from .fts_build import ParallelBuild, cores
+from .search_copy import IndexNotCopyable, attach_readonly, copy_search_index
 from .search_index import (CHANGES, FTS_TABLE, INDEXES, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE,
-                           attach_triggers, corruption_is_index_only, drop_triggers, fts_ddl,
+                           attach_triggers, corruption_is_index_only, drop_triggers,
                            index_batch, set_watermark, stale_marker, triggers_attached)
 from .search_maintenance import SearchHealth, health_on
 from .spool import import_spool
@@ -74,8 +75,8 @@ __all__ = [
     "attach_triggers", "drop_triggers", "set_watermark",
     # ... or takes the source's index over as rows (recovery/search_reuse.py)
     "CHANGES", "IndexNotCopyable", "attach_readonly", "copy_search_index", "index_batch",
-    # ... or builds the trigram index in a second process (recovery/fts_parallel.py)
-    "copy_index_tables", "fts_ddl",
+    # ... or builds the trigram index in a builder process (sessiondb/fts_build.py)
+    "ParallelBuild", "cores",
     # a PostgreSQL store, for `doctor` on --store-url (psycopg is imported there)
     "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
     "PG_SEARCH_INDEXES", "PG_TSV_COLUMN", "pg_url_label",

@@ -99,13 +99,16 @@ def check_copyable(conn: apsw.Connection, schema: str) -> None:
         raise IndexNotCopyable("the other file has no index watermark")
 
 
-def copy_index_tables(conn: apsw.Connection, schema: str, index: str) -> dict[str, int]:
+def copy_index_tables(conn: apsw.Connection, schema: str, index: str,
+                      shadows: tuple[str, ...] = SHADOWS) -> dict[str, int]:
     """Replace ``main``'s shadow tables of one index by ``schema``'s (rows
     copied per table), in the caller's transaction. Only the rows: the
     caller knows both sides define ``index`` alike (`check_copyable`, or it
-    made the other side with the same DDL) and what the rows stand for."""
+    made the other side with the same DDL) and what the rows stand for.
+    ``shadows`` without ``config`` keeps ``main``'s settings (an index built
+    with loading settings, fts_build.py)."""
     q, rows = _quote_ident(schema), {}
-    for shadow in SHADOWS:
+    for shadow in shadows:
         table = _quote_ident(f"{index}_{shadow}")
         conn.execute(f"DELETE FROM main.{table}")
         conn.execute(f"INSERT INTO main.{table} SELECT * FROM {q}.{table}")

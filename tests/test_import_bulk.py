@@ -35,6 +35,8 @@ def test_fresh_store_gets_rows_counters_and_a_caught_up_index(open_store, tmp_pa
     db = open_store(tmp_path / "new" / "state.db")
     result = import_export_file(db, out)
     assert result.messages_added == 3600 and result.search_index == "caught_up"
+    # a handle with a background indexer: it indexes the rows itself (import_index.ParallelIndex)
+    assert result.index_build == "batches"
     backlog = db.index_backlog()  # None on PostgreSQL: the insert writes its index
     assert result.index_backlog == 0 and (backlog is None or backlog.empty)
     assert db.search_index_stale() is None

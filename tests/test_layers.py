@@ -21,9 +21,9 @@ LEVELS: dict[int, set[str]] = {
         "forksafe", "explain", "rawfile", "identify", "holders", "containment",
         "checkpointer", "search_index", "indexer", "core", "coreapi", "txn", "migrations",
         "sessions", "messages", "leases", "usage", "pages", "render", "search_query",
-        "search_tail", "spool_reserve", "search_copy",
+        "search_tail", "spool_reserve", "search_copy", "fts_build",
         "pg.adapter", "pg.errors", "pg.core", "pg.migrations", "pg.search_schema",
-        "pg.append", "pg.bulk",
+        "pg.append", "pg.plans", "pg.bulk",
     },
     FEATURE: {
         "compaction", "search", "search_maintenance", "maintenance", "export", "stats",

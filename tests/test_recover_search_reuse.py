@@ -14,7 +14,7 @@ from pathlib import Path
 
 import apsw
 
-from recovery import fts_parallel
+from sessiondb.fts_build import PREFIX, cores
 from recovery.bulk import fill_search
 from recovery.recover import recover
 from recovery.search_reuse import rebuild, take_over
@@ -114,8 +114,8 @@ def test_damaged_source_index_is_rebuilt(tmp_path):
     assert report["tables"]["messages"]["recovered"] == 4 * 32
     # on two cores the trigram index came from a second process: the same answers
     # as both indexes built in this one
-    assert report["search_index"]["processes"] == (2 if fts_parallel.cores() >= 2 else 1)
-    assert not list(tmp_path.glob("*.trigram*"))  # the worker's scratch file is gone
+    assert report["search_index"]["processes"] == (2 if cores() >= 2 else 1)
+    assert not list(tmp_path.glob(PREFIX + "*"))  # the builder's scratch is gone
     assert _answers(out) == _answers_via_rebuild(out, tmp_path)
     assert _answers(out)["kubernetes"]
 
@@ -182,3 +182,68 @@ def _answers_via_rebuild(out: Path, tmp_path: Path) -> dict[str, list[int]]:
     shutil.copy(out, again)
     rebuild(again, lambda conn: fill_search(conn, lambda *_: None))
     return _answers(again)
+
+
+def _rebuilt_with_builder(out: Path, *, kill: bool) -> tuple[int, dict[str, float]]:
+    """The output's index emptied on a connection (as a failed take-over
+    does) and rebuilt by recover's path there, with a trigram builder
+    (sessiondb.fts_build, shared with the import), killed -9 or not."""
+    import os
+    import signal
+    from recovery import bulk, search_reuse
+    from sessiondb.fts_build import ParallelBuild
+    from sessiondb.search_index import TRIGRAM_TABLE
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+    try:
+        search_reuse._empty(conn)  # this connection has now read both indexes
+        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=False) as builder:
+            if kill:
+                for p in builder.procs.values():
+                    os.kill(p.pid, signal.SIGKILL)  # our own child, by its pid
+            timings: dict[str, float] = {}
+            return bulk._rebuild(conn, lambda *_: None, timings, builder), timings
+    finally:
+        conn.close()
+
+
+def test_recover_rebuild_with_a_builder_or_a_killed_one_answers_like_a_rebuild(tmp_path):
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    _recover(src, out)
+    expected = _answers_via_rebuild(out, tmp_path)
+    processes, timings = _rebuilt_with_builder(out, kill=False)
+    assert processes == 2 and timings["search_builder_cpu_s"] > 0
+    assert _answers(out) == expected
+    integrity = apsw.Connection(str(out))
+    for table in ("messages_fts", "messages_trigram"):
+        integrity.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+    integrity.close()
+    processes, timings = _rebuilt_with_builder(out, kill=True)
+    assert processes == 1 and "search_builder_cpu_s" not in timings  # built here instead
+    assert _answers(out) == expected
+    assert not list(tmp_path.glob(PREFIX + "*"))
+
+
+def test_a_refused_take_over_rebuilds_with_a_builder_and_leaves_no_scratch(tmp_path):
+    """bulk's search step when the source's index cannot be taken over (here
+    its index is marked stale): rebuilt, on two cores with a builder that
+    is closed again, and the answers are a rebuild's."""
+    from recovery import bulk
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    _recover(src, out)
+    expected = _answers_via_rebuild(out, tmp_path)
+    stale = tmp_path / "stale.db"
+    shutil.copy(src, stale)
+    damage.sql(stale, "INSERT INTO state_meta(key, value) VALUES ('fts_stale', 'test')")
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+    stats = WriteStats()
+    try:
+        bulk._search(conn, stats, lambda *_: None, stale, None, None)
+    finally:
+        conn.close()
+    assert stats.search_index["method"] == "rebuilt"
+    assert "stale" in stats.search_index["reason"]
+    assert stats.search_index["processes"] == (2 if cores() >= 2 else 1)
+    assert not list(tmp_path.glob(PREFIX + "*"))
+    assert _answers(out) == expected

@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from .append import p011_append_function
+from .plans import p013_append_plans
 from .search_schema import SEARCH_MIGRATIONS, p012_search_statistics
 
 #: pg_advisory_lock key of the migration run ("hermes" in ASCII, as a bigint).
@@ -142,7 +143,7 @@ MIGRATIONS: tuple[Migration, ...] = (p001_meta, p002_sessions, p003_session_coun
                                      p004_messages, p005_leases, p006_compactions,
                                      p007_usage_ledger, p008_session_flags,
                                      *SEARCH_MIGRATIONS, p011_append_function,
-                                     p012_search_statistics)
+                                     p012_search_statistics, p013_append_plans)
 
 _LEDGER = ("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY,"
            " applied_at DOUBLE PRECISION NOT NULL,"

@@ -1,0 +1,289 @@
+"""Search indexes built in parallel by builder processes, then copied in as rows.
+
+Tokenizing is most of the cost of filling a store's search index (per
+message of the scale export, ~30-45 us for the word index and ~90-125 us
+for the trigram index, against ~80 us for checking and writing the row),
+and FTS5 builds an index on one thread. On two cores a second process can
+build an index while the first writes rows or builds the other one. This
+module is that, once, for both callers:
+
+- the import into an empty store (import_index.py) starts one builder per
+  index before its writing pass; each follows the store's committed rows
+  (``follow=True``) as the batches commit, and after the last one the
+  import copies both indexes in;
+- recover (recovery/bulk.py, through recovery_api) starts a trigram
+  builder on its finished output and builds the word index in place
+  meanwhile, then copies the trigram index in.
+
+A builder (`main`, run as ``python -m sessiondb.fts_build STORE TABLE
+SCRATCH``) reads ``id, text`` from the store's text view through a
+read-only connection (in WAL mode the writer never waits for it) and
+inserts them into the same FTS5 table (`search_index.fts_ddl`, the same
+external-content clause, so the on-disk format is the store's) in a
+private scratch file: no journal, no sync (a crash loses only the
+scratch), no merging while it loads (`LOAD_SETTINGS`: a segment per
+COMMIT_ROWS rows or 16 MB of pending terms, as recover's in-place fill
+leaves them; no 'optimize', which cost ~1 s of the trigram builder's 11 s
+at 100k messages, on the critical path; the destination's own automerge
+setting merges them as later writes come). It reads what has committed; a line ``final`` on its stdin says
+the last row is in, and it ends once it has read every row (EOF first
+stops it). Its one line of JSON on stdout is the highest row id indexed
+(the caller checks it against the store), its CPU seconds and peak RSS.
+
+`ParallelBuild.copied` then attaches the scratch files read-only and
+`copy_index_tables` (search_copy.py, the one copy primitive) replaces the
+destination's ``_data``, ``_idx`` and ``_docsize`` rows in the caller's
+transaction; ``_config`` stays the destination's (the scratch's holds the
+loading settings). The caller decides whether the copy is exact (it knows
+what was written meanwhile) and sets the watermark. FTS5 caches an index's
+structure per connection: copy on a connection that has not read that
+index since its last DDL (see search_copy.py).
+
+Scratch files live in a private (0700) directory beside the store, named
+with doctor's scratch prefix (a leftover is found and removed), deleted by
+`close` however the caller ends; a builder that does not stop is killed
+(our own child, by its handle).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import apsw
+
+from . import policy, search_index
+from .paths import create_private_file
+from .search_copy import attach_readonly, copy_index_tables
+
+log = logging.getLogger(__name__)
+
+# Starts with recovery.liveread.SCRATCH_PREFIX, which doctor --fix cleans up.
+PREFIX = ".hermes-scratch-ftsbuild-"
+#: copied from a built index; ``_config`` stays the destination's
+COPIED_SHADOWS = ("data", "idx", "docsize")
+# FTS5 while a scratch index loads: no merging as it goes, a larger
+# pending-terms buffer (bounded: 16 MB a builder).
+LOAD_SETTINGS = (("automerge", 0), ("crisismerge", 2000), ("hashsize", 16 << 20))
+READ_ROWS = 1_000  # rows a builder reads from the store at a time
+COMMIT_ROWS = 50_000  # rows per scratch transaction (each commit flushes a segment)
+POLL_S = 0.05  # a following builder with nothing to read waits this long for a commit
+STOP_WAIT_S = 10.0  # a stopped builder ends within a read batch; past this it is killed
+
+
+def cores() -> int:
+    """CPUs this process may run on (a second builder helps only with a second)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+# -- the builder process ----------------------------------------------------------
+
+def build(store: Path, table: str, scratch: Path, final: threading.Event,
+          stop: threading.Event) -> int:
+    """``table`` from the store's committed rows into ``scratch`` until
+    ``final`` is set and every row is read (or ``stop``); returns the
+    highest row id indexed."""
+    src = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
+    dst = apsw.Connection(str(scratch))
+    try:
+        policy.apply_policy(src, policy.READER_POLICY)
+        dst.execute("PRAGMA journal_mode=OFF")  # a scratch file: a crash only loses it
+        dst.execute("PRAGMA synchronous=OFF")
+        dst.execute(search_index.fts_ddl(
+            table, f", content='{search_index.TEXT_VIEW}', content_rowid='id'"))
+        for key, value in LOAD_SETTINGS:
+            dst.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))
+        top, finished = 0, False
+        while not (finished or stop.is_set()):
+            with dst:  # each commit flushes the pending terms as a segment
+                top, finished = _load(src, dst, table, top, final, stop)
+        return top
+    finally:
+        src.close()
+        dst.close()
+
+
+def _load(src: apsw.Connection, dst: apsw.Connection, table: str, top: int,
+          final: threading.Event, stop: threading.Event) -> tuple[int, bool]:
+    """Up to COMMIT_ROWS rows above ``top`` into the scratch; (new top,
+    whether every row of the last commit has been read)."""
+    loaded = 0
+    while loaded < COMMIT_ROWS and not stop.is_set():
+        done = final.is_set()  # read first: a read after it sees the last commit
+        rows: list[tuple[Any, ...]] = src.execute(
+            f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
+            (top, READ_ROWS)).fetchall()
+        if rows:
+            dst.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
+            top = int(rows[-1][0])
+            loaded += len(rows)
+        elif done:
+            return top, True
+        else:
+            final.wait(POLL_S)
+    return top, False
+
+
+def main(argv: list[str]) -> int:
+    """A builder process: ``STORE TABLE SCRATCH`` (see the module docstring)."""
+    store, table, scratch = argv
+    if table not in search_index.INDEXES:
+        sys.stdout.write(json.dumps({"error": f"not a search index: {table!r}"}) + "\n")
+        return 2
+    final, stop = threading.Event(), threading.Event()
+
+    def listen() -> None:
+        line = sys.stdin.readline()  # EOF first: the caller failed or died
+        (final if line.strip() == "final" else stop).set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    try:
+        top = build(Path(store), table, Path(scratch), final, stop)
+    except (apsw.Error, OSError) as e:
+        sys.stdout.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
+        return 1
+    if stop.is_set():
+        return 1
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    sys.stdout.write(json.dumps({"top": top, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                                 "rss_kb": usage.ru_maxrss}) + "\n")
+    return 0
+
+
+# -- the caller's side ------------------------------------------------------------
+
+def _child_env() -> dict[str, str]:
+    """This environment, with the directory this package is imported from
+    first on the path (a checkout run from elsewhere finds the same code)."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class ParallelBuild:
+    """Builder processes for ``tables`` of the store at ``store``, one each,
+    and the copy of what they built. ``follow``: rows are still being
+    written (call `finish` after the last commit); otherwise every row is
+    in and the builders read them all and stop. Raises OSError when a
+    process cannot be started (nothing is left behind)."""
+
+    def __init__(self, store: Path, tables: tuple[str, ...], *, follow: bool) -> None:
+        self.store, self.tables = Path(store), tables
+        self.dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.store.parent))  # 0700
+        self.files = {t: self.dir / f"{t}.db" for t in tables}
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.reports: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, str] = {}  # table -> attached scratch (`attached`)
+        try:
+            for table, file in self.files.items():
+                create_private_file(file)
+                self.procs[table] = subprocess.Popen(
+                    [sys.executable, "-m", __name__, str(self.store), table, str(file)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, env=_child_env())
+            if not follow:
+                self._send_final()
+        except BaseException:
+            self.close()
+            raise
+
+    def _send_final(self) -> None:
+        for p in self.procs.values():
+            if p.stdin is not None and not p.stdin.closed:
+                p.stdin.write("final\n")
+                p.stdin.flush()
+
+    def finish(self, timeout: float) -> int | None:
+        """Tell the builders the last row is in and wait (at most ``timeout``
+        seconds in all); the highest row id they all indexed, or None (a
+        builder failed, died or was too slow: logged, the caller indexes
+        another way)."""
+        try:
+            self._send_final()
+        except OSError as e:  # a builder that died closed its pipe
+            log.info("an index builder is gone (%s)", e)
+            return None
+        tops = set()
+        for table, p in self.procs.items():
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log.info("the %s builder still ran after %.0f s", table, timeout)
+                return None  # (`close` stops and reaps it)
+            try:
+                report = json.loads(out)
+                tops.add(int(report["top"]))
+            except (ValueError, KeyError, TypeError):
+                log.info("the %s builder failed (exit %s): %s", table, p.returncode,
+                         (out or err or "").strip()[-300:])
+                return None
+            self.reports[table] = report
+        return tops.pop() if len(tops) == 1 else None
+
+    def scratch_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files.values() if f.exists())
+
+    def cpu_seconds(self) -> float:
+        """The builders' CPU seconds, as they reported them (after `finish`)."""
+        return round(sum(float(r.get("cpu_s", 0)) for r in self.reports.values()), 3)
+
+    @contextmanager
+    def attached(self, conn: apsw.Connection) -> Iterator[None]:
+        """The scratch files attached to ``conn`` read-only (ATTACH cannot run
+        inside a transaction: open the caller's inside this block)."""
+        with ExitStack() as stack:
+            self._schemas = {t: stack.enter_context(attach_readonly(conn, f, f"built_{t}"))
+                             for t, f in self.files.items()}
+            try:
+                yield
+            finally:
+                self._schemas = {}
+
+    def copy(self, conn: apsw.Connection) -> dict[str, int]:
+        """Replace ``conn``'s shadow rows of every built index by the
+        builders' (inside `attached`, in the caller's transaction); rows
+        copied per shadow table."""
+        if not self._schemas:
+            raise RuntimeError("ParallelBuild.copy outside its attached() block")
+        rows: dict[str, int] = {}
+        for table, schema in self._schemas.items():
+            rows.update(copy_index_tables(conn, schema, table, COPIED_SHADOWS))
+        return rows
+
+    def close(self) -> None:
+        """Stop builders still running (EOF on stdin stops them; killed past
+        STOP_WAIT_S) and remove the scratch files."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    p.communicate(timeout=STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    p.kill()  # our own child, by its handle
+                    p.communicate()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "ParallelBuild":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["COPIED_SHADOWS", "LOAD_SETTINGS", "PREFIX", "ParallelBuild", "cores"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
