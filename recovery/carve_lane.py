@@ -81,8 +81,8 @@ def carve_lane(ctx: LaneContext) -> LaneRun:
     try:
         stats = yield from _stream(ctx, carve_stream(
             ctx.copy_path, wal if wal.exists() else None, include_freelist=ctx.include_freelist,
-            resolve=resolve, fill=fill, harvest=not ours,
-            want=_wanted(pending, skipped)), pending, skipped, tally)
+            resolve=resolve, fill=fill, harvest=not ours, want=_wanted(pending, skipped),
+            want_span=_wanted_span(pending, skipped)), pending, skipped, tally)
     except (CarveError, OSError) as e:
         result.stats["error"] = f"{type(e).__name__}: {e}"
         return result
@@ -108,6 +108,19 @@ def _wanted(pending: dict[str, TableState], skipped: set) -> Callable[[str | Non
         return any(_inside(pending[n].gaps, rowid) for n in names
                    if n in pending and n not in skipped)
     return want
+
+
+def _wanted_span(pending: dict[str, TableState], skipped: set) -> Callable[[str, int, int], bool]:
+    """Whether any rowid from ``lo`` to ``hi`` of ``table`` is still missing
+    (a tree leaf whose whole span was read needs no rowid asked about)."""
+    def want_span(table: str, lo: int, hi: int) -> bool:
+        state = pending.get(table)
+        if state is None or table in skipped:
+            return False
+        gaps = state.gaps
+        i = bisect.bisect_right(gaps, hi, key=lambda g: g[0]) - 1
+        return i >= 0 and gaps[i][1] >= lo
+    return want_span
 
 
 def _inside(gaps: list[Range], rowid: int) -> bool:

@@ -12,7 +12,7 @@ import time
 from typing import Any, Generator
 
 from .carve_types import CarveStats, LostRecord, RowOrigin
-from .carver import Carver, Resolver, Want, open_source
+from .carver import Carver, Resolver, Want, WantSpan, open_source
 from .lanes import BATCH_BYTES, row_size
 from .layouts import Layout
 
@@ -23,17 +23,20 @@ def carve_stream(db_path: str | os.PathLike[str],
                  wal_path: str | os.PathLike[str] | None = None, *,
                  include_freelist: bool = False, resolve: Resolver | None = None,
                  fill: tuple[Layout, ...] | None = None, harvest: bool = False,
-                 batch: int = 2000, want: Want | None = None) -> Generator[tuple[list[Found], list[LostRecord]], None,
-                                                 CarveStats]:
+                 batch: int = 2000, want: Want | None = None,
+                 want_span: WantSpan | None = None
+                 ) -> Generator[tuple[list[Found], list[LostRecord]], None, CarveStats]:
     """`carve` for files of any size: yields (rows, lost records) about every
     ``batch`` rows as pages are mapped and returns the stats, never holding
     more than a batch. Rows are not deduplicated here: the passes run in
     lane order (tree walks, orphan scan, freelist), so a consumer keeping
     the first copy of a (table, rowid) keeps the gentlest lane's. ``want``
-    limits decoding to the rows the caller still needs (`Carver`)."""
+    limits decoding to the rows the caller still needs (`Carver`), and
+    ``want_span`` answers it for a leaf's whole span of rowids at once."""
     started = time.perf_counter()
     with open_source(db_path, wal_path) as image:
-        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest, want=want)
+        carver = Carver(image, resolve=resolve, fill=fill, harvest=harvest, want=want,
+                        want_span=want_span)
         size = seen = 0
         for _ in carver.steps(include_freelist, False):
             size += sum(row_size(f.row) for f in carver.found[seen:])

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, PageSet, RowOrigin)
@@ -27,7 +27,7 @@ from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
                          FormatError, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
-                         read_overflow, walk_freelist)
+                         read_overflow, table_cell_keys, walk_freelist)
 from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, SQLITE_SCHEMA, Layout, is_derived,
                       is_without_rowid, layout_for_schema)
 from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
@@ -66,8 +66,21 @@ def open_source(db_path: str | os.PathLike[str],
 
 
 Resolver = Callable[[str, "str | None"], "Layout | None"]
+MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
+Bounds = Optional[tuple[int, int]]  # the rowids a leaf's parent allows it (inclusive)
+Leaf = tuple[int, bytes, BTreePage, Bounds]
+
+
+def _inside(cells: list[Any], bounds: tuple[int, int] | None) -> bool:
+    """Every cell's rowid lies inside ``bounds`` (never true without bounds)."""
+    if bounds is None or not cells:
+        return False
+    lo, hi = bounds
+    return all(c.rowid is not None and lo <= c.rowid <= hi for c in cells)
 # (table or None for any, rowid) -> whether the caller still needs that row
 Want = Callable[["str | None", "int | None"], bool]
+# (table, lowest, highest rowid) -> whether the caller needs any row in that span
+WantSpan = Callable[[str, int, int], bool]
 SAMPLE = 4  # records an orphan page decodes whatever is wanted: the page votes by them
 
 
@@ -121,10 +134,12 @@ class Carver:
 
     def __init__(self, image: DatabaseImage, count_only: bool = False,
                  resolve: Resolver | None = None, fill: tuple[Layout, ...] | None = None,
-                 harvest: bool = False, want: Want | None = None) -> None:
+                 harvest: bool = False, want: Want | None = None,
+                 want_span: WantSpan | None = None) -> None:
         self.image = image
         self.harvest = harvest
         self.want = want  # None: every row; else only rows it names are decoded and kept
+        self.want_span = want_span  # with want: one question for a leaf's whole span
         self.count_only = count_only
         self.resolve: Resolver = resolve or layout_for_schema
         self.fill: tuple[Layout, ...] = KNOWN_LAYOUTS if fill is None else fill
@@ -334,9 +349,16 @@ class Carver:
         """Leaf pages of the table b-tree at ``root``, each page at most once;
         ``light``: only owned (a tree whose rows are not wanted: its leaves
         are not parsed)."""
-        stack, n = [root], self.image.page_count
+        for pgno, data, page, _bounds in self._bounded_leaves(root, light):
+            yield pgno, data, page
+
+    def _bounded_leaves(self, root: int, light: bool = False) -> Iterator[Leaf]:
+        """`_tree_leaves`, each leaf with the rowids its parent's keys allow
+        it (None for the root, or when the parent's keys are not in order)."""
+        stack: list[tuple[int, Bounds]] = [(root, (MIN_ROWID, MAX_ROWID))]
+        n = self.image.page_count
         while stack:
-            pgno = stack.pop()
+            pgno, bounds = stack.pop()
             if pgno in self.owned or pgno in self.skip or not 1 <= pgno <= n:
                 if not 1 <= pgno <= n:
                     self.damage_seen += 1
@@ -354,10 +376,9 @@ class Carver:
                 continue
             data, page = loaded
             if page.page_type == TABLE_LEAF:
-                yield pgno, data, page
+                yield pgno, data, page, None if pgno == root else bounds
             elif page.page_type == TABLE_INTERIOR:
-                stack.append(page.right_child)
-                stack.extend(reversed(self._children(data, page)))
+                stack.extend(reversed(self._keyed_children(data, page, bounds)))
             else:
                 self._bad(pgno, "wrong page type: an index page inside a table tree")
 
@@ -392,6 +413,25 @@ class Carver:
                 stack.append(page.right_child)
                 stack.extend(self._children(data, page))
 
+    def _keyed_children(self, data: bytes, page: BTreePage,
+                        bounds: Bounds) -> list[tuple[int, Bounds]]:
+        """Children of an interior page in key order, the right child last,
+        each with its rowid bounds: a cell's key is the largest rowid of its
+        left child. Keys out of order, or outside the page's own bounds,
+        bound no child (damage: every leaf below is judged by its records)."""
+        lo, hi = bounds if bounds is not None else (MIN_ROWID, MAX_ROWID)
+        out: list[tuple[int, Bounds]] = []
+        ordered = bounds is not None
+        for found in table_cell_keys(data, page, self.image.usable_size):
+            if found is None:
+                continue
+            child, key = found
+            ordered = ordered and lo <= key <= hi
+            out.append((child, (lo, key) if ordered else None))
+            lo = key + 1 if ordered else lo
+        out.append((page.right_child, (lo, hi) if ordered and lo <= hi else None))
+        return out
+
     def _children(self, data: bytes, page: BTreePage) -> list[int]:
         out = []
         for i in range(page.cell_count):
@@ -416,33 +456,39 @@ class Carver:
             trees[layout.table] = trees.get(layout.table, 0) + self.damage_seen - before
 
     def _walk_leaves(self, root: int, layout: Layout) -> Iterator[None]:
-        for pgno, data, page in self._tree_leaves(root, light=layout.ignore and bool(self.want)):
+        light = layout.ignore and bool(self.want)
+        for pgno, data, page, bounds in self._bounded_leaves(root, light):
             if layout.ignore:
                 continue
             if self.count_only:
                 self.counts[layout.table] += page.cell_count - page.bad_pointers
                 self.format_counts[layout.fmt] += page.cell_count - page.bad_pointers
                 continue
-            self._map_page(pgno, data, page, TREE, layout)
+            self._map_page(pgno, data, page, TREE, layout, bounds=bounds)
             yield
 
     # -- records -------------------------------------------------------------
 
     def _records(self, pgno: int, data: bytes, page: BTreePage, limit: int | None = None,
-                 table: str | None = None, filtered: bool = False
+                 table: str | None = None, filtered: bool = False, bounds: Bounds = None
                  ) -> Iterator[tuple[Any, Any, str | None]]:
         """(cell, record or None, error) for each cell of a table leaf; with
-        ``want`` and ``filtered`` (rows, not the schema), only cells whose rowid it names (for ``table``, or any) are
-        decoded, plus a sample the page's layout is judged by (decoding is
-        the carver's cost; rows other lanes read need not be decoded again)."""
+        ``want`` and ``filtered`` (rows, not the schema), only cells whose
+        rowid it names (for ``table``, or any) are decoded, plus a sample the
+        page's layout is judged by (decoding is the carver's cost; rows other
+        lanes read need not be decoded again). A tree leaf whose rowids all
+        lie inside the ``bounds`` its parent's keys give it is where the tree
+        says: with no wanted row it needs no judging either."""
         usable, n = self.image.usable_size, self.image.page_count
+        if self._settled(data, page, table, filtered, bounds):
+            return
         cells = self._cells(pgno, data, page, limit)
         if self.want is not None and filtered:
             wanted = [self.want(table, c.rowid) for c in cells]
             # a tree page is judged by one record, an orphan page votes by a few;
             # an orphan page holding no wanted rowid is not decoded at all
             if table is not None:
-                sample = 0 if any(wanted) else 1
+                sample = 0 if any(wanted) or _inside(cells, bounds) else 1
             else:
                 sample = SAMPLE if any(wanted) else 0
             cells = [c for i, c in enumerate(cells) if wanted[i] or i < sample]
@@ -461,6 +507,21 @@ class Carver:
                 err = "text not valid in the database encoding"
             yield cell, record, err
 
+    def _settled(self, data: bytes, page: BTreePage, table: str | None, filtered: bool,
+                 bounds: Bounds) -> bool:
+        """A tree leaf with nothing to decode, told from its keys alone (no
+        payload copied): every cell's rowid is readable, inside its parent's
+        bounds and not wanted. Any doubt takes the full path."""
+        if self.want is None or not filtered or table is None or bounds is None:
+            return False
+        lo, hi = bounds
+        # nothing wanted anywhere in the span: no cell need be asked about
+        ask = self.want_span is None or self.want_span(table, lo, hi)
+        for found in table_cell_keys(data, page, self.image.usable_size):
+            if found is None or not lo <= found[1] <= hi or (ask and self.want(table, found[1])):
+                return False
+        return True
+
     def _cells(self, pgno: int, data: bytes, page: BTreePage, limit: int | None) -> list[Any]:
         cells = []
         for i in range(page.cell_count if limit is None else min(limit, page.cell_count)):
@@ -475,11 +536,12 @@ class Carver:
         return cells
 
     def _map_page(self, pgno: int, data: bytes, page: BTreePage, lane: str,
-                  layout: Layout | None, from_wal: bool | None = None) -> None:
+                  layout: Layout | None, from_wal: bool | None = None,
+                  bounds: Bounds = None) -> None:
         """Map every record of one table leaf, to ``layout`` or by page vote."""
         wal = self.image.from_wal(pgno) if from_wal is None else from_wal
         cells = list(self._records(pgno, data, page, table=layout.table if layout else None,
-                                   filtered=True))
+                                   filtered=True, bounds=bounds))
         decoded = [r for _, r, err in cells if r is not None and not err]
         agreement = 1.0
         scores: list[float] = []

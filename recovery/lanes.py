@@ -24,7 +24,9 @@ import apsw
 
 from sessiondb.recovery_api import create_private_file
 
+from . import tree_map
 from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
+from .tree_map import TreeMap
 
 log = logging.getLogger(__name__)
 
@@ -225,15 +227,23 @@ def row_size(row: dict) -> int:
 
 
 def batches(rows: Iterable[dict]) -> Iterator[list[dict]]:
-    """``rows`` in lists of at most BATCH_ROWS rows and about BATCH_BYTES."""
+    """``rows`` in lists of at most BATCH_ROWS rows and about BATCH_BYTES.
+    A read error hands on the rows read before it, then is raised: a lane
+    resumes after the last row it was given, so rows read are never read
+    again (bisection used to lose up to a batch at every damaged page)."""
     batch: list[dict] = []
     size = 0
-    for row in rows:
-        batch.append(row)
-        size += row_size(row)
-        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+    try:
+        for row in rows:
+            batch.append(row)
+            size += row_size(row)
+            if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+                yield batch
+                batch, size = [], 0
+    except READ_ERRORS:
+        if batch:
             yield batch
-            batch, size = [], 0
+        raise
     if batch:
         yield batch
 
@@ -391,25 +401,38 @@ def bisect_lane(ctx: LaneContext) -> LaneRun:
     for state in ctx.pending():
         if not state.spec.rowid:
             continue
-        budget = Budget(ctx.budget.left)
-        skipped: list[Range] = []
-        known = True
-        for gap in list(state.gaps):
-            candidates = _index_rowids(ctx, state.spec, gap)
-            known = known and candidates is not None
-            if candidates is None and _whole_tree_unreadable(ctx, state.spec, gap, budget):
-                skipped.append(gap)
-                continue
-            skipped += yield from _bisect(ctx, state.spec, gap, budget, candidates)
+        tree = tree_map.open_map(ctx.copy_path, state.spec.root_page)
+        try:
+            skipped, known, budget = yield from _bisect_table(ctx, state, tree)
+        finally:
+            if tree is not None:
+                tree.image.close()
         name = state.spec.name
         result.gaps[name] = (audit_gaps(ctx, state, merge_ranges(skipped)) if known
                              else merge_ranges(skipped))
         stats = {"queries": budget.used, "budget_exhausted": budget.left <= 0,
-                 "rowids_from_index": known}
+                 "rowids_from_index": known, "tree_map": len(tree) if tree else None}
         if known:  # every skipped rowid was listed by an index: an exact count
             stats["rows_lost"] = sum(hi - lo + 1 for lo, hi in result.gaps[name])
         result.stats[name] = stats
     return result
+
+
+def _bisect_table(ctx: LaneContext, state: TableState, tree: TreeMap | None
+                  ) -> Generator[Batch, None, tuple[list[Range], bool, Budget]]:
+    """Every gap of one table: (ranges left unread, whether an index listed
+    the rowids of every gap, the budget spent)."""
+    budget = Budget(ctx.budget.left)
+    skipped: list[Range] = []
+    known = True
+    for gap in list(state.gaps):
+        candidates = _index_rowids(ctx, state.spec, gap)
+        known = known and candidates is not None
+        if candidates is None and _whole_tree_unreadable(ctx, state.spec, gap, budget):
+            skipped.append(gap)
+            continue
+        skipped += yield from _bisect(ctx, state.spec, gap, budget, candidates, tree)
+    return skipped, known, budget
 
 
 def _index_rowids(ctx: LaneContext, spec: TableSpec, gap: Range) -> array | None:
@@ -483,7 +506,8 @@ def _between(candidates: Any, lo: int, hi: int) -> Any:
 
 
 def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, budget: Budget,
-            candidates: array | None) -> Generator[Batch, None, list[Range]]:
+            candidates: array | None, tree: TreeMap | None = None
+            ) -> Generator[Batch, None, list[Range]]:
     skipped: list[Range] = []
     stack = [gap]
     while stack:
@@ -500,8 +524,34 @@ def _bisect(ctx: LaneContext, spec: TableSpec, gap: Range, budget: Budget,
         else:
             resume = yield from _read_range(ctx, spec, lo, hi, budget)
             if resume is not None and resume <= hi:
-                stack += _split(resume, hi, candidates)
+                step = _step_past(tree, lo, resume, hi, candidates)
+                if step is None:
+                    stack += _split(resume, hi, candidates)
+                else:
+                    stack += step[0]
+                    skipped += step[1]
     return skipped
+
+
+def _step_past(tree: TreeMap | None, lo: int, resume: int, hi: int,
+               candidates: array | None) -> tuple[list[Range], list[Range]] | None:
+    """A read of ``lo``..``hi`` stopped at ``resume``: (ranges still to read,
+    ranges no SQL read can reach) from the tree map, or None to halve the
+    range as without a map. The page the stop lies on is stepped over: when
+    it is not a sound leaf (a destroyed leaf or interior page) no query can
+    reach its rows, so they are left for the carver at no cost; the rest of
+    a sound leaf (a row with a broken overflow chain, or bad text) is read
+    on its own, and halved when that read stops too."""
+    span = tree.span(resume) if tree is not None else None
+    if span is None or (span.sound and span.lo <= lo and hi <= span.hi):
+        return None
+    end = min(span.hi, hi)
+    rest = [(end + 1, hi)] if end < hi else []
+    if span.sound:
+        return rest + [(resume, end)], []  # popped first: the rows in rowid order
+    if candidates is not None:  # only the rowids an index lists are lost
+        return rest, runs(_between(candidates, resume, end))
+    return rest, [(resume, end)]
 
 
 def _split(lo: int, hi: int, candidates: array | None) -> list[Range]:

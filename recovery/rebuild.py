@@ -17,6 +17,7 @@ quarantine table with their original values, never silently dropped.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -43,7 +44,7 @@ UNIQUE_KEYS = {"messages": ("session_id", "uid"), "sessions": ("id",)}  # ours, 
 
 
 def _json_ok(value: Any) -> bool:
-    if value is None:
+    if value is None or value == "{}" or value == "[]":  # most rows: nothing to parse
         return True
     try:
         json.loads(value)
@@ -81,6 +82,7 @@ class StoreSink(RowSink):
         self.stats = WriteStats()
         self.columns: dict[str, tuple[set[str], bool]] = {}
         self.sql: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.plans: dict[tuple[str, tuple[str, ...]], Any] = {}  # (table, row keys) -> plan
         self.meta_seen: set[Any] = set()
         self.made: set[str] = set()  # side tables created so far
         try:
@@ -120,15 +122,13 @@ class StoreSink(RowSink):
             return self._meta(row)
         if table not in self.columns and not self._prepare(table):
             return self._reject(table, row, "table could not be created")
-        names, alias = self.columns[table]
         row, notes = self._clean(table, row)
-        values = {k: v for k, v in row.items() if k in names}
-        if not alias and ROWID_KEY in row:
-            values = {"rowid": row[ROWID_KEY], **values}
-        if not values:  # nothing of the row fits this table: never an empty column list
+        plan = self._plan(table, tuple(row))
+        if plan is None:  # nothing of the row fits this table: never an empty column list
             return self._reject(table, row, "no column of the row is in the table")
+        sql, values = plan
         try:
-            self.conn.execute(self._sql(table, tuple(values)), tuple(values.values()))
+            self.conn.execute(sql, values(row))
         except apsw.ConstraintError as e:
             outcome = self._reject(table, row, f"rejected by the schema: {type(e).__name__}")
         else:
@@ -138,6 +138,24 @@ class StoreSink(RowSink):
         if outcome == NEW:
             self.stats.table(table).inserted += 1
         return outcome
+
+    def _plan(self, table: str, keys: tuple[str, ...]
+              ) -> tuple[str, Callable[[dict], tuple]] | None:
+        """The INSERT for rows with these keys and how to take its values from
+        a row, made once per shape of row (a lane's rows all have one): the
+        row's keys that are columns, the rowid first when it is no alias."""
+        plan = self.plans.get((table, keys))
+        if plan is None and (table, keys) not in self.plans:
+            names, alias = self.columns[table]
+            fields = tuple(k for k in keys if k in names)
+            if not alias and ROWID_KEY in keys:
+                fields = ("rowid",) + tuple(f for f in fields if f != "rowid")
+            if fields:
+                get = operator.itemgetter(*(ROWID_KEY if f == "rowid" else f for f in fields))
+                plan = (self._sql(table, fields),
+                        get if len(fields) > 1 else (lambda row, g=get: (g(row),)))
+            self.plans[(table, keys)] = plan
+        return plan
 
     def _sql(self, table: str, fields: tuple[str, ...]) -> str:
         key = (table, fields)

@@ -90,8 +90,10 @@ def _hash_file(path: Path, copy_to: Path | None = None, tick: Tick | None = None
                 if tick is not None:
                     tick(len(chunk))
         if out is not None:
+            # no fsync: the copy is scratch in a private work dir, removed at
+            # the end; syncing it only made every recover write the whole
+            # store to disk once more (the lanes read it from the page cache)
             out.flush()
-            os.fsync(out.fileno())
     finally:
         if out is not None:
             out.close()
