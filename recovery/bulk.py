@@ -77,11 +77,13 @@ def start(conn: apsw.Connection) -> Deferred:
 
 def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
            quarantine: Quarantine, progress: Progress | None = None, *,
-           search_from: Path | None = None, not_copied: str | None = None) -> None:
+           search_from: Path | None = None, not_copied: str | None = None,
+           follower: ParallelBuild | None = None) -> None:
     """Tie the rows together, build what `start` deferred, and fill the
     search index: taken over from ``search_from`` (the source's copy) when
     the caller found that safe (`recovery.search_reuse`), else rebuilt
-    (``not_copied`` says why it was not taken over)."""
+    (``not_copied`` says why it was not taken over), the trigram index by
+    ``follower`` when one has been following the rows (`follow_rows`)."""
     def tick(what: str, done: int, total: int) -> None:
         if progress is not None:
             progress(what, done, total)
@@ -98,7 +100,9 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
         compact_legacy_rows(conn, keep_twins=True)
     clock.lap("link_s")
     # the messages are final now: a rebuild's trigram builder can start reading
-    builder = _start_builder(conn) if search_from is None else None
+    builder = None
+    if search_from is None:
+        builder = follower if follower is not None else _start_builder(conn)
     try:
         with conn:
             for i, (_name, sql) in enumerate(deferred.indexes, 1):
@@ -107,6 +111,8 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
             attach_triggers(conn)
         clock.lap("indexes_s")
         _search(conn, stats, tick, search_from, not_copied, builder)
+        if builder is not None and builder is follower:
+            stats.search_index["followed"] = stats.search_index.get("processes") == 2
     finally:
         if builder is not None:
             builder.close()
@@ -134,6 +140,22 @@ def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
                 stack.enter_context(builder)
         stats.search_index = {"method": "rebuilt", "reason": not_copied,
                               "processes": _rebuild(conn, tick, stats.timings, builder)}
+
+
+def follow_rows(path: Path) -> ParallelBuild | None:
+    """A trigram builder that follows the output's rows while the lanes
+    write them (the source is damaged, so its index will not be taken
+    over): it tokenizes on the second core meanwhile instead of after the
+    linking. It keeps what it indexed, so rows written below its position
+    are added at the copy and a row changed after it read it sends the
+    index back to an in-place build (`ParallelBuild.correct`). None on one
+    core, or when no process can be started."""
+    if cores() < 2:
+        return None
+    try:
+        return ParallelBuild(path, (TRIGRAM_TABLE,), follow=True, track=True)
+    except OSError:
+        return None
 
 
 def _start_builder(conn: apsw.Connection) -> ParallelBuild | None:
@@ -188,12 +210,21 @@ def _take(conn: apsw.Connection, builder: ParallelBuild) -> bool:
         fresh.execute("PRAGMA synchronous=OFF")  # as `start` set the loading connection
         with builder.attached(fresh), fresh:
             builder.copy(fresh)
+            if builder.track and not builder.correct(fresh):
+                raise _Stale()  # rolls the copy back
+    except _Stale:
+        log.info("rows changed after the trigram builder read them: built here instead")
+        return False
     except apsw.Error:
         log.warning("could not copy the builder's trigram index", exc_info=True)
         return False
     finally:
         fresh.close()
     return True
+
+
+class _Stale(Exception):
+    """A following builder's index does not match the final rows."""
 
 
 class _Clock:

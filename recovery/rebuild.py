@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import SessionDB
+from sessiondb.recovery_api import ParallelBuild, SessionDB
 
 from . import bulk
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
@@ -85,6 +85,7 @@ class StoreSink(RowSink):
         self.plans: dict[tuple[str, tuple[str, ...]], Any] = {}  # (table, row keys) -> plan
         self.meta_seen: set[Any] = set()
         self.made: set[str] = set()  # side tables created so far
+        self.follower: ParallelBuild | None = None  # `follow_search`
         try:
             with output_errors(path):
                 self.deferred = bulk.start(conn)
@@ -259,6 +260,19 @@ class StoreSink(RowSink):
 
     # -- the end --------------------------------------------------------------
 
+    def follow_search(self) -> None:
+        """Start building the trigram index from the rows as they are
+        written (`bulk.follow_rows`): for a source whose index will be
+        rebuilt, not taken over."""
+        if self.follower is None:
+            self.follower = bulk.follow_rows(self.path)
+
+    def close(self) -> None:
+        if self.follower is not None:
+            self.follower.close()
+            self.follower = None
+        super().close()
+
     def finish(self, search_from: Path | None = None,
                not_copied: str | None = None) -> WriteStats:
         """Rows held in part go in, then the store is tied together and its
@@ -271,5 +285,6 @@ class StoreSink(RowSink):
                     if self.writable(table):
                         self.insert(table, row)
             bulk.finish(self.conn, self.stats, self.deferred, self.quarantine, self.progress,
-                        search_from=search_from, not_copied=not_copied)
+                        search_from=search_from, not_copied=not_copied,
+                        follower=self.follower)
         return self.stats

@@ -531,6 +531,9 @@ def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: Recove
         sink = _open_sink(ctx, tmp, opts)
         ctx.kept = sink
         try:
+            if isinstance(sink, StoreSink) and search_reuse.source_reason(
+                    report.verdict_before, report.inspect, False):
+                sink.follow_search()  # its index is rebuilt: start on the second core now
             started = time.monotonic()
             run_lanes(ctx, sink, opts.lanes, report)
             report.timings["lanes_s"] = round(time.monotonic() - started, 3)

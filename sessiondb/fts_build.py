@@ -12,8 +12,11 @@ module is that, once, for both callers:
   (``follow=True``) as the batches commit, and after the last one the
   import copies both indexes in;
 - recover (recovery/bulk.py, through recovery_api) starts a trigram
-  builder on its finished output and builds the word index in place
-  meanwhile, then copies the trigram index in.
+  builder and builds the word index in place meanwhile, then copies the
+  trigram index in. For a damaged source the builder starts with the lanes
+  and follows rows written in any id order (``track``: `_Gaps` re-reads
+  the ids it has not seen; each row's id and `text_crc` are kept, so
+  `ParallelBuild.correct` can tell whether the copy is exact).
 
 A builder (`main`, run as ``python -m sessiondb.fts_build STORE TABLE
 SCRATCH``) reads ``id, text`` from the store's text view through a
@@ -55,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -62,6 +66,7 @@ from typing import Any, Iterator
 import apsw
 
 from . import policy, search_index
+from .rows import one
 from .paths import create_private_file
 from .search_copy import attach_readonly, copy_index_tables
 
@@ -76,6 +81,9 @@ COPIED_SHADOWS = ("data", "idx", "docsize")
 LOAD_SETTINGS = (("automerge", 0), ("crisismerge", 2000), ("hashsize", 16 << 20))
 READ_ROWS = 1_000  # rows a builder reads from the store at a time
 COMMIT_ROWS = 50_000  # rows per scratch transaction (each commit flushes a segment)
+BUFFER_ROWS = 10_000  # a tracking builder's rows per commit (sorted by id first)
+BUFFER_BYTES = 16 << 20  # ... or this much text
+MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
 POLL_S = 0.05  # a following builder with nothing to read waits this long for a commit
 STOP_WAIT_S = 10.0  # a stopped builder ends within a read batch; past this it is killed
 
@@ -90,11 +98,22 @@ def cores() -> int:
 
 # -- the builder process ----------------------------------------------------------
 
+def text_crc(text: object) -> int:
+    """A checksum of one row's searchable text, as a tracking builder keeps
+    it (`ParallelBuild.correct` compares the store's rows with it)."""
+    if isinstance(text, str):
+        return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+    if isinstance(text, bytes):
+        return zlib.crc32(text) ^ 0x5A5A5A5A
+    return -1  # NULL: indexed as no tokens
+
+
 def build(store: Path, table: str, scratch: Path, final: threading.Event,
-          stop: threading.Event) -> int:
+          stop: threading.Event, track: bool = False) -> int:
     """``table`` from the store's committed rows into ``scratch`` until
     ``final`` is set and every row is read (or ``stop``); returns the
-    highest row id indexed."""
+    highest row id indexed. ``track``: also keep each indexed row's id and
+    `text_crc` in the scratch's ``indexed`` table."""
     src = apsw.Connection(str(store), flags=apsw.SQLITE_OPEN_READONLY)
     dst = apsw.Connection(str(scratch))
     try:
@@ -105,10 +124,15 @@ def build(store: Path, table: str, scratch: Path, final: threading.Event,
             table, f", content='{search_index.TEXT_VIEW}', content_rowid='id'"))
         for key, value in LOAD_SETTINGS:
             dst.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))
-        top, finished = 0, False
+        if track:
+            dst.execute("CREATE TABLE indexed(id INTEGER PRIMARY KEY, crc INTEGER NOT NULL)")
+        top, finished, gaps = 0, False, _Gaps()
         while not (finished or stop.is_set()):
             with dst:  # each commit flushes the pending terms as a segment
-                top, finished = _load(src, dst, table, top, final, stop)
+                if track:
+                    top, finished = _load_tracked(src, dst, table, top, gaps, final, stop)
+                else:
+                    top, finished = _load(src, dst, table, top, final, stop)
         return top
     finally:
         src.close()
@@ -136,9 +160,85 @@ def _load(src: apsw.Connection, dst: apsw.Connection, table: str, top: int,
     return top, False
 
 
+class _Gaps:
+    """What a tracking builder has read, as runs of consecutive ids (a row
+    can still be written into any id the builder has not read, in any
+    order: the lanes write ranges as they find them). The gaps between
+    runs are read again until the last row is in; a row written inside a
+    run (an id reused after a delete) is found by `ParallelBuild.correct`."""
+
+    def __init__(self) -> None:
+        self.spans: list[list[int]] = []  # sorted, disjoint [lo, hi]
+
+    def open(self) -> list[tuple[int, int]]:
+        """The id ranges (inclusive) not yet read."""
+        out, lo = [], MIN_ROWID
+        for a, b in self.spans:
+            if lo < a:
+                out.append((lo, a - 1))
+            lo = b + 1
+        if self.spans and self.spans[-1][1] == MAX_ROWID:
+            return out
+        return out + [(lo, MAX_ROWID)]
+
+    def read(self, ids: list[int]) -> None:
+        """Mark ``ids`` (ascending) read: one run per stretch of consecutive ids."""
+        runs: list[list[int]] = []
+        for i in ids:
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        merged: list[list[int]] = []
+        for span in sorted(self.spans + runs):  # one run per hole in the ids
+            if merged and span[0] <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], span[1])
+            else:
+                merged.append(span)
+        self.spans = merged
+
+
+def _load_tracked(src: apsw.Connection, dst: apsw.Connection, table: str, top: int,
+                  gaps: _Gaps, final: threading.Event,
+                  stop: threading.Event) -> tuple[int, bool]:
+    """Rows the store holds that this builder has not read, in whatever
+    order they were written, into the scratch: up to BUFFER_ROWS rows (or
+    BUFFER_BYTES of text) a commit, inserted in id order (FTS5 starts a new
+    segment whenever the rowid goes backwards), each row's id and
+    `text_crc` kept in ``indexed``; (highest id indexed, whether every row
+    of the last commit has been read)."""
+    buf: list[tuple[Any, ...]] = []
+    size, finished = 0, False
+    while not stop.is_set() and len(buf) < BUFFER_ROWS and size < BUFFER_BYTES:
+        done = final.is_set()  # read first: a pass after it sees the last commit
+        found, seen = 0, list[int]()
+        for lo, hi in gaps.open():
+            rows: list[tuple[Any, ...]] = src.execute(
+                f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id BETWEEN ? AND ?"
+                " ORDER BY id LIMIT ?", (lo, hi, READ_ROWS)).fetchall()
+            if rows:
+                seen.extend(int(r[0]) for r in rows)
+                buf.extend(rows)
+                size += sum(len(r[1]) for r in rows if isinstance(r[1], (str, bytes)))
+                found += len(rows)
+                if len(buf) >= BUFFER_ROWS or size >= BUFFER_BYTES:
+                    break
+        gaps.read(sorted(seen))
+        if not found:
+            if done:
+                finished = True
+                break
+            final.wait(POLL_S)
+    buf.sort(key=lambda r: r[0])
+    dst.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", buf)
+    dst.executemany("INSERT INTO indexed VALUES (?, ?)", [(r[0], text_crc(r[1])) for r in buf])
+    return max(top, int(buf[-1][0])) if buf else top, finished
+
+
 def main(argv: list[str]) -> int:
-    """A builder process: ``STORE TABLE SCRATCH`` (see the module docstring)."""
-    store, table, scratch = argv
+    """A builder process: ``STORE TABLE SCRATCH [track]`` (see the module docstring)."""
+    store, table, scratch = argv[:3]
+    track = argv[3:] == ["track"]
     if table not in search_index.INDEXES:
         sys.stdout.write(json.dumps({"error": f"not a search index: {table!r}"}) + "\n")
         return 2
@@ -150,7 +250,7 @@ def main(argv: list[str]) -> int:
 
     threading.Thread(target=listen, daemon=True).start()
     try:
-        top = build(Path(store), table, Path(scratch), final, stop)
+        top = build(Path(store), table, Path(scratch), final, stop, track)
     except (apsw.Error, OSError) as e:
         sys.stdout.write(json.dumps({"error": f"{type(e).__name__}: {e}"}) + "\n")
         return 1
@@ -177,11 +277,14 @@ class ParallelBuild:
     """Builder processes for ``tables`` of the store at ``store``, one each,
     and the copy of what they built. ``follow``: rows are still being
     written (call `finish` after the last commit); otherwise every row is
-    in and the builders read them all and stop. Raises OSError when a
-    process cannot be started (nothing is left behind)."""
+    in and the builders read them all and stop. ``track``: the builders
+    keep what they indexed, so rows written below a builder's position, or
+    changed or removed after it read them, can be found (`correct`). Raises
+    OSError when a process cannot be started (nothing is left behind)."""
 
-    def __init__(self, store: Path, tables: tuple[str, ...], *, follow: bool) -> None:
-        self.store, self.tables = Path(store), tables
+    def __init__(self, store: Path, tables: tuple[str, ...], *, follow: bool,
+                 track: bool = False) -> None:
+        self.store, self.tables, self.track = Path(store), tables, track
         self.dir = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.store.parent))  # 0700
         self.files = {t: self.dir / f"{t}.db" for t in tables}
         self.procs: dict[str, subprocess.Popen[str]] = {}
@@ -191,7 +294,8 @@ class ParallelBuild:
             for table, file in self.files.items():
                 create_private_file(file)
                 self.procs[table] = subprocess.Popen(
-                    [sys.executable, "-m", __name__, str(self.store), table, str(file)],
+                    [sys.executable, "-m", __name__, str(self.store), table, str(file)]
+                    + (["track"] if track else []),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True, env=_child_env())
             if not follow:
@@ -262,6 +366,29 @@ class ParallelBuild:
         for table, schema in self._schemas.items():
             rows.update(copy_index_tables(conn, schema, table, COPIED_SHADOWS))
         return rows
+
+    def correct(self, conn: apsw.Connection) -> bool:
+        """After `copy`, in the same transaction: index the rows a tracking
+        builder never saw (written below its position while it followed).
+        False, changing nothing, when a row it indexed has since changed or
+        gone: FTS5 needs a row's old text to take it out, so the caller must
+        build that index another way."""
+        if not self.track or not self._schemas:
+            raise RuntimeError("ParallelBuild.correct needs track=True, inside attached()")
+        conn.create_scalar_function("hermes_text_crc", text_crc,  # type: ignore[arg-type]
+                                    1, deterministic=True)
+        view = search_index.TEXT_VIEW
+        for table, schema in self._schemas.items():
+            (stale,) = one(conn.execute(
+                f"SELECT count(*) FROM {schema}.indexed AS i LEFT JOIN {view} AS t"
+                " ON t.id = i.id WHERE t.id IS NULL OR hermes_text_crc(t.text) != i.crc"))
+            if stale:
+                log.info("%d rows changed after the %s builder read them", stale, table)
+                return False
+        for table, schema in self._schemas.items():
+            conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM {view}"
+                         f" WHERE id NOT IN (SELECT id FROM {schema}.indexed)")
+        return True
 
     def close(self) -> None:
         """Stop builders still running (EOF on stdin stops them; killed past

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import apsw
@@ -246,3 +247,71 @@ def test_a_refused_take_over_rebuilds_with_a_builder_and_leaves_no_scratch(tmp_p
     assert stats.search_index["processes"] == (2 if cores() >= 2 else 1)
     assert not list(tmp_path.glob(PREFIX + "*"))
     assert _answers(out) == expected
+
+
+def test_a_damaged_source_is_indexed_by_a_builder_following_the_lanes(tmp_path):
+    """A source whose messages and index pages are damaged: the lanes write
+    rows out of id order (bisection, then the carver below), and the
+    trigram builder that followed them gives a rebuild's answers."""
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    leaves = damage.pages_of(src, "messages", "leaf")
+    _smash(src, [leaves[len(leaves) // 2], damage.pages_of(src, "messages_fts_data", "leaf")[0]])
+    report = recover(src, out, allow_partial=True).to_dict()
+    assert report["verification"]["ok"], report["verification"]
+    assert report["search_index"]["method"] == "rebuilt"
+    assert report["search_index"].get("followed") is (True if cores() >= 2 else None)
+    assert not list(tmp_path.glob(PREFIX + "*"))
+    assert _answers(out) == _answers_via_rebuild(out, tmp_path)
+    assert _answers(out)["kubernetes"]
+
+
+def _insert_rows(conn: apsw.Connection, rows: list[tuple], cols: list[str]) -> None:
+    with conn:
+        conn.executemany(f"INSERT INTO messages({', '.join(cols)}) VALUES "
+                         f"({', '.join('?' * len(cols))})", rows)
+
+
+def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(tmp_path):
+    from sessiondb.fts_build import ParallelBuild
+    from sessiondb.search_index import TRIGRAM_TABLE
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    shutil.copy(src, out)
+    conn = apsw.Connection(str(out))
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(messages)")]
+    rows = conn.execute("SELECT * FROM messages ORDER BY id").fetchall()
+    search_index.drop_triggers(conn)  # rows come and go as the lanes write them
+    with conn:
+        conn.execute("DELETE FROM messages")
+        conn.execute(f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES ('delete-all')")
+    expected = {q: ids for q, ids in _answers_via_rebuild(src, tmp_path).items()}
+    for changed in (False, True):
+        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=True, track=True) as builder:
+            # the tail and the head in one commit, read before the middle comes
+            for part in (rows[-20:] + rows[:40], rows[40:-20]):
+                _insert_rows(conn, part, cols)
+                time.sleep(0.5)  # the builder polls every 50 ms
+            assert builder.finish(60) == rows[-1][0]  # it has read every row
+            if changed:  # then one changes (FTS5 would need its old text to drop it)
+                conn.execute("UPDATE messages SET content = 'changed later' WHERE id = 7")
+            fresh = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE
+                                    | apsw.SQLITE_OPEN_URI)
+            with builder.attached(fresh), fresh:
+                (read,) = fresh.execute(f"SELECT count(*) FROM built_{TRIGRAM_TABLE}.indexed"
+                                        ).fetchone()
+                assert read == len(rows)  # every row by the builder, none left to correct
+                builder.copy(fresh)
+                corrected = builder.correct(fresh)
+            fresh.close()
+        assert corrected is not changed
+        if not changed:
+            search_index.set_watermark(conn, rows[-1][0])
+            got = _answers(out)
+            assert {q: got[q] for q in ("dep", "libfoo", "deadbeef", "東京")} == \
+                {q: expected[q] for q in ("dep", "libfoo", "deadbeef", "東京")}
+            with conn:
+                conn.execute("DELETE FROM messages")
+                conn.execute(f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES "
+                             "('delete-all')")
+    conn.close()
