@@ -213,16 +213,21 @@ def _load_tracked(src: apsw.Connection, dst: apsw.Connection, table: str, top: i
         done = final.is_set()  # read first: a pass after it sees the last commit
         found, seen = 0, list[int]()
         for lo, hi in gaps.open():
-            rows: list[tuple[Any, ...]] = src.execute(
-                f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id BETWEEN ? AND ?"
-                " ORDER BY id LIMIT ?", (lo, hi, READ_ROWS)).fetchall()
-            if rows:
+            while lo <= hi and len(buf) < BUFFER_ROWS and size < BUFFER_BYTES:
+                # the whole gap, a read at a time (a pass per gap read costs a
+                # query for every hole a damaged copy's ids have)
+                rows: list[tuple[Any, ...]] = src.execute(
+                    f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id BETWEEN ? AND ?"
+                    " ORDER BY id LIMIT ?", (lo, hi, READ_ROWS)).fetchall()
                 seen.extend(int(r[0]) for r in rows)
                 buf.extend(rows)
                 size += sum(len(r[1]) for r in rows if isinstance(r[1], (str, bytes)))
                 found += len(rows)
-                if len(buf) >= BUFFER_ROWS or size >= BUFFER_BYTES:
+                if len(rows) < READ_ROWS:
                     break
+                lo = int(rows[-1][0]) + 1
+            if len(buf) >= BUFFER_ROWS or size >= BUFFER_BYTES:
+                break
         gaps.read(sorted(seen))
         if not found:
             if done:
