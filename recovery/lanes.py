@@ -428,7 +428,8 @@ def _bisect_table(ctx: LaneContext, state: TableState, tree: TreeMap | None
     for gap in list(state.gaps):
         candidates = _index_rowids(ctx, state.spec, gap)
         known = known and candidates is not None
-        if candidates is None and _whole_tree_unreadable(ctx, state.spec, gap, budget):
+        if candidates is None and not (tree is not None and tree.root_sound()) \
+                and _whole_tree_unreadable(ctx, state.spec, gap, budget):
             skipped.append(gap)
             continue
         skipped += yield from _bisect(ctx, state.spec, gap, budget, candidates, tree)

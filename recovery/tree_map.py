@@ -73,6 +73,12 @@ class TreeMap:
     def __len__(self) -> int:
         return len(self.los)
 
+    def root_sound(self) -> bool:
+        """Whether the root parsed (as a leaf, or an interior page whose
+        children could be listed): then rows below it may be reachable
+        whatever single lookups at the edges say."""
+        return any(kind != HOLE for kind in self.kinds)
+
     def span(self, rowid: int) -> Span | None:
         """The page range ``rowid`` falls in, or None when the map has none."""
         i = bisect.bisect_right(self.los, rowid) - 1
