@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from .carve_types import (FREELIST, ORPHAN, TREE, UNCOMMITTED, CarveError, CarveEstimate,
                           CarveResult, CarveStats, LostRecord, PageSet, RowOrigin)
-from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MISSING,
+from .fileformat import (INDEX_INTERIOR, INDEX_LEAF, MAX_ROWID, MIN_ROWID, MISSING,
                          TABLE_INTERIOR, TABLE_LEAF, BTreePage,
                          FormatError, decode_record, lock_byte_page,
                          parse_cell, parse_page_header, parse_ptrmap, parse_trunk,
@@ -66,7 +66,6 @@ def open_source(db_path: str | os.PathLike[str],
 
 
 Resolver = Callable[[str, "str | None"], "Layout | None"]
-MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
 Bounds = Optional[tuple[int, int]]  # the rowids a leaf's parent allows it (inclusive)
 Leaf = tuple[int, bytes, BTreePage, Bounds]
 

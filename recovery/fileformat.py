@@ -21,6 +21,7 @@ HEADER_SIZE = 100
 LEGAL_PAGE_SIZES = tuple(1 << n for n in range(9, 17))  # 512 .. 65536
 PENDING_BYTE = 0x40000000  # the lock-byte page holds this offset; never a b-tree page
 MAX_PAYLOAD = 0x7FFFFFFF  # SQLite's hard upper bound on a string or blob (2^31 - 1)
+MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1  # a rowid is a signed 64-bit integer
 
 # b-tree page types (first byte of the page header)
 INDEX_INTERIOR, TABLE_INTERIOR, INDEX_LEAF, TABLE_LEAF = 2, 5, 10, 13

@@ -26,11 +26,11 @@ from sessiondb.recovery_api import create_private_file
 
 from . import tree_map
 from .catalog import PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog, TableSpec, quote
+from .fileformat import MAX_ROWID, MIN_ROWID
 from .tree_map import TreeMap
 
 log = logging.getLogger(__name__)
 
-MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
 EVERYTHING = (MIN_ROWID, MAX_ROWID)
 DEFAULT_CHUNK = 500
 DEFAULT_BUDGET = 20000

@@ -23,13 +23,12 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from .fileformat import (TABLE_INTERIOR, TABLE_LEAF, BTreePage, parse_page_header,
-                         table_cell_keys)
+from .fileformat import (MAX_ROWID, MIN_ROWID, TABLE_INTERIOR, TABLE_LEAF, BTreePage,
+                         parse_page_header, table_cell_keys)
 from .wal import DatabaseImage
 
 log = logging.getLogger(__name__)
 
-MIN_ROWID, MAX_ROWID = -(1 << 63), (1 << 63) - 1
 BAD_BYTES = (ValueError, IndexError, OverflowError)  # FormatError is a ValueError
 PARENT, HOLE, LEAF = 0, 1, 2  # what an entry of the map is
 MAX_INTERIOR = 1 << 20  # interior pages one map visits at most (a cycle cannot run on)
