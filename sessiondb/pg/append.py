@@ -119,15 +119,12 @@ BEGIN
 END $f$;
 """
 
-_APPEND = f"""
-CREATE FUNCTION hermes_append(p_session text, p_holder text, p_now double precision,
-  p_kind text, {_ARRAYS}, p_lock_timeout_ms integer, p_relaxed boolean,
-  OUT status text, OUT ids bigint[], OUT next_position bigint, OUT lease_holder text,
-  OUT lease_expires double precision)
-LANGUAGE plpgsql AS $f$
-DECLARE top bigint;
-BEGIN
-  IF p_lock_timeout_ms IS NOT NULL THEN
+# What every append function answers, and the checks it makes first, in
+# this order: the call's lock timeout and durability, the session row
+# locked (or 'no_session'), the lease checked FOR SHARE (or 'lease').
+_OUTS = """  OUT status text, OUT ids bigint[], OUT next_position bigint, OUT lease_holder text,
+  OUT lease_expires double precision)"""
+_CHECKS = """  IF p_lock_timeout_ms IS NOT NULL THEN
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
   END IF;
   IF p_relaxed THEN
@@ -146,7 +143,16 @@ BEGIN
       RETURN;
     END IF;
   END IF;
-  SELECT max(m.position) INTO top FROM messages m WHERE m.session_id = p_session;
+"""
+
+_APPEND = f"""
+CREATE FUNCTION hermes_append(p_session text, p_holder text, p_now double precision,
+  p_kind text, {_ARRAYS}, p_lock_timeout_ms integer, p_relaxed boolean,
+{_OUTS}
+LANGUAGE plpgsql AS $f$
+DECLARE top bigint;
+BEGIN
+{_CHECKS}  SELECT max(m.position) INTO top FROM messages m WHERE m.session_id = p_session;
   SELECT r.ids, r.next_position INTO ids, next_position
     FROM hermes_insert_rows(p_session, coalesce(top, 0) + 1, p_now, p_kind, {_ARRAY_ARGS}) r;
   status := 'ok';
@@ -164,8 +170,7 @@ _SCALARS = """p_uid text, p_role text, p_content_kind text, p_content text,
 _APPEND_ONE = f"""
 CREATE FUNCTION hermes_append_one(p_session text, p_holder text, p_now double precision,
   p_kind text, {_SCALARS}, p_lock_timeout_ms integer, p_relaxed boolean,
-  OUT status text, OUT ids bigint[], OUT next_position bigint, OUT lease_holder text,
-  OUT lease_expires double precision)
+{_OUTS}
 LANGUAGE sql AS $f$
   SELECT * FROM hermes_append(p_session, p_holder, p_now, p_kind, ARRAY[p_uid], ARRAY[p_role],
     ARRAY[p_content_kind], ARRAY[p_content], ARRAY[p_tool_calls], ARRAY[p_tool_call_id],

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .append import _APPEND
+from .append import _APPEND, _CHECKS, _OUTS
 
 _MAX = "SELECT max(m.position) INTO top FROM messages m WHERE m.session_id = p_session;"
 _LAST = ("SELECT m.position INTO top FROM messages m WHERE m.session_id = p_session"
@@ -48,37 +48,17 @@ _APPEND_ARGS = ("text, text, double precision, text, text[], text[], text[], tex
                 " bigint[], integer, boolean")
 
 
-_APPEND_ONE = """
+_APPEND_ONE = f"""
 CREATE OR REPLACE FUNCTION hermes_append_one(p_session text, p_holder text,
   p_now double precision, p_kind text, p_uid text, p_role text, p_content_kind text,
   p_content text, p_tool_calls text, p_tool_call_id text, p_tool_name text,
   p_finish_reason text, p_timestamp double precision, p_token_count bigint, p_meta text,
   p_fingerprint text, p_calls bigint, p_lock_timeout_ms integer, p_relaxed boolean,
-  OUT status text, OUT ids bigint[], OUT next_position bigint, OUT lease_holder text,
-  OUT lease_expires double precision)
+{_OUTS}
 LANGUAGE plpgsql SET enable_seqscan = off AS $f$
 DECLARE pos bigint; new_id bigint;
 BEGIN
-  IF p_lock_timeout_ms IS NOT NULL THEN
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text, true);
-  END IF;
-  IF p_relaxed THEN
-    PERFORM set_config('synchronous_commit', 'off', true);
-  END IF;
-  PERFORM 1 FROM sessions WHERE id = p_session FOR UPDATE;
-  IF NOT FOUND THEN
-    status := 'no_session';
-    RETURN;
-  END IF;
-  IF p_holder IS NOT NULL THEN
-    SELECT l.holder, l.expires_at INTO lease_holder, lease_expires FROM leases l
-      WHERE l.session_id = p_session FOR SHARE;
-    IF lease_holder IS NULL OR lease_holder <> p_holder OR lease_expires <= p_now THEN
-      status := 'lease';
-      RETURN;
-    END IF;
-  END IF;
-  SELECT m.position INTO pos FROM messages m WHERE m.session_id = p_session
+{_CHECKS}  SELECT m.position INTO pos FROM messages m WHERE m.session_id = p_session
     ORDER BY m.position DESC LIMIT 1;
   pos := coalesce(pos, 0) + 1;
   INSERT INTO messages (session_id, uid, position, role, content_kind, content, tool_calls,
