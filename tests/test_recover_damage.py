@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import random
 import os
-import shutil
 import stat
 from pathlib import Path
 
@@ -19,7 +18,8 @@ import recovery
 from recovery.rebuild import PLACEHOLDER_SOURCE, QUARANTINE
 from sessiondb import SessionDB, StorageError
 from tests.helpers import damage
-from tests.helpers.damage import TableTree, bundle_hashes, pages_of, smash_page, sql
+from tests.helpers.damage import (TableTree, bundle_hashes, message_ids, pages_of, smash_page,
+                                  sql)
 from tests.helpers.damagevfs import FailingVFS, ZeroingVFS
 
 
@@ -34,14 +34,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture
 def store(pristine, tmp_path: Path) -> Path:
     """A private copy of the pristine store for one test to damage."""
-    src = tmp_path / "src"
-    src.mkdir(mode=0o700)
-    shutil.copyfile(pristine[0].path, src / "state.db")
-    return src / "state.db"
-
-
-def message_ids(path: Path) -> set[int]:
-    return {r[0] for r in sql(path, "SELECT id FROM messages")}
+    return damage.private_copy(pristine[0].path, tmp_path)
 
 
 def recover_checked(source: Path, tmp_path: Path, **kw) -> recovery.RecoveryReport:

@@ -5,7 +5,6 @@ truth is the intact file's b-tree (`tests.helpers.damage.TableTree`).
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import apsw
@@ -17,7 +16,8 @@ from recovery.fileformat import parse_cell, parse_page_header
 from recovery.lanes import batches
 from sessiondb import SessionDB
 from tests.helpers import damage
-from tests.helpers.damage import PAGE_SIZE, TableTree, bundle_hashes, smash_page, sql
+from tests.helpers.damage import (PAGE_SIZE, TableTree, bundle_hashes, message_ids, smash_page,
+                                  sql)
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +29,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture
 def store(pristine, tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    src.mkdir(mode=0o700)
-    shutil.copyfile(pristine[0].path, src / "state.db")
-    return src / "state.db"
-
-
-def message_ids(path: Path) -> set[int]:
-    return {r[0] for r in sql(path, "SELECT id FROM messages")}
+    return damage.private_copy(pristine[0].path, tmp_path)
 
 
 def the_map(path: Path) -> tree_map.TreeMap:

@@ -91,6 +91,18 @@ def sql(path: Path, statement: str, args: tuple = ()) -> list[tuple]:
         conn.close()
 
 
+def private_copy(path: Path, tmp_path: Path) -> Path:
+    """A copy of the store at ``path`` in a private directory, for one test to damage."""
+    src = tmp_path / "src"
+    src.mkdir(mode=0o700)
+    shutil.copyfile(path, src / "state.db")
+    return src / "state.db"
+
+
+def message_ids(path: Path) -> set[int]:
+    return {r[0] for r in sql(path, "SELECT id FROM messages")}
+
+
 def root_page(path: Path, name: str) -> int:
     return sql(path, "SELECT rootpage FROM sqlite_master WHERE name = ?", (name,))[0][0]
 
