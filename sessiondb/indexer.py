@@ -37,7 +37,7 @@ from typing import Callable, ContextManager
 
 import apsw
 
-from . import search_index
+from . import reclaim, search_index
 from .errors import Cause, StorageError, StoreLocked
 from .forksafe import ForkRegistry, ThreadOwner
 
@@ -69,6 +69,7 @@ class IndexerStats:
     foreground: int = 0  # batches run by a caller (search over a long tail, tests)
     failures: int = 0
     marked_stale: int = 0
+    pages_returned: int = 0  # free pages given back at the end of catch-ups (reclaim.py)
 
 
 class Indexer(ThreadOwner):
@@ -137,6 +138,8 @@ class Indexer(ThreadOwner):
             self._in_batch = True
             with self._write(patience=patience) as conn:
                 n = search_index.index_batch(conn, self.batch)
+                if 0 < n < self.batch:  # caught up: the merges' free pages go back
+                    self.stats.pages_returned += reclaim.return_free_pages(conn)
         except StorageError as e:
             self._in_batch = False
             if e.cause is not Cause.FTS_INDEX:

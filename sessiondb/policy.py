@@ -84,6 +84,16 @@ def set_page_size(conn: apsw.Connection) -> None:
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
 
 
+def set_auto_vacuum_incremental(conn: apsw.Connection) -> None:
+    """A new file is created with incremental auto-vacuum, so the indexer
+    can give the free pages of FTS5 merges back at the end of a catch-up
+    (sessiondb/reclaim.py; a pointer-map page per ~800 pages of 4 KiB). Only
+    on an empty file: an existing one keeps its mode (changing it would
+    need a VACUUM, and FULL must never become INCREMENTAL behind a tool)."""
+    if one(conn.execute("PRAGMA page_count"))[0] == 0:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+
+
 def set_journal_wal(conn: apsw.Connection) -> None:
     """WAL lets readers run beside the one writer and makes commits cheap."""
     mode = one(conn.execute("PRAGMA journal_mode=WAL"))[0]
@@ -174,11 +184,12 @@ def set_trusted_schema_off(conn: apsw.Connection) -> None:
     conn.execute("PRAGMA trusted_schema=OFF")
 
 
-WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size, set_journal_wal,
+WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size,
+                     set_auto_vacuum_incremental, set_journal_wal,
                      set_synchronous_normal, set_foreign_keys, set_journal_size_limit,
                      set_wal_autocheckpoint_off)
 WRITER_POLICY_DELETE = (set_busy_timeout, set_trusted_schema_off, set_page_size,
-                        set_journal_delete,
+                        set_auto_vacuum_incremental, set_journal_delete,
                         set_synchronous_full, set_foreign_keys)
 READER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_foreign_keys)
 # The background checkpointer's own connection: it only runs checkpoints,
