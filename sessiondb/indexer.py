@@ -138,8 +138,9 @@ class Indexer(ThreadOwner):
             self._in_batch = True
             with self._write(patience=patience) as conn:
                 n = search_index.index_batch(conn, self.batch)
-                if 0 < n < self.batch:  # caught up: the merges' free pages go back
-                    self.stats.pages_returned += reclaim.return_free_pages(conn)
+                caught_up = bool(n) and self._caught_up(conn, n)
+            if caught_up:  # the merges' free pages go back (reclaim.py)
+                self._return_free_pages(patience)
         except StorageError as e:
             self._in_batch = False
             if e.cause is not Cause.FTS_INDEX:
@@ -151,6 +152,20 @@ class Indexer(ThreadOwner):
         self.stats.batches += 1
         self.stats.rows += n
         return n
+
+    def _return_free_pages(self, patience: float | None) -> None:
+        """After the commit of a catch-up's last batch, in a transaction of
+        its own: FTS5 writes its pending terms and runs its merges when a
+        transaction commits, so the pages a merge frees are only free then."""
+        with self._write(patience=patience) as conn:
+            self.stats.pages_returned += reclaim.return_free_pages(conn)
+
+    def _caught_up(self, conn: apsw.Connection, n: int) -> bool:
+        """Whether the batch just run (``n`` rows) left nothing to index."""
+        if n < self.batch:
+            return True
+        left = search_index.backlog(conn)
+        return left is None or not left.work
 
     def _mark_stale(self, err: StorageError) -> None:
         """Index damage: record it so search scans, and stop indexing."""
