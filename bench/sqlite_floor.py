@@ -34,7 +34,9 @@ import apsw  # noqa: E402
 
 from common import message  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
-from sessiondb.search_index import FTS_TABLE, INDEXES, OPTIONS, TEXT_VIEW, TOKENIZERS  # noqa: E402
+from sessiondb.rows import one  # noqa: E402
+from sessiondb.search_index import (FTS_TABLE, INDEXES, OPTIONS, TEXT_VIEW,  # noqa: E402
+                                    TOKENIZERS, WATERMARK_KEY)
 
 N, BATCH = 10_000, 100
 _COLS = ("session_id, uid, position, role, content_kind, content, finish_reason, timestamp,"
@@ -74,10 +76,13 @@ def append_floor(work: Path) -> dict[str, float]:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute(f"ATTACH '{work / 'staged.db'}' AS staged")
     rows = _batches(conn, [_ROWS], 0)
+    # the indexer's whole work: both indexes, and its watermark moved in the same transaction
     index_sql = [f"INSERT INTO {t}(rowid, text) SELECT id, text FROM {TEXT_VIEW}"
                  " WHERE id > ? AND id <= ?" for t in INDEXES]
+    index_sql.append("UPDATE state_meta SET value = CAST(max(?, ?) AS TEXT) WHERE key ="
+                     f" '{WATERMARK_KEY}'")
     index = _batches(conn, index_sql, 0)
-    (count,) = conn.execute(f"SELECT count(*) FROM {FTS_TABLE}_docsize").fetchone()
+    (count,) = one(conn.execute(f"SELECT count(*) FROM {FTS_TABLE}_docsize"))
     conn.close()
     if count != N:
         raise SystemExit(f"the floor indexed {count} of {N} messages")
@@ -89,8 +94,7 @@ def index_floor(store: Path, work: Path) -> dict[str, Any]:
     """Both search indexes of ``store`` built by SQLite alone, CPU each."""
     src = apsw.Connection(f"file:{store}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY
                           | apsw.SQLITE_OPEN_URI)
-    (messages, chars) = src.execute(f"SELECT count(*), sum(length(text)) FROM {TEXT_VIEW}"
-                                    ).fetchone()
+    (messages, chars) = one(src.execute(f"SELECT count(*), sum(length(text)) FROM {TEXT_VIEW}"))
     src.close()
     out: dict[str, Any] = {"messages": messages, "text_mb": (chars or 0) / 1e6}
     for table in INDEXES:
