@@ -137,8 +137,13 @@ class Indexer(ThreadOwner):
         try:
             self._in_batch = True
             with self._write(patience=patience) as conn:
+                before = search_index.watermark(conn)
                 n = search_index.index_batch(conn, self.batch)
-                caught_up = bool(n) and self._caught_up(conn, n)
+                # only a catch-up that indexed new rows (FTS5 merges as the
+                # index grows): pages a delete freed (prune) stay for
+                # `sessions optimize` and later writes, as before
+                caught_up = (bool(n) and search_index.watermark(conn) != before
+                             and self._caught_up(conn, n))
             if caught_up:  # the merges' free pages go back (reclaim.py)
                 self._return_free_pages(patience)
         except StorageError as e:
