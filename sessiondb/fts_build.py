@@ -49,6 +49,7 @@ with doctor's scratch prefix (a leftover is found and removed), deleted by
 """
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import os
@@ -212,10 +213,10 @@ def _load_tracked(src: apsw.Connection, dst: apsw.Connection, table: str, top: i
     while not stop.is_set() and len(buf) < BUFFER_ROWS and size < BUFFER_BYTES:
         done = final.is_set()  # read first: a pass after it sees the last commit
         found, seen = 0, list[int]()
-        for lo, hi in gaps.open():
+        for lo, hi in _worth_reading(src, gaps.open()):
             while lo <= hi and len(buf) < BUFFER_ROWS and size < BUFFER_BYTES:
                 # the whole gap, a read at a time (a pass per gap read costs a
-                # query for every hole a damaged copy's ids have)
+                # query for every hole that has rows)
                 rows: list[tuple[Any, ...]] = src.execute(
                     f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id BETWEEN ? AND ?"
                     " ORDER BY id LIMIT ?", (lo, hi, READ_ROWS)).fetchall()
@@ -238,6 +239,25 @@ def _load_tracked(src: apsw.Connection, dst: apsw.Connection, table: str, top: i
     dst.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", buf)
     dst.executemany("INSERT INTO indexed VALUES (?, ?)", [(r[0], text_crc(r[1])) for r in buf])
     return max(top, int(buf[-1][0])) if buf else top, finished
+
+
+def _worth_reading(src: apsw.Connection, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Of the unread id ``ranges`` (ascending), those worth a read: the open
+    top (above every row read) always, a hole below it only when a row has
+    come into it, asked of the store for every hole in one statement. (A
+    read per hole every pass, most of them finding nothing, was a third of
+    a following builder's reading on a 1%-damaged copy: a thousand holes
+    and 8,000 empty queries at 100k messages.)"""
+    top = [ranges[-1]] if ranges and ranges[-1][1] == MAX_ROWID else []
+    holes = ranges[:len(ranges) - len(top)]
+    if not holes:
+        return top
+    ids = sorted(int(i) for (i,) in src.execute(
+        f"SELECT t.id FROM json_each(?) AS g JOIN {search_index.TEXT_VIEW} AS t"
+        " ON t.id BETWEEN g.value ->> 0 AND g.value ->> 1", (json.dumps(holes),)))
+    filled = [(lo, hi) for lo, hi in holes
+              if (i := bisect.bisect_left(ids, lo)) < len(ids) and ids[i] <= hi]
+    return filled + top
 
 
 def main(argv: list[str]) -> int:

@@ -329,3 +329,24 @@ def test_gaps_keep_the_ids_between_two_runs_open():
     assert gaps.open() == [(MIN_ROWID, 0), (41, 108), (129, MAX_ROWID)]
     gaps.read(list(range(41, 109)))
     assert gaps.open() == [(MIN_ROWID, 0), (129, MAX_ROWID)]
+
+
+def test_a_following_builder_reads_only_the_holes_rows_came_into(tmp_path):
+    """One statement tells which holes below the rows read have rows now: the
+    others are not read again this pass (each cost an empty query), the open
+    top always is, and a hole with a row, at either end of the id space, is."""
+    from sessiondb.fts_build import MAX_ROWID, MIN_ROWID, _worth_reading
+    src = tmp_path / "state.db"
+    _corpus(src)
+    damage.sql(src, "DELETE FROM messages WHERE id NOT IN (3, 50, 51, 90)")
+    conn = apsw.Connection(str(src), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        holes = [(MIN_ROWID, 3), (4, 49), (52, 60), (61, 89)]
+        top = [(100, MAX_ROWID)]
+        assert _worth_reading(conn, holes + top) == [(MIN_ROWID, 3)] + top
+        assert _worth_reading(conn, [(MIN_ROWID, -1), (4, 49), (50, 50), (52, 90)]) == \
+            [(50, 50), (52, 90)]  # no open top: every id above was read
+        assert _worth_reading(conn, top) == top
+        assert _worth_reading(conn, []) == []
+    finally:
+        conn.close()
