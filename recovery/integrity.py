@@ -33,6 +33,7 @@ import apsw
 from .catalog import quote
 
 MAX_THREADS = 4  # more parts than this (a foreign file's many virtual tables) queue
+BUSY_MS = 10_000
 
 
 def virtual_tables(conn: apsw.Connection) -> list[str]:
@@ -66,9 +67,12 @@ def _outcome(future: Future[list[str]]) -> list[str] | BaseException:
 
 
 def _part(path: Path, table: str | None, limit: int, vfs: str | None) -> list[str]:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI,
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY,
                            **({"vfs": vfs} if vfs else {}))
     try:
+        # parts opening at once on a WAL file nobody has open race to rebuild
+        # its shared-memory index; the losers wait for it instead of failing
+        conn.set_busy_timeout(BUSY_MS)
         if table is None:
             conn.drop_modules(None)  # before any statement: no virtual table connected
             return [r[0] for r in conn.execute(f"PRAGMA integrity_check({int(limit)})")]
