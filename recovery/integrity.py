@@ -67,8 +67,7 @@ def _outcome(future: Future[list[str]]) -> list[str] | BaseException:
 
 
 def _part(path: Path, table: str | None, limit: int, vfs: str | None) -> list[str]:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY,
-                           **({"vfs": vfs} if vfs else {}))
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY, vfs=vfs)
     try:
         # parts opening at once on a WAL file nobody has open race to rebuild
         # its shared-memory index; the losers wait for it instead of failing
