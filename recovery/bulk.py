@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,14 +180,21 @@ def _rebuild(conn: apsw.Connection, tick: Progress, timings: dict[str, float],
         fill_search(conn, tick)
         return 1
     started = time.monotonic()
-    fill_search(conn, tick, (FTS_TABLE,))
-    timings["search_words_s"] = round(time.monotonic() - started, 3)
-    tick("building the trigram index (second process)", 0, 0)
-    top = builder.finish(BUILDER_SECONDS)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # the messages are final (linking is done, and nothing here writes
+        # them again): a following builder is told so now, and once it is
+        # done its rows are checked against them on this thread, on the
+        # second core while the word index fills on this one
+        ending = pool.submit(_finish_and_check, builder) if builder.track else None
+        fill_search(conn, tick, (FTS_TABLE,))
+        timings["search_words_s"] = round(time.monotonic() - started, 3)
+        tick("building the trigram index (second process)", 0, 0)
+        top, stale = ending.result() if ending is not None else \
+            (builder.finish(BUILDER_SECONDS), None)
     timings["search_trigram_wait_s"] = round(time.monotonic() - started, 3) - \
         timings["search_words_s"]
     (last,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
-    if top is not None and top == last and _take(conn, builder):
+    if top is not None and top == last and _take(conn, builder, stale):
         timings["search_builder_cpu_s"] = builder.cpu_seconds()
         return 2
     log.warning("the trigram builder's index was not used (built here instead)")
@@ -194,12 +202,26 @@ def _rebuild(conn: apsw.Connection, tick: Progress, timings: dict[str, float],
     return 1
 
 
-def _take(conn: apsw.Connection, builder: ParallelBuild) -> bool:
+def _finish_and_check(builder: ParallelBuild) -> tuple[int | None, int | None]:
+    """A tracking builder's `finish`, then its `stale_rows` (None when the
+    builder failed, or the count could not be made: `_take` counts then)."""
+    top = builder.finish(BUILDER_SECONDS)
+    if top is None:
+        return None, None
+    try:
+        return top, builder.stale_rows()
+    except apsw.Error:
+        log.info("could not check the builder's rows beside the word index", exc_info=True)
+        return top, None
+
+
+def _take(conn: apsw.Connection, builder: ParallelBuild, stale: int | None = None) -> bool:
     """The builder's trigram index copied in, in one transaction (the
     watermark is already at the top: `fill_search` of the word index), on
     a connection of its own: FTS5 caches an index's structure per
     connection, and ``conn`` may have read the trigram index since its DDL
-    (a take-over that failed empties it on ``conn``)."""
+    (a take-over that failed empties it on ``conn``). ``stale``: a tracking
+    builder's changed rows, counted already (`_finish_and_check`)."""
     try:
         fresh = apsw.Connection(conn.filename, flags=apsw.SQLITE_OPEN_READWRITE
                                 | apsw.SQLITE_OPEN_URI, vfs=conn.vfsname("main"))
@@ -210,7 +232,7 @@ def _take(conn: apsw.Connection, builder: ParallelBuild) -> bool:
         fresh.execute("PRAGMA synchronous=OFF")  # as `start` set the loading connection
         with builder.attached(fresh), fresh:
             builder.copy(fresh)
-            if builder.track and not builder.correct(fresh):
+            if builder.track and not builder.correct(fresh, stale):
                 raise _Stale()  # rolls the copy back
     except _Stale:
         log.info("rows changed after the trigram builder read them: built here instead")

@@ -18,6 +18,7 @@ from sessiondb.recovery_api import applied_migrations, one, pending_migrations, 
 
 from .catalog import quote, read_catalog
 from .inspect import fts_health
+from .integrity import integrity_lines, virtual_tables
 from .inspect_fts import match_probe
 
 
@@ -40,7 +41,10 @@ class Verification:
 
 
 def _integrity(conn: apsw.Connection, v: Verification) -> None:
-    lines = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+    """``PRAGMA integrity_check(20)``, its b-tree part and each virtual
+    table's part at once on connections of their own (`recovery.integrity`)."""
+    lines = integrity_lines(Path(conn.filename), virtual_tables(conn), 20,
+                            conn.vfsname("main") or None)
     v.checks["integrity_check"] = lines
     if lines != ["ok"]:
         v.findings.append(f"integrity_check: {'; '.join(lines[:3])}")

@@ -297,6 +297,8 @@ def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(t
             assert builder.finish(60) == rows[-1][0]  # it has read every row
             if changed:  # then one changes (FTS5 would need its old text to drop it)
                 conn.execute("UPDATE messages SET content = 'changed later' WHERE id = 7")
+            counted = builder.stale_rows()  # (on its own connection: recover's other thread)
+            assert counted == int(changed)
             fresh = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE
                                     | apsw.SQLITE_OPEN_URI)
             with builder.attached(fresh), fresh:
@@ -304,7 +306,8 @@ def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(t
                                         ).fetchone()
                 assert read == len(rows)  # every row by the builder, none left to correct
                 builder.copy(fresh)
-                corrected = builder.correct(fresh)
+                # counted here when not changed, taken from stale_rows when changed
+                corrected = builder.correct(fresh, counted if changed else None)
             fresh.close()
         assert corrected is not changed
         if not changed:
@@ -329,3 +332,67 @@ def test_gaps_keep_the_ids_between_two_runs_open():
     assert gaps.open() == [(MIN_ROWID, 0), (41, 108), (129, MAX_ROWID)]
     gaps.read(list(range(41, 109)))
     assert gaps.open() == [(MIN_ROWID, 0), (129, MAX_ROWID)]
+
+
+def test_a_following_builder_reads_only_the_holes_rows_came_into(tmp_path):
+    """One statement tells which holes below the rows read have rows now: the
+    others are not read again this pass (each cost an empty query), the open
+    top always is, and a hole with a row, at either end of the id space, is."""
+    from sessiondb.fts_build import MAX_ROWID, MIN_ROWID, _worth_reading
+    src = tmp_path / "state.db"
+    _corpus(src)
+    damage.sql(src, "DELETE FROM messages WHERE id NOT IN (3, 50, 51, 90)")
+    conn = apsw.Connection(str(src), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        holes = [(MIN_ROWID, 3), (4, 49), (52, 60), (61, 89)]
+        top = [(100, MAX_ROWID)]
+        assert _worth_reading(conn, holes + top) == [(MIN_ROWID, 3)] + top
+        assert _worth_reading(conn, [(MIN_ROWID, -1), (4, 49), (50, 50), (52, 90)]) == \
+            [(50, 50), (52, 90)]  # no open top: every id above was read
+        assert _worth_reading(conn, top) == top
+        assert _worth_reading(conn, []) == []
+    finally:
+        conn.close()
+
+
+def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_word_index(
+        tmp_path):
+    """recover's `_rebuild`: the builder is told the rows are final and its rows
+    are checked on another thread while the word index fills; a row changed
+    after the builder read it (as linking may quarantine one) is counted
+    there, so the builder's index is refused and both are built in place."""
+    from recovery.bulk import _rebuild
+    from sessiondb.fts_build import ParallelBuild
+    from sessiondb.search_index import FTS_TABLE, TRIGRAM_TABLE
+    if cores() < 2:
+        return  # recover starts no builder on one core (nothing to check)
+    src, out = tmp_path / "state.db", tmp_path / "out.db"
+    _corpus(src)
+    expected = _answers_via_rebuild(src, tmp_path)
+    shutil.copy(src, out)
+    conn = apsw.Connection(str(out))
+    search_index.drop_triggers(conn)
+    with conn:
+        for table in (FTS_TABLE, TRIGRAM_TABLE):
+            conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    for changed in (False, True):
+        search_index.drop_triggers(conn)  # (opening the store to search put them back)
+        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=True, track=True) as builder:
+            time.sleep(0.5)  # it reads every row (a late read only loses the edge)
+            if changed:
+                with conn:
+                    conn.execute("UPDATE messages SET content = content || ' libfoo' "
+                                 "WHERE id = 7")
+            timings: dict[str, float] = {}
+            processes = _rebuild(conn, lambda *_: None, timings, builder)
+        assert processes == (1 if changed else 2)
+        if changed:  # (the rebuild copies the file alone: the change checkpointed into it)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (tmp_path / "again").mkdir()
+            expected = _answers_via_rebuild(out, tmp_path / "again")
+            assert 7 in expected["libfoo"]
+        assert _answers(out) == expected
+        with conn:
+            for table in (FTS_TABLE, TRIGRAM_TABLE):
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+    conn.close()
