@@ -5,17 +5,17 @@ segments it replaced, and a store that stops growing keeps them as free
 pages (up to ~20 bytes a message on the B1 corpus, docs/benchmarks.md).
 New stores are created with ``auto_vacuum=INCREMENTAL`` (`policy`), so
 ``PRAGMA incremental_vacuum`` can move and truncate them inside an ordinary
-write transaction. The indexer runs it at the end of a catch-up, in a
-transaction of its own right after its last batch commits (FTS5 writes
-and merges at commit), when the catch-up indexed new rows and the
-freelist is large
+write transaction. The indexer runs it at the end of a catch-up that
+indexed new rows, in a transaction of its own right after the last batch
+commits (FTS5 writes and merges at commit), when the freelist is large
 (`free_pages_worth_returning`): it is already a writer on its own
 connection, so no other handle writes for it. Pages freed by deletes
-alone (`sessions prune`) are left for `sessions optimize` and later
-writes, as before, unless a later catch-up of new rows finds them. Never at close (dry runs,
-read-only and quarantined handles, a close under another process's lock
-must write nothing), never from a read-only handle. A file without
-incremental auto-vacuum (every store created before m012) is left as it is.
+alone (`sessions prune`) stay for `sessions optimize` and later writes,
+as before, unless a later catch-up of new rows finds them. Never at close
+(dry runs, read-only and quarantined handles, a close under another
+process's lock must write nothing), never from a read-only handle. A file
+without incremental auto-vacuum (every store created before m012) is left
+as it is.
 """
 from __future__ import annotations
 
