@@ -10,8 +10,10 @@ so every row, count and classification is the same either way.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, cast
 
 import apsw
 
@@ -69,8 +71,9 @@ def _read_image(ctx: LaneContext, conn: apsw.Connection, image: Path, spec: Tabl
     rows_sql = (f"SELECT {spec.select_list()} FROM {spec.quoted()} WHERE rowid BETWEEN ? "
                 "AND ? ORDER BY rowid")
     try:
+        sizes = _sizes(conn, spec)
         while True:
-            rowids = _next_rowids(conn, spec, start)
+            rowids = _next_rowids(conn, spec, sizes, start)
             if not rowids:
                 break
             offer = ImageRows(image, spec, rowids)
@@ -92,18 +95,25 @@ def _read_image(ctx: LaneContext, conn: apsw.Connection, image: Path, spec: Tabl
     result.gaps[spec.name] = []
 
 
-def _next_rowids(conn: apsw.Connection, spec: TableSpec, start: int) -> list[int]:
+def _sizes(conn: apsw.Connection, spec: TableSpec) -> str:
+    """An expression for the bytes of a row's text and blobs, from the record
+    header (no value is read). Only columns of TEXT or BLOB affinity are
+    counted: turning every number into text to measure it doubled the cost,
+    and a number is small."""
+    def wide(declared: str) -> bool:
+        t = (declared or "").upper()
+        return "INT" not in t and (any(k in t for k in ("CHAR", "CLOB", "TEXT", "BLOB"))
+                                   or not t)
+    cols = [r[1] for r in conn.execute(f"PRAGMA table_info({spec.quoted()})") if wide(r[2])]
+    return " + ".join(f"coalesce(octet_length({quote(c)}), 0)" for c in cols) or "0"
+
+
+def _next_rowids(conn: apsw.Connection, spec: TableSpec, sizes: str, start: int) -> list[int]:
     """The rowids of the next batch from ``start``: at most BATCH_ROWS rows and
-    about BATCH_BYTES of text and blobs (sizes from the record headers, no
-    value is read), so a batch's transaction stays as small as a dict batch."""
-    sizes = " + ".join(f"coalesce(octet_length({quote(c)}), 0)" for c in spec.columns) or "0"
-    out: list[int] = []
-    total = 0
-    for rowid, size in conn.execute(
-            f"SELECT rowid, {sizes} FROM {spec.quoted()} WHERE rowid >= ? ORDER BY rowid "
-            "LIMIT ?", (start, BATCH_ROWS)):
-        out.append(rowid)
-        total += 64 + size
-        if total >= BATCH_BYTES:
-            break
-    return out
+    about BATCH_BYTES of text and blobs (`_sizes`), so a batch's transaction
+    stays about as small as a batch of row dicts."""
+    rows = cast("list[tuple[int, int]]", conn.execute(
+        f"SELECT rowid, 64 + {sizes} FROM {spec.quoted()} WHERE rowid >= ? ORDER BY rowid "
+        "LIMIT ?", (start, BATCH_ROWS)).fetchall())
+    upto = bisect.bisect_left(list(itertools.accumulate(r[1] for r in rows)), BATCH_BYTES)
+    return [r[0] for r in rows[:upto + 1]]

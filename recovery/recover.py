@@ -15,7 +15,6 @@ import logging
 import os
 import secrets
 import time
-from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -550,9 +549,6 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
             pending, ctx = None, _context(snap, cat, insp, opts)
             continue
         except OutputUnreadable as e:
-            if pending is not None:
-                with suppress(Unsound):
-                    pending()  # the report's inspect section complete all the same
             _keep_unreadable(tmp, output, report, e)
             return
         except BaseException:
@@ -567,12 +563,22 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
     _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
 
 
+def _run_and_finish(ctx: LaneContext, sink: RowSink, insp: InspectReport,
+                    report: RecoveryReport, opts: RecoverOptions) -> Any:
+    started = time.monotonic()
+    run_lanes(ctx, sink, opts.lanes, report)
+    report.timings["lanes_s"] = round(time.monotonic() - started, 3)
+    _tables_report(ctx.states, insp, report)
+    return None if _nothing_read(ctx, sink) else _finish(ctx, sink, report)
+
+
 def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: RecoveryReport,
                 opts: RecoverOptions, settle: Callable[[], None] | None = None) -> Any:
     """Run the lanes straight into the output at ``tmp`` and complete it; the
     write stats, or None when nothing at all could be read. ``settle``
-    completes inspect once the lanes are done (it raises `Unsound` when
-    their work does not count)."""
+    completes inspect once the file is complete (it raises `Unsound` when
+    that work does not count: everything it did followed from inspect's
+    verdict, which a quick_check that agrees leaves as it was)."""
     try:
         sink = _open_sink(ctx, tmp, opts)
         ctx.kept = sink
@@ -580,15 +586,15 @@ def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: Recove
             if isinstance(sink, StoreSink) and search_reuse.source_reason(
                     report.verdict_before, report.inspect, False):
                 sink.follow_search()  # its index is rebuilt: start on the second core now
-            started = time.monotonic()
-            run_lanes(ctx, sink, opts.lanes, report)
-            report.timings["lanes_s"] = round(time.monotonic() - started, 3)
+            try:
+                stats = _run_and_finish(ctx, sink, insp, report, opts)
+            except Exception:
+                if settle is not None:
+                    settle()  # a copy found unsound after all: the error is the damage's
+                raise
             if settle is not None:
-                settle()
-            _tables_report(ctx.states, insp, report)
-            if _nothing_read(ctx, sink):
-                return None
-            return _finish(ctx, sink, report)
+                settle()  # after the finish too: it does not depend on quick_check's word
+            return stats
         finally:
             sink.close()
     finally:

@@ -180,3 +180,14 @@ def test_foreign_file_takes_rows_one_by_one(tmp_path):
     assert damage.bundle_hashes(src) == before
     assert fast.tables["notes"].copied == 2500 and _copied_by_statement(fast) == 0
     shutil.rmtree(src_dir)
+
+
+def test_rows_of_megabytes_same_both_ways(pristine, tmp_path):
+    """Batches are cut by bytes as well as rows (a 5 MB and a 3 MB message
+    each end one): the rows and counts do not depend on where the cuts fall."""
+    src = damage.private_copy(pristine.path, tmp_path)
+    damage.sql(src, "UPDATE messages SET content = ? WHERE id = 10", ("x" * (5 << 20),))
+    damage.sql(src, "UPDATE messages SET content = ? WHERE id = 1200", ("y" * (3 << 20),))
+    fast, slow = _both(src, tmp_path)
+    assert fast.outcome == "recovered" and fast.tables["messages"].copied == 3000
+    assert _copied_by_statement(fast) == 3000 + 6
