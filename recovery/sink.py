@@ -9,6 +9,9 @@ in memory (there are only as many as there are unread rows an index still
 lists) until a whole copy replaces them or the sink finishes. Subclasses
 say how one row goes into the file: `recovery.rebuild.StoreSink` for our
 store, `recovery.foreign_write.ForeignSink` for a file in its own schema.
+A subclass may also take a batch the backup lane left in its image in one
+statement (`copy_image`, counted as `add` counts); the base class declines,
+and the lane then sends the batch as rows.
 """
 from __future__ import annotations
 
