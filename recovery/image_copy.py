@@ -84,9 +84,15 @@ class ImageAttach:
         return True
 
     def close(self) -> None:
+        """Detach the image. A DETACH that fails (the output's connection
+        already failing, say) is let be: the connection is closed next, and
+        the error that matters is the one being raised."""
         if self._held is not None:
             held, self._held, self.path = self._held, None, None
-            held.__exit__(None, None, None)
+            try:
+                held.__exit__(None, None, None)
+            except apsw.Error:
+                pass
 
 
 class NotTheSame(Exception):
