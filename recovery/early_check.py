@@ -11,8 +11,10 @@ again on that verdict, exactly as if the check had come first.
 """
 from __future__ import annotations
 
+import copy
 import threading
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +120,14 @@ def settle(check: QuickCheck, snap: Snapshot, insp: InspectReport,
         raise Unsound()
 
 
-def forget_lanes(work_dir: Path, report: RecoveryReport) -> None:
-    """What the lanes of a run thrown away left in the report and work dir."""
-    report.lanes_run, report.lane_stats, report.lost_and_found = [], {}, 0
-    for key in [k for k in report.timings if k.startswith("lane") or k.startswith("finish")]:
-        del report.timings[key]
+def forget_lanes(before: RecoveryReport, report: RecoveryReport, work_dir: Path) -> None:
+    """``report`` as it was (``before``) ahead of the lanes of a run thrown
+    away, with inspect's final word and the timings of what is kept, and
+    no backup image left in the work dir."""
+    kept = {"inspect": report.inspect, "verdict_before": report.verdict_before,
+            "timings": {k: v for k, v in report.timings.items()
+                        if not k.startswith(("lane", "finish"))}}
+    for f in fields(report):
+        setattr(report, f.name, kept[f.name] if f.name in kept
+                else copy.deepcopy(getattr(before, f.name)))
     (work_dir / BACKUP_IMAGE).unlink(missing_ok=True)

@@ -11,6 +11,7 @@ loss was accepted), ``NEW.partial`` when verified with loss, and
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import secrets
@@ -539,13 +540,14 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
     ctx = _context(snap, cat, insp, opts)
     _describe_schema(report, ctx.catalog, opts.template)
     pending = partial(settle, check, snap, insp, report) if check is not None else None
+    before = copy.deepcopy(report)  # what a run thrown away leaves to start again from
     while True:
         tmp = _temp_name(output)
         try:
             stats = _lanes_into(ctx, tmp, insp, report, opts, pending)
         except Unsound:
             _remove(tmp)
-            forget_lanes(ctx.work_dir, report)
+            forget_lanes(before, report, ctx.work_dir)
             pending, ctx = None, _context(snap, cat, insp, opts)
             continue
         except OutputUnreadable as e:
