@@ -30,6 +30,7 @@ from .snapshot import Snapshot, take_snapshot
 from .vocab import Verdict
 
 QUICK_CHECK_SECONDS = 20.0
+SOUND = (Verdict.HEALTHY, Verdict.FTS_ONLY)  # the b-trees are sound: a backup reads them
 VERDICTS = tuple(v for v in Verdict if v is not Verdict.UNKNOWN)  # UNKNOWN: data only
 
 
@@ -191,13 +192,16 @@ def _check_one_file(conn: apsw.Connection) -> list[str]:
         return [_err(e)]
 
 
-def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float) -> dict[str, Any]:
+def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float,
+                        steps: int = 1000) -> dict[str, Any]:
     """``PRAGMA quick_check``, interrupted after ``seconds`` on large files.
     The whole file once (it covers every table, the freelist and the page
     accounting); only when it finds damage, table by table, so the damage
-    can be placed in data or in derived tables."""
+    can be placed in data or in derived tables. The deadline is looked at
+    every ``steps`` SQLite steps (each look takes the GIL: a check on a
+    thread beside busy Python code looks less often)."""
     deadline = time.monotonic() + seconds
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, steps)
     per_table: dict[str, list[str]] = {}
     timed_out = False
     try:
@@ -238,9 +242,11 @@ Phase = Callable[[str], None]  # told each phase of a long check, for a terminal
 
 def analyse_copy(snap: Snapshot, report: InspectReport,
                  quick_seconds: float = QUICK_CHECK_SECONDS, *, fts_full: bool | None = None,
-                 progress: Phase | None = None) -> Catalog | None:
+                 progress: Phase | None = None, defer_quick_check: bool = False
+                 ) -> Catalog | None:
     """Fill ``report`` from the snapshot copy; returns the catalog if readable.
-    ``fts_full`` None: the exhaustive FTS5 check only up to FULL_CHECK_BYTES."""
+    ``fts_full`` None: the exhaustive FTS5 check only up to FULL_CHECK_BYTES.
+    ``defer_quick_check``: see `inspect_snapshot`."""
     copy = snap.db_copy
     wal = Path(f"{copy}-wal")
     report.wal = headers.summarize_wal(wal) if wal.exists() else None
@@ -255,7 +261,8 @@ def analyse_copy(snap: Snapshot, report: InspectReport,
         report.schema_error = _err(e)
         return None
     try:
-        return _analyse_open(conn, report, quick_seconds, fts_full, progress or _quiet)
+        return _analyse_open(conn, report, quick_seconds, fts_full, progress or _quiet,
+                             defer_quick_check)
     finally:
         conn.close()
 
@@ -283,7 +290,7 @@ def read_catalog_tolerant(conn: apsw.Connection, report: InspectReport) -> Catal
 
 
 def _analyse_open(conn: apsw.Connection, report: InspectReport, quick_seconds: float,
-                  fts_full: bool, progress: Phase) -> Catalog | None:
+                  fts_full: bool, progress: Phase, defer: bool = False) -> Catalog | None:
     cat = read_catalog_tolerant(conn, report)
     if cat is None:
         return None
@@ -304,6 +311,8 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport, quick_seconds: f
         progress("checking the search index" + ("" if fts_full else " (sampled)"))
     report.fts = [check_fts(conn, name, full=fts_full) for name in cat.fts5]
     report.fts_stale = _fts_stale(conn, cat)
+    if defer and not cat.tolerant and data_verdict(report) in SOUND:
+        return cat  # only quick_check can still call the copy unsound: the caller runs it
     progress("quick_check of every page")
     report.quick_check = bounded_quick_check(conn, cat, quick_seconds)
     return cat
@@ -403,20 +412,25 @@ def _guess(report: InspectReport) -> None:
 
 def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECONDS,
                      estimate: bool | str | None = True, fts_full: bool | None = None,
-                     progress: Phase | None = None,
+                     progress: Phase | None = None, defer_quick_check: bool = False,
                      ) -> tuple[InspectReport, Catalog | None]:
     """Analyse a snapshot taken by the caller. ``estimate`` None (what
     recover uses) estimates carving only when SQLite cannot read the schema,
     since only then does the verdict depend on it; "damaged" (what inspect
     uses) also when the copy is not healthy (on a healthy file the rows read
-    are exact, and the estimate walks every page in Python)."""
+    are exact, and the estimate walks every page in Python).
+    ``defer_quick_check``: when everything else finds the copy sound, leave
+    ``quick_check`` empty (its verdict provisional) for the caller to run
+    beside other work and hand to `complete_quick_check` (what recover does:
+    `recovery.early_check`); otherwise it is run here as always."""
     started = time.monotonic()
     report = InspectReport(str(snap.source), Verdict.HEALTHY, Verdict.HEALTHY)
     report.shm_present = snap.has("-shm")
     report.journal_present = snap.has("-journal")
     report.holders = [h.to_dict() for h in snap.holders]
     report.fingerprints = snap.to_dict()
-    cat = analyse_copy(snap, report, quick_seconds, fts_full=fts_full, progress=progress)
+    cat = analyse_copy(snap, report, quick_seconds, fts_full=fts_full, progress=progress,
+                       defer_quick_check=defer_quick_check)
     if _wants_estimate(estimate, report):
         if progress is not None:
             progress("estimating what carving would find")
@@ -427,6 +441,16 @@ def inspect_snapshot(snap: Snapshot, *, quick_seconds: float = QUICK_CHECK_SECON
     report.free_disk = _free_disk(snap.source, snap)
     report.elapsed_s = round(time.monotonic() - started, 3)
     return finish(report, snap), cat
+
+
+def complete_quick_check(report: InspectReport, snap: Snapshot, quick_check: dict[str, Any],
+                         seconds: float) -> InspectReport:
+    """A deferred quick_check's result into ``report`` (see `inspect_snapshot`):
+    the verdict and advice as if it had been run in place."""
+    report.quick_check = quick_check
+    report.data_verdict = data_verdict(report)
+    report.elapsed_s = round(report.elapsed_s + seconds, 3)
+    return finish(report, snap)
 
 
 def _wants_estimate(estimate: bool | str | None, report: InspectReport) -> bool:

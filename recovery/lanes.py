@@ -9,7 +9,8 @@ batch goes straight to the new file (`recovery.sink`), which keeps the first
 copy of a row (by rowid and the table's unique key), so memory does not grow
 with the store and adding a lane is one entry in ``LANES``. (A plain
 function returning a `LaneResult` with ``rows`` still works: its rows are one
-batch per table.) The last lane, the page carver, is in `recovery.carve_lane`.
+batch per table.) The first lane, the SQLite backup, is in `recovery.backup_lane`, the last,
+the page carver, in `recovery.carve_lane`.
 """
 from __future__ import annotations
 
@@ -120,6 +121,7 @@ class LaneContext:
     include_freelist: bool = False  # the carve lane also reads free pages (deleted rows)
     kept: RowsKept | None = None  # the output, asked which rowids it holds
     readable: dict[str, int] = field(default_factory=dict)  # rows inspect could count
+    offer_image: bool = True  # the backup lane offers its batches as `ImageRows`
 
     @property
     def live(self) -> apsw.Connection:
@@ -160,6 +162,19 @@ class LaneContext:
 
 
 @dataclass
+class ImageRows:
+    """A batch of whole rows left in the backup image (rowids ascending, one
+    after another in the table): an output that can copy them in one
+    statement does so and sets ``taken``; otherwise the lane reads them and
+    sends them as row dicts, so the result is the same either way."""
+
+    image: Path
+    spec: TableSpec
+    rowids: list[int]
+    taken: bool = False
+
+
+@dataclass
 class LaneResult:
     """The gaps a lane leaves (only for tables it worked on), rows it could
     not attribute to a table, and its stats. ``rows`` is for lanes that are
@@ -171,7 +186,7 @@ class LaneResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-Batch = tuple[str, list[dict]]  # (table, rows) as a lane read them
+Batch = tuple[str, "list[dict] | ImageRows"]  # (table, rows) as a lane read them
 LOST = "\0lost-and-found"  # a batch of finds no table claims (never a table's name)
 LaneRun = Generator[Batch, None, LaneResult]
 Lane = Callable[[LaneContext], "LaneRun | LaneResult"]
@@ -252,30 +267,9 @@ def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-# -- lane 1: SQLite backup of a sound copy ----------------------------------
+# -- reading a whole table (the backup lane, and tables without rowids)
 
-def backup_lane(ctx: LaneContext) -> LaneRun:
-    """When the copy is structurally sound, take an online backup of it and
-    read every table from that consistent image in one pass."""
-    result = LaneResult(stats={"applicable": ctx.structurally_sound})
-    if not ctx.structurally_sound or ctx.conn is None:
-        return result
-    image = ctx.work_dir / "backup.db"
-    create_private_file(image)  # 0600 whatever the umask; SQLite would use 0644
-    dest = apsw.Connection(str(image))
-    try:
-        with dest.backup("main", ctx.conn, "main") as b:
-            b.step(-1)
-        for state in ctx.pending():
-            yield from _read_whole(ctx, dest, state.spec, result)
-    except READ_ERRORS as e:
-        result.stats["error"] = _err(e)
-    finally:
-        dest.close()
-    return result
-
-
-def _read_whole(ctx: LaneContext, conn: apsw.Connection, spec: TableSpec,
+def read_whole(ctx: LaneContext, conn: apsw.Connection, spec: TableSpec,
                 result: LaneResult) -> Iterator[Batch]:
     """Every row of the table, in batches; the table is complete only when
     the scan reached its end (rows before an error are kept all the same)."""
@@ -302,7 +296,7 @@ def row_copy_lane(ctx: LaneContext) -> LaneRun:
         return result
     for state in ctx.pending():
         if not state.spec.rowid:
-            yield from _read_whole(ctx, ctx.conn, state.spec, result)
+            yield from read_whole(ctx, ctx.conn, state.spec, result)
             continue
         gaps: list[Range] = []
         read = [0]
@@ -589,7 +583,8 @@ def _singles(ctx: LaneContext, spec: TableSpec, rowids: Any, budget: Budget,
     return skipped
 
 
-# The index and page carver lanes live in their own modules (they import this one).
+# The backup, index and page carver lanes live in their own modules (they import this one).
+from .backup_lane import backup_lane  # noqa: E402
 from .carve_lane import carve_lane  # noqa: E402
 from .index_lane import index_lane  # noqa: E402
 

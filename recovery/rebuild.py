@@ -26,9 +26,9 @@ import apsw
 
 from sessiondb.recovery_api import ParallelBuild, SessionDB
 
-from . import bulk
+from . import bulk, image_copy
 from .catalog import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
-from .lanes import TableState
+from .lanes import ImageRows, TableState
 from .sink import DUPLICATE, NEW, QUARANTINED, RowSink, output_errors
 from .write_stats import (LOST_AND_FOUND, MARKED, NOT_COPIED, PLACEHOLDER_SOURCE,
                           PLACEHOLDER_TITLE, QUARANTINE, TableWrite, WriteStats)
@@ -86,6 +86,7 @@ class StoreSink(RowSink):
         self.meta_seen: set[Any] = set()
         self.made: set[str] = set()  # side tables created so far
         self.follower: ParallelBuild | None = None  # `follow_search`
+        self.image = image_copy.ImageAttach(conn)  # the backup image, for `copy_image`
         try:
             with output_errors(path):
                 self.deferred = bulk.start(conn)
@@ -140,17 +141,22 @@ class StoreSink(RowSink):
             self.stats.table(table).inserted += 1
         return outcome
 
+    def _fields(self, table: str, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """The columns a row with these keys is written to: its keys that are
+        columns, the rowid first when it is no alias."""
+        names, alias = self.columns[table]
+        fields = tuple(k for k in keys if k in names)
+        if not alias and ROWID_KEY in keys:
+            fields = ("rowid",) + tuple(f for f in fields if f != "rowid")
+        return fields
+
     def _plan(self, table: str, keys: tuple[str, ...]
               ) -> tuple[str, Callable[[dict], tuple]] | None:
         """The INSERT for rows with these keys and how to take its values from
-        a row, made once per shape of row (a lane's rows all have one): the
-        row's keys that are columns, the rowid first when it is no alias."""
+        a row, made once per shape of row (a lane's rows all have one)."""
         plan = self.plans.get((table, keys))
         if plan is None and (table, keys) not in self.plans:
-            names, alias = self.columns[table]
-            fields = tuple(k for k in keys if k in names)
-            if not alias and ROWID_KEY in keys:
-                fields = ("rowid",) + tuple(f for f in fields if f != "rowid")
+            fields = self._fields(table, keys)
             if fields:
                 get = operator.itemgetter(*(ROWID_KEY if f == "rowid" else f for f in fields))
                 plan = (self._sql(table, fields),
@@ -233,6 +239,35 @@ class StoreSink(RowSink):
         self.stats.table("state_meta").inserted += self.conn.changes()
         return NEW
 
+    # -- a batch straight from the backup image (`recovery.image_copy`) -----
+
+    def copy_image(self, table: str, lane: str, batch: ImageRows) -> bool:
+        with output_errors(self.path):
+            return self._copy_image(table, lane, batch)
+
+    def _copy_image(self, table: str, lane: str, batch: ImageRows) -> bool:
+        state = self.states.get(table)
+        rowids = batch.rowids
+        if (state is None or not rowids or table == "state_meta" or not self.writable(table)
+                or (table not in self.columns and not self._prepare(table))
+                or not self.untouched(table, rowids[0], rowids[-1])):
+            return False
+        fields = self._fields(table, (ROWID_KEY, *batch.spec.columns))
+        if not fields or not self.image.ready(batch.image):
+            return False
+        clean = image_copy.clean_sql(JSON_COLUMNS.get(table, ()), batch.spec.columns, table)
+        if not image_copy.copy_rows(self.conn, table, fields, clean, rowids):
+            return False
+        self.stats.table(table).inserted += len(rowids)
+        state.count(lane, len(rowids))
+        state.span(rowids[0])
+        state.span(rowids[-1])
+        self.written[table] = self.written.get(table, 0) + len(rowids)
+        if self.progress is not None:
+            self.progress(f"writing {table}", self.written[table], 0)
+        batch.taken = True
+        return True
+
     # -- what is not a table's row ------------------------------------------
 
     def mark(self, table: str, rowid: Any, mark: str) -> None:
@@ -269,6 +304,7 @@ class StoreSink(RowSink):
             self.follower = bulk.follow_rows(self.path)
 
     def close(self) -> None:
+        self.image.close()
         if self.follower is not None:
             self.follower.close()
             self.follower = None
@@ -280,6 +316,7 @@ class StoreSink(RowSink):
         indexes built (`recovery.bulk.finish`; the search index taken over
         from ``search_from`` when given)."""
         held = self.held_partial()
+        self.image.close()
         with output_errors(self.path):
             with self.conn:
                 for table, _lane, row in held:

@@ -11,13 +11,15 @@ loss was accepted), ``NEW.partial`` when verified with loss, and
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import secrets
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import apsw
 
@@ -29,14 +31,15 @@ from .foreign_write import LOST_SUFFIX
 from .schema_source import fallback_catalog
 from .errors import (OutputUnreadable, RecoveryError, RecoveryIOError, RecoveryUsageError,
                      SourceChanging, SourceMissing)
+from .early_check import QuickCheck, Unsound, forget_lanes, settle
 from .inspect import InspectReport, inspect_snapshot, open_copy
-from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, LOST, Budget, LaneContext,
-                    LaneResult, Progress, TableState, subtract_rowids)
+from .lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, LOST, Budget, ImageRows,
+                    LaneContext, LaneResult, Progress, TableState, subtract_rowids)
 from .rebuild import StoreSink, WriteStats
 from .bulk import fill_search
 from .sink import RowSink
 from .report import RecoveryReport, TableReport, write_json_exclusive
-from .snapshot import DEFAULT_HEADROOM, source_bytes, take_snapshot
+from .snapshot import DEFAULT_HEADROOM, Snapshot, source_bytes, take_snapshot
 from .verify import Verification, verify_output
 from .vocab import Outcome, Verdict
 
@@ -139,7 +142,7 @@ def _drive(ctx: LaneContext, sink: RowSink, lane: str, run: Any) -> LaneResult:
                 except StopIteration as stop:
                     result = stop.value
                     break
-                if table == LOST:
+                if table == LOST and not isinstance(rows, ImageRows):
                     sink.lost(lane, rows)
                 else:
                     _take(ctx, sink, lane, table, rows)
@@ -150,11 +153,18 @@ def _drive(ctx: LaneContext, sink: RowSink, lane: str, run: Any) -> LaneResult:
     return result
 
 
-def _take(ctx: LaneContext, sink: RowSink, lane: str, table: str, rows: list[dict]) -> None:
+def _take(ctx: LaneContext, sink: RowSink, lane: str, table: str,
+          rows: list[dict] | ImageRows) -> None:
     """One batch into the output; rows read whole are no longer missing,
-    whoever found them (a lane that names its own gaps overrides this)."""
+    whoever found them (a lane that names its own gaps overrides this). A
+    batch left in the backup image is copied from there by a sink that can,
+    or else comes again as rows (`ImageRows`)."""
     state = ctx.states.get(table)
     if state is None:
+        return
+    if isinstance(rows, ImageRows):
+        if sink.copy_image(table, lane, rows):
+            state.gaps = subtract_rowids(state.gaps, rows.rowids)
         return
     sink.add(table, lane, rows)
     whole = [r.get(ROWID_KEY) for r in rows if PARTIAL_KEY not in r]
@@ -398,6 +408,7 @@ class RecoverOptions:
     include_freelist: bool = False
     snapshot_kw: dict[str, Any] = field(default_factory=dict)
     template: Path | None = None
+    fast_paths: bool = True  # quick_check beside the backup lane, batches in one statement
 
 
 def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
@@ -419,7 +430,8 @@ def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
     readable = {n: h.rows for n in states if (h := insp.table(n)) is not None and h.rows}
     return LaneContext(snap.db_copy, snap.directory, conn, cat, states, Budget(opts.budget),
                        structurally_sound=sound, chunk=opts.chunk, progress=opts.progress,
-                       include_freelist=opts.include_freelist, readable=readable)
+                       include_freelist=opts.include_freelist, readable=readable,
+                       offer_image=opts.fast_paths)
 
 
 def _describe_schema(report: RecoveryReport, cat: Catalog | None,
@@ -441,7 +453,8 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
             chunk: int = DEFAULT_CHUNK, headroom: int = DEFAULT_HEADROOM,
             keep_work: bool = False, vfs: str | None = None,
             progress: Progress | None = None, include_freelist: bool = False,
-            template: str | Path | None = None, **snapshot_kw: Any) -> RecoveryReport:
+            template: str | Path | None = None, fast_paths: bool = True,
+            **snapshot_kw: Any) -> RecoveryReport:
     """Recover ``source`` into ``output``; see the module docstring for names.
 
     ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
@@ -450,7 +463,9 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     ``include_freelist`` lets the carve lane bring back deleted rows from
     free pages (marked in the output's ``recovery_marked_rows`` table);
     ``template`` (a healthy file or a .sql schema from the same program)
-    gives the schema when the source's own cannot be read. Raises
+    gives the schema when the source's own cannot be read. ``fast_paths``
+    False runs quick_check before the lanes and writes every row on its own
+    (the same output and report, slower: for comparisons). Raises
     RecoveryUsageError for bad options (before any I/O) and other
     RecoveryError subclasses for runtime failures.
     """
@@ -459,7 +474,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
                           list(lanes) if lanes else list(LANES), budget, chunk, headroom,
                           keep_work, vfs, progress, include_freelist, snapshot_kw,
-                          Path(template) if template else None)
+                          Path(template) if template else None, fast_paths)
     check_options(source, output, report_file, opts.work_dir, template=opts.template)
     unknown = [n for n in opts.lanes if n not in LANES]
     if unknown:
@@ -497,36 +512,75 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         t0 = time.monotonic()
         if opts.progress is not None:
             opts.progress("inspecting the copy", 0, 0)
-        insp, cat = inspect_snapshot(snap, estimate=None)
+        # a copy that looks sound has its quick_check run beside the backup lane
+        defer = opts.fast_paths and "backup" in opts.lanes
+        insp, cat = inspect_snapshot(snap, estimate=None, defer_quick_check=defer)
         report.timings["inspect_s"] = round(time.monotonic() - t0, 3)
-        report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
-        report.fingerprints = snap.to_dict()
-        ctx = _context(snap, cat, insp, opts)
-        _describe_schema(report, ctx.catalog, opts.template)
+        check = QuickCheck(snap.db_copy, cat) if cat is not None and not insp.quick_check \
+            else None
+        try:
+            _recover_copy(snap, cat, insp, output, report, opts, check)
+        finally:
+            if check is not None:
+                check.cancel()
+    finally:
+        if not opts.keep_work:
+            snap.cleanup()
+
+
+def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, output: Path,
+                  report: RecoveryReport, opts: RecoverOptions,
+                  check: QuickCheck | None) -> None:
+    """The lanes into a new file, then verification and placing. With
+    ``check`` pending the lanes run on inspect's verdict so far; if the
+    check then changes it, that file is thrown away and the lanes run
+    again on the final verdict, as if the check had come first."""
+    report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
+    report.fingerprints = snap.to_dict()
+    ctx = _context(snap, cat, insp, opts)
+    _describe_schema(report, ctx.catalog, opts.template)
+    pending = partial(settle, check, snap, insp, report) if check is not None else None
+    before = copy.deepcopy(report)  # what a run thrown away leaves to start again from
+    while True:
         tmp = _temp_name(output)
         try:
-            stats = _lanes_into(ctx, tmp, insp, report, opts)
+            stats = _lanes_into(ctx, tmp, insp, report, opts, pending)
+        except Unsound:
+            _remove(tmp)
+            forget_lanes(before, report, ctx.work_dir)
+            pending, ctx = None, _context(snap, cat, insp, opts)
+            continue
         except OutputUnreadable as e:
             _keep_unreadable(tmp, output, report, e)
             return
         except BaseException:
             _remove(tmp)
             raise
-        if stats is None:
-            _remove(tmp)
-            report.outcome = Outcome.NOT_RECOVERABLE
-            report.loss, report.loss_reasons = True, ["no row could be read from the source"]
-            return
-        _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
-    finally:
-        if not opts.keep_work:
-            snap.cleanup()
+        break
+    if stats is None:
+        _remove(tmp)
+        report.outcome = Outcome.NOT_RECOVERABLE
+        report.loss, report.loss_reasons = True, ["no row could be read from the source"]
+        return
+    _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
+
+
+def _run_and_finish(ctx: LaneContext, sink: RowSink, insp: InspectReport,
+                    report: RecoveryReport, opts: RecoverOptions) -> Any:
+    started = time.monotonic()
+    run_lanes(ctx, sink, opts.lanes, report)
+    report.timings["lanes_s"] = round(time.monotonic() - started, 3)
+    _tables_report(ctx.states, insp, report)
+    return None if _nothing_read(ctx, sink) else _finish(ctx, sink, report)
 
 
 def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: RecoveryReport,
-                opts: RecoverOptions) -> Any:
+                opts: RecoverOptions, settle: Callable[[], None] | None = None) -> Any:
     """Run the lanes straight into the output at ``tmp`` and complete it; the
-    write stats, or None when nothing at all could be read."""
+    write stats, or None when nothing at all could be read. ``settle``
+    completes inspect once the file is complete (it raises `Unsound` when
+    that work does not count: everything it did followed from inspect's
+    verdict, which a quick_check that agrees leaves as it was)."""
     try:
         sink = _open_sink(ctx, tmp, opts)
         ctx.kept = sink
@@ -534,13 +588,15 @@ def _lanes_into(ctx: LaneContext, tmp: Path, insp: InspectReport, report: Recove
             if isinstance(sink, StoreSink) and search_reuse.source_reason(
                     report.verdict_before, report.inspect, False):
                 sink.follow_search()  # its index is rebuilt: start on the second core now
-            started = time.monotonic()
-            run_lanes(ctx, sink, opts.lanes, report)
-            report.timings["lanes_s"] = round(time.monotonic() - started, 3)
-            _tables_report(ctx.states, insp, report)
-            if _nothing_read(ctx, sink):
-                return None
-            return _finish(ctx, sink, report)
+            try:
+                stats = _run_and_finish(ctx, sink, insp, report, opts)
+            except Exception:
+                if settle is not None:
+                    settle()  # a copy found unsound after all: the error is the damage's
+                raise
+            if settle is not None:
+                settle()  # after the finish too: it does not depend on quick_check's word
+            return stats
         finally:
             sink.close()
     finally:

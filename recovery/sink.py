@@ -9,6 +9,9 @@ in memory (there are only as many as there are unread rows an index still
 lists) until a whole copy replaces them or the sink finishes. Subclasses
 say how one row goes into the file: `recovery.rebuild.StoreSink` for our
 store, `recovery.foreign_write.ForeignSink` for a file in its own schema.
+A subclass may also take a batch the backup lane left in its image in one
+statement (`copy_image`, counted as `add` counts); the base class declines,
+and the lane then sends the batch as rows.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from sessiondb.recovery_api import from_apsw
 from .carve_types import FREELIST, UNCOMMITTED
 from .catalog import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, quote
 from .errors import OutputUnreadable
-from .lanes import PRESENT_CHUNK, TableState
+from .lanes import PRESENT_CHUNK, ImageRows, TableState
 
 NEW, DUPLICATE, QUARANTINED = "new", "duplicate", "quarantined"
 MARKED_LANES = (FREELIST, UNCOMMITTED)  # carved rows that were not live data
@@ -74,6 +77,18 @@ class RowSink:
     def writable(self, table: str) -> bool:
         """Whether rows of ``table`` can be written at all (else `insert` is not called)."""
         return True
+
+    def copy_image(self, table: str, lane: str, batch: ImageRows) -> bool:
+        """Write a batch of whole rows straight from the backup image, counted
+        as `add` would count them (True); False leaves it to be sent as rows,
+        which is all a sink that cannot prove them the same says."""
+        return False
+
+    def untouched(self, table: str, lo: int, hi: int) -> bool:
+        """No row of ``table`` between rowids ``lo`` and ``hi`` is held in part
+        or rejected (a batch there can skip the per-row bookkeeping)."""
+        return not any(t == table and isinstance(r, int) and lo <= r <= hi
+                       for t, r in (*self.partial, *self.rejected))
 
     # -- batches ------------------------------------------------------------
 
