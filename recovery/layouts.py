@@ -22,8 +22,8 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (ROLES, MessageState, fingerprint_of, fingerprint_text,
-                                    logical_meta)
+from sessiondb.recovery_api import (ROLE_CODES, ROLES, MessageState, fingerprint_of,
+                                    fingerprint_text, logical_meta, role_text)
 
 from .fileformat import MISSING
 
@@ -61,6 +61,16 @@ def json_shape(v: Any) -> bool:
 
 def json_object_shape(v: Any) -> bool:
     return json_shape(v) and v.lstrip().startswith("{")
+
+
+def stored_meta_shape(v: Any) -> bool:
+    """A JSON object, or '' (an empty meta in a coded row, m012)."""
+    return v == "" or json_object_shape(v)
+
+
+def text_value(v: Any) -> bool:
+    """Any text, '' included (a row kind ``message`` in a coded row, m012)."""
+    return isinstance(v, str)
 
 
 def one_of(*values: object) -> Check:
@@ -203,9 +213,10 @@ def _message_fingerprint_ok(layout: Layout, values: list[Any]) -> bool:
     names = [c.name for c in layout.columns]
     try:
         got = dict(zip(names, values))
-        # a compact row (m010) keeps finish_reason out of meta: hash what it stands for
+        # a compact row (m010) keeps finish_reason out of meta, a coded one
+        # (m012) the role as its code and '{}' as '': hash what they stand for
         meta = logical_meta(got["meta"], got.get("finish_reason"))
-        fp = fingerprint_of(got["role"], got["content_kind"], got["content"],
+        fp = fingerprint_of(role_text(got["role"]), got["content_kind"], got["content"],
                             got["tool_calls"], meta)
     except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
         return False
@@ -233,7 +244,7 @@ MESSAGES = Layout("messages", (
     C("session_id", TEXT, check=session_id_shape),
     C("uid", TEXT_OR_BLOB, check=uid_shape),
     C("position", INT),
-    C("role", TEXT, check=one_of(*ROLES)),
+    C("role", TEXT, check=one_of(*ROLES, *ROLE_CODES.values())),  # name, or code (m012)
     C("content_kind", TEXT, check=one_of("text", "json", "null", "absent")),
     C("content", TEXT, True),
     C("tool_calls", TEXT, True, json_shape),
@@ -242,11 +253,11 @@ MESSAGES = Layout("messages", (
     C("finish_reason", TEXT, True),
     C("timestamp", REAL, check=timestamp_shape),
     C("token_count", INT, True),
-    C("meta", TEXT, check=json_object_shape, default="{}"),
+    C("meta", TEXT, check=stored_meta_shape, default="{}"),
     C("fingerprint", TEXT_OR_BLOB, check=fingerprint_shape),
     C("state", TEXT, check=one_of(*MessageState), default=MessageState.ACTIVE.value),
     C("compaction_id", TEXT, True),
-    C("kind", TEXT, check=non_empty, default="message"),
+    C("kind", TEXT, check=text_value, default="message"),
 ), rowid_column="id", max_extra=8)
 
 STATE_META = Layout("state_meta", (C("key", TEXT, check=non_empty), C("value", TEXT)),

@@ -363,15 +363,16 @@ def decode(role: str, content_kind: str, content: str | None, tool_calls: str | 
            meta: str, finish_reason: str | None = None) -> dict[str, Any]:
     """The message dict a row stores (without markers). ``finish_reason`` is
     the row's column: a compact row (m010) keeps it only there when it was
-    the last key of meta, and it goes back in that place."""
-    message: dict[str, Any] = {"role": role}
+    the last key of meta, and it goes back in that place. ``role`` and
+    ``meta`` may be in their coded forms (m012, `role_key`, `stored_meta`)."""
+    message: dict[str, Any] = {"role": _ROLE_NAMES.get(role, role)}  # a coded row (m012)
     if content_kind == "text":
         message["content"] = content
     elif content_kind == "json":
         message["content"] = json.loads(content or "null")
     elif content_kind == "null":
         message["content"] = None
-    if meta != "{}":  # most rows have no extra keys: skip the parse
+    if meta and meta != "{}":  # most rows have no extra keys ('' since m012): no parse
         message.update(json.loads(meta))
     if finish_reason is not None and "finish_reason" not in message:
         message["finish_reason"] = finish_reason
@@ -427,15 +428,16 @@ def stored_meta(meta: str, finish_reason: str | None) -> str:
     key is ``finish_reason`` holding the column's value (the column already
     has it; `decode` puts it back in the same place). Matching the encoder's
     exact text of that last member is enough: the final ``}`` closes the
-    object, so the string before it is the last member's value."""
+    object, so the string before it is the last member's value. An empty
+    object is stored as ``''`` (m012): logical meta is never empty text."""
     if finish_reason is None:
-        return meta
+        return "" if meta == "{}" else meta
     tail = _finish_tail(finish_reason)
     if not meta.endswith(tail):
-        return meta
+        return "" if meta == "{}" else meta
     head = meta[:-len(tail)]
     if head == "{":
-        return "{}"
+        return ""
     if head.endswith(","):
         return head[:-1] + "}"
     return meta
@@ -444,6 +446,8 @@ def stored_meta(meta: str, finish_reason: str | None) -> str:
 def logical_meta(meta: str, finish_reason: str | None) -> str:
     """The meta text a stored row stands for (what the fingerprint hashes):
     `stored_meta` undone. Parses the JSON: for checks, not the hot path."""
+    if meta == "":
+        meta = "{}"
     if finish_reason is None:
         return meta
     try:
@@ -453,3 +457,35 @@ def logical_meta(meta: str, finish_reason: str | None) -> str:
     if not isinstance(fields, dict) or "finish_reason" in fields:
         return meta
     return ("{" if meta == "{}" else meta[:-1] + ",") + _finish_tail(finish_reason)
+
+
+# -- coded fields (m012, docs/row-format.md) ----------------------------------
+#
+# Role and kind are stored as short codes in SQLite rows, one-to-one with
+# their logical values; readers give back the logical value. The role set
+# is closed (ROLES, checked by `encode`), so a one-character code can never
+# meet a role spelled that way; kind is never empty (the importer checks).
+
+ROLE_CODES = {"system": "s", "developer": "d", "user": "u", "assistant": "a", "tool": "t"}
+_ROLE_NAMES = {code: role for role, code in ROLE_CODES.items()}
+MESSAGE_KIND = "message"
+
+
+def role_key(role: str) -> str:
+    """A role as a SQLite row stores it: its one-character code."""
+    return ROLE_CODES.get(role, role)
+
+
+def role_text(value: Any) -> Any:
+    """A stored role back as its name (a name passes through: older rows)."""
+    return _ROLE_NAMES.get(value, value)
+
+
+def kind_key(kind: str) -> str:
+    """A row kind as stored: the common ``message`` as ``''``, others as they are."""
+    return "" if kind == MESSAGE_KIND else kind
+
+
+def kind_text(value: Any) -> Any:
+    """A stored kind back as its name."""
+    return MESSAGE_KIND if value == "" else value

@@ -37,7 +37,7 @@ from typing import Callable, ContextManager
 
 import apsw
 
-from . import search_index
+from . import reclaim, search_index
 from .errors import Cause, StorageError, StoreLocked
 from .forksafe import ForkRegistry, ThreadOwner
 
@@ -69,6 +69,7 @@ class IndexerStats:
     foreground: int = 0  # batches run by a caller (search over a long tail, tests)
     failures: int = 0
     marked_stale: int = 0
+    pages_returned: int = 0  # free pages given back at the end of catch-ups (reclaim.py)
 
 
 class Indexer(ThreadOwner):
@@ -136,7 +137,15 @@ class Indexer(ThreadOwner):
         try:
             self._in_batch = True
             with self._write(patience=patience) as conn:
+                before = search_index.watermark(conn)
                 n = search_index.index_batch(conn, self.batch)
+                # only a catch-up that indexed new rows (FTS5 merges as the
+                # index grows): pages a delete freed (prune) stay for
+                # `sessions optimize` and later writes, as before
+                caught_up = (bool(n) and search_index.watermark(conn) != before
+                             and self._caught_up(conn, n))
+            if caught_up:  # the merges' free pages go back (reclaim.py)
+                self._return_free_pages(patience)
         except StorageError as e:
             self._in_batch = False
             if e.cause is not Cause.FTS_INDEX:
@@ -148,6 +157,20 @@ class Indexer(ThreadOwner):
         self.stats.batches += 1
         self.stats.rows += n
         return n
+
+    def _return_free_pages(self, patience: float | None) -> None:
+        """After the commit of a catch-up's last batch, in a transaction of
+        its own: FTS5 writes its pending terms and runs its merges when a
+        transaction commits, so the pages a merge frees are only free then."""
+        with self._write(patience=patience) as conn:
+            self.stats.pages_returned += reclaim.return_free_pages(conn)
+
+    def _caught_up(self, conn: apsw.Connection, n: int) -> bool:
+        """Whether the batch just run (``n`` rows) left nothing to index."""
+        if n < self.batch:
+            return True
+        left = search_index.backlog(conn)
+        return left is None or not left.work
 
     def _mark_stale(self, err: StorageError) -> None:
         """Index damage: record it so search scans, and stop indexing."""

@@ -8,8 +8,10 @@ from typing import Any, Iterable, NamedTuple
 
 import apsw
 
-from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, decode, fingerprint_key,
-                    fingerprint_text, stored_meta, uid_key, uid_text)
+from .codec import (MARKER_KEY, MESSAGE_KIND, ROLE_CODES, UID_KEY, EncodedMessage, Persisted, decode, fingerprint_key,
+                    fingerprint_text, kind_key, kind_text, role_key, stored_meta, uid_key,
+                    uid_text)
+from . import search_index
 from .errors import InvalidMessage
 from .rows import one
 
@@ -24,18 +26,31 @@ def _plain_meta(meta: str, finish_reason: str | None) -> str:
     return meta
 
 
-def _forms(conn: Any) -> tuple[Any, Any, Any]:
-    """(uid, fingerprint, meta) to their stored forms: compact on SQLite
-    (m010, docs/row-format.md); as they are on a connection that says
-    ``COMPACT_ROWS = False`` (the PostgreSQL adapter: its schema is text)."""
-    if getattr(conn, "COMPACT_ROWS", True):
-        return uid_key, fingerprint_key, stored_meta
-    return _plain, _plain, _plain_meta
+class Forms(NamedTuple):
+    """The functions that turn logical values into a connection's stored forms."""
+
+    uid: Any
+    fingerprint: Any
+    meta: Any
+    role: Any
+    kind: Any
+
+
+_COMPACT_FORMS = Forms(uid_key, fingerprint_key, stored_meta, role_key, kind_key)
+_PLAIN_FORMS = Forms(_plain, _plain, _plain_meta, _plain, _plain)
+
+
+def _forms(conn: Any) -> Forms:
+    """uid, fingerprint, meta, role and kind to their stored forms: compact
+    on SQLite (m010, m012, docs/row-format.md); as they are on a connection
+    that says ``COMPACT_ROWS = False`` (the PostgreSQL adapter: its schema
+    is text)."""
+    return _COMPACT_FORMS if getattr(conn, "COMPACT_ROWS", True) else _PLAIN_FORMS
 
 
 def key_for(conn: Any, uid: str) -> Any:
     """``uid`` as the connection's rows store it (for a lookup by uid)."""
-    return _forms(conn)[0](uid)
+    return _forms(conn).uid(uid)
 COMPACTION_KEY = "_db_compaction_id"
 
 _INSERT = (
@@ -57,12 +72,13 @@ def start_position(conn: apsw.Connection, session_id: str) -> int | None:
 def insert(conn: apsw.Connection, session_id: str, enc: EncodedMessage, position: int,
            kind: str = "message") -> tuple[int, bool]:
     """Insert one encoded message; (row id, inserted?). A known uid is a no-op."""
-    to_uid, to_fp, to_meta = _forms(conn)
-    key = to_uid(enc.uid)
+    f = _forms(conn)
+    key = f.uid(enc.uid)
     conn.execute(_INSERT, (
-        session_id, key, position, enc.role, enc.content_kind, enc.content, enc.tool_calls,
-        enc.tool_call_id, enc.tool_name, enc.finish_reason, enc.timestamp, enc.token_count,
-        to_meta(enc.meta, enc.finish_reason), to_fp(enc.fingerprint), kind))
+        session_id, key, position, f.role(enc.role), enc.content_kind, enc.content,
+        enc.tool_calls, enc.tool_call_id, enc.tool_name, enc.finish_reason, enc.timestamp,
+        enc.token_count, f.meta(enc.meta, enc.finish_reason), f.fingerprint(enc.fingerprint),
+        f.kind(kind)))
     # changes() counts only this statement's rows (not FTS trigger rows), and
     # last_insert_rowid() is back to the top-level row once triggers finish;
     # both are cheaper than RETURNING, which buffers a result set.
@@ -89,12 +105,14 @@ def insert_fresh(conn: apsw.Connection, session_id: str, encoded: list[EncodedMe
     # A server's id sequence interleaves other hosts' inserts: read back there.
     consecutive = getattr(conn, "CONSECUTIVE_ROWIDS", True)
     before = conn.total_changes() if consecutive else 0
-    to_uid, to_fp, to_meta = _forms(conn)
+    f = _forms(conn)
+    to_uid, to_fp, to_meta, to_role = f.uid, f.fingerprint, f.meta, f.role
+    stored_kind = f.kind(kind)
     conn.executemany(_INSERT, [
-        (session_id, to_uid(e.uid), position + i, e.role, e.content_kind, e.content,
+        (session_id, to_uid(e.uid), position + i, to_role(e.role), e.content_kind, e.content,
          e.tool_calls, e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp,
          e.token_count, to_meta(e.meta, e.finish_reason), to_fp(e.fingerprint),
-         kind) for i, e in enumerate(encoded)])
+         stored_kind) for i, e in enumerate(encoded)])
     if consecutive:
         last = conn.last_insert_rowid()
         if conn.total_changes() - before == n and last < _CONSECUTIVE_BELOW:
@@ -119,11 +137,12 @@ def insert_many(conn: apsw.Connection, session_id: str,
     """Bulk insert of (message, position, kind, state, compaction_id) in one
     statement loop (executemany); a known uid is a no-op. For writers that
     already know the positions and that the uids are new (the bulk import)."""
-    to_uid, to_fp, to_meta = _forms(conn)
+    f = _forms(conn)
     conn.executemany(_INSERT_FULL, [
-        (session_id, to_uid(e.uid), pos, e.role, e.content_kind, e.content, e.tool_calls,
-         e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp, e.token_count,
-         to_meta(e.meta, e.finish_reason), to_fp(e.fingerprint), kind, state, comp)
+        (session_id, f.uid(e.uid), pos, f.role(e.role), e.content_kind, e.content,
+         e.tool_calls, e.tool_call_id, e.tool_name, e.finish_reason, e.timestamp,
+         e.token_count, f.meta(e.meta, e.finish_reason), f.fingerprint(e.fingerprint),
+         f.kind(kind), state, comp)
         for e, pos, kind, state, comp in rows])
 
 
@@ -224,11 +243,11 @@ def rewrite(conn: apsw.Connection, session_id: str, row_id: int, enc: EncodedMes
 
     ``timestamp`` None keeps the row's original time.
     """
-    _, to_fp, to_meta = _forms(conn)
+    f = _forms(conn)
     conn.execute(_REWRITE, (
-        enc.role, enc.content_kind, enc.content, enc.tool_calls, enc.tool_call_id,
-        enc.tool_name, enc.finish_reason, enc.token_count, to_meta(enc.meta, enc.finish_reason),
-        to_fp(enc.fingerprint), timestamp, row_id, session_id))
+        f.role(enc.role), enc.content_kind, enc.content, enc.tool_calls, enc.tool_call_id,
+        enc.tool_name, enc.finish_reason, enc.token_count, f.meta(enc.meta, enc.finish_reason),
+        f.fingerprint(enc.fingerprint), timestamp, row_id, session_id))
     return conn.changes() == 1
 
 
@@ -297,7 +316,8 @@ def rows_by_id(conn: apsw.Connection, ids: list[int]) -> dict[int, RowPlace]:
         marks = ",".join("?" * len(chunk))
         for row in conn.execute("SELECT id, session_id, uid, position, state, kind"
                                 f" FROM messages WHERE id IN ({marks})", chunk):
-            found[row[0]] = RowPlace(row[1], uid_text(row[2]), *row[3:])
+            found[row[0]] = RowPlace(row[1], uid_text(row[2]), row[3], row[4],
+                                     kind_text(row[5]))
     return found
 
 
@@ -350,7 +370,7 @@ _COMPACT = f"""UPDATE messages SET
   WHERE typeof(uid) = 'text' OR typeof(fingerprint) = 'text'"""
 
 
-def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> int:
+def compact_m010_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> int:
     """Rewrite rows in the pre-m010 form (one UPDATE, the caller's
     transaction); returns how many changed. Idempotent: compact rows are
     not touched. A hex uid must never exist in both forms (the unique index
@@ -360,3 +380,40 @@ def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> i
     it is (recovery, which may carve both versions) instead of failing."""
     conn.execute(_COMPACT.replace("UPDATE", "UPDATE OR IGNORE", 1) if keep_twins else _COMPACT)
     return conn.changes()
+
+
+_ROLE_CASE = "CASE role " + " ".join(
+    f"WHEN '{name}' THEN '{code}'" for name, code in ROLE_CODES.items()) + " ELSE role END"
+# m012: role as its code, kind 'message' as '', meta '{}' as '' (the rules of
+# codec.role_key, kind_key and stored_meta). Touches only rows in the old forms.
+_CODE = (f"UPDATE messages SET role = {_ROLE_CASE},"
+         f" kind = CASE kind WHEN '{MESSAGE_KIND}' THEN '' ELSE kind END,"
+         " meta = CASE meta WHEN '{}' THEN '' ELSE meta END"
+         f" WHERE role IN ({', '.join(repr(r) for r in ROLE_CODES)})"
+         f" OR kind = '{MESSAGE_KIND}' OR meta = '{{}}'")
+
+
+def code_rows(conn: apsw.Connection) -> int:
+    """Rewrite rows whose role, kind or meta are in the pre-m012 forms (one
+    UPDATE, the caller's transaction); returns how many changed. Idempotent.
+    The caller keeps the search change log out of it (`compact_legacy_rows`):
+    the indexed text does not change with the role's form."""
+    conn.execute(_CODE)
+    return conn.changes()
+
+
+def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> int:
+    """Every row in today's stored forms (m010's, then m012's rewrite), in
+    the caller's transaction; returns how many rows the m012 step changed
+    plus how many the m010 step did. For a recovered store (rows carved
+    from an older file) and m012. The change-log triggers are detached for
+    the role rewrite when attached (a role's code indexes the same text as
+    its name: logging every row would make the indexer redo them all)."""
+    changed = compact_m010_rows(conn, keep_twins=keep_twins)
+    attached = search_index.triggers_attached(conn)
+    if attached:
+        search_index.drop_triggers(conn)
+    changed += code_rows(conn)
+    if attached:
+        search_index.attach_triggers(conn)
+    return changed

@@ -166,7 +166,7 @@ def m010_compact_rows(conn: apsw.Connection) -> None:
         log.warning("m010: rewriting %s message rows in the compact row format"
                     " (one transaction, about %.0f s)", f"{n:,}", n * _SECONDS_PER_ROW)
     conn.execute("DROP INDEX IF EXISTS messages_by_time")
-    messages.compact_legacy_rows(conn)
+    messages.compact_m010_rows(conn)
 
 
 _ANNOUNCE_ROWS = 200_000
@@ -194,11 +194,31 @@ def m011_compact_indexes(conn: apsw.Connection) -> None:
 _M011_SECONDS_PER_ROW = 2e-5  # 1.95 s for 100,000 messages at load 5 (docs/row-format.md)
 
 
+def m012_coded_rows(conn: apsw.Connection) -> None:
+    """Three more columns stored compactly (docs/row-format.md, m012): role
+    as a one-character code, kind ``message`` as ``''``, meta ``{}`` as
+    ``''``. Existing rows are rewritten in this one transaction
+    (`messages.compact_legacy_rows`; a big store logs a warning first), and
+    the text view (in place: `search_index.update_text_view`) and the
+    change-log triggers take the coded tool role too; the indexed text does
+    not change, so nothing is reindexed."""
+    (n,) = one(conn.execute("SELECT count(*) FROM messages"))
+    if n >= _ANNOUNCE_ROWS:
+        log.warning("m012: rewriting %s message rows with coded role, kind and meta"
+                    " (one transaction, about %.0f s)", f"{n:,}", n * _M012_SECONDS_PER_ROW)
+    search_index.update_text_view(conn)
+    messages.compact_legacy_rows(conn)
+
+
+_M012_SECONDS_PER_ROW = 5e-6  # 0.41-0.43 s for 100,000 messages (docs/row-format.md)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
                                      m006_index_watermark, m007_usage_ledger,
                                      m008_session_flags, m009_index_shape,
-                                     m010_compact_rows, m011_compact_indexes)
+                                     m010_compact_rows, m011_compact_indexes,
+                                     m012_coded_rows)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

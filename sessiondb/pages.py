@@ -14,7 +14,7 @@ from typing import Any
 
 import apsw
 
-from .codec import decode, uid_text
+from .codec import decode, kind_text, uid_text
 from . import sessions
 from .sessions import Session
 from .rows import one
@@ -70,7 +70,7 @@ def _stored(rows: Any) -> list[StoredMessage]:
     out = []
     for (position, rid, uid, ts, state, comp, kind, role, ckind, content, calls,
          meta, finish) in rows:
-        out.append(StoredMessage((position, rid), uid_text(uid), ts, state, comp, kind,
+        out.append(StoredMessage((position, rid), uid_text(uid), ts, state, comp, kind_text(kind),
                                  decode(role, ckind, content, calls, meta, finish)))
     return out
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 100
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 WAL_CHECKPOINT_PAGES = 1000  # SQLite's default autocheckpoint threshold
-PAGE_SIZE = 2048
+PAGE_SIZE = 4096
 WAL_HEADER_BYTES = (2, 2)  # file header offsets 18/19 say "WAL" when both are 2
 
 
@@ -71,11 +71,27 @@ def file_says_wal(conn: apsw.Connection) -> bool:
 def set_page_size(conn: apsw.Connection) -> None:
     """New files use PAGE_SIZE-byte pages (existing files keep theirs).
 
-    A commit writes every page it dirtied to the WAL; with two FTS5 indexes
-    fed by triggers a one-message commit dirties ~18 pages, so halving the
-    page halves the bytes each commit writes and syncs. 2 KiB still holds an
-    FTS5 leaf block (pgsz 1000) without overflow."""
+    4 KiB since m012 (2 KiB before). 2 KiB was chosen while both FTS5
+    indexes were fed by triggers inside every commit: a one-message commit
+    dirtied ~18 pages, so a smaller page halved what each commit wrote and
+    synced. Since #18 the indexer writes the index after the commit, so a
+    commit dirties only the row's pages (table, two indexes, counters), and
+    the page size is a packing question: m012's coded rows (~311-byte
+    cells on the B1 corpus) fit 13 to a 4 KiB page (316.6 B/msg) but only 6
+    to a 2 KiB one (343). The A/B of commit-each speed at both sizes
+    (docs/benchmarks.md, m012) kept it ahead of every peer in NORMAL and
+    FULL."""
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+
+
+def set_auto_vacuum_incremental(conn: apsw.Connection) -> None:
+    """A new file is created with incremental auto-vacuum, so the indexer
+    can give the free pages of FTS5 merges back at the end of a catch-up
+    (sessiondb/reclaim.py; a pointer-map page per ~800 pages of 4 KiB). Only
+    on an empty file: an existing one keeps its mode (changing it would
+    need a VACUUM, and FULL must never become INCREMENTAL behind a tool)."""
+    if one(conn.execute("PRAGMA page_count"))[0] == 0:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
 
 
 def set_journal_wal(conn: apsw.Connection) -> None:
@@ -168,11 +184,12 @@ def set_trusted_schema_off(conn: apsw.Connection) -> None:
     conn.execute("PRAGMA trusted_schema=OFF")
 
 
-WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size, set_journal_wal,
+WRITER_POLICY_WAL = (set_busy_timeout, set_trusted_schema_off, set_page_size,
+                     set_auto_vacuum_incremental, set_journal_wal,
                      set_synchronous_normal, set_foreign_keys, set_journal_size_limit,
                      set_wal_autocheckpoint_off)
 WRITER_POLICY_DELETE = (set_busy_timeout, set_trusted_schema_off, set_page_size,
-                        set_journal_delete,
+                        set_auto_vacuum_incremental, set_journal_delete,
                         set_synchronous_full, set_foreign_keys)
 READER_POLICY = (set_busy_timeout, set_trusted_schema_off, set_foreign_keys)
 # The background checkpointer's own connection: it only runs checkpoints,

@@ -16,7 +16,7 @@ it leaves its module.
 from __future__ import annotations
 
 from .classify import classify, classify_text
-from .codec import ROLES, fingerprint_of, fingerprint_text, logical_meta
+from .codec import ROLE_CODES, ROLES, fingerprint_of, fingerprint_text, logical_meta, role_text
 from .messages import compact_legacy_rows
 from .errors import (Cause, ForeignStore, InvalidInput, SearchIndexCorrupt, StorageError,
                      StoreCorrupt, StoreNotFound, connection_errno, from_apsw, on_readonly_mount)
@@ -84,4 +84,6 @@ __all__ = [
     "ROLES", "MessageState", "fingerprint_of", "one", "import_spool", "spool_dir_for",
     # the compact row format (m010): stored uid/fingerprint/meta forms
     "fingerprint_text", "logical_meta", "compact_legacy_rows",
+    # the coded row fields (m012)
+    "ROLE_CODES", "role_text",
 ]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from . import search_index, search_tail
+from .codec import ROLE_CODES, role_key, role_text
 from .errors import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
 from .search_query import Plan, like_pattern, plan as make_plan
 from .rows import one
@@ -111,13 +112,22 @@ class Filters:
             v is not None for v in (self.session_id, self.role, self.source, self.since,
                                     self.until))
 
-    def sql(self) -> tuple[str, list[Any]]:
+    def sql(self, coded_roles: bool = False) -> tuple[str, list[Any]]:
+        """The WHERE clause and its arguments. ``coded_roles``: the rows
+        store roles as codes (SQLite since m012): the role is bound as its
+        code, and a name outside the role set matches nothing (a code
+        given as a name must not match)."""
         where, args = ["1"], []
+        role = self.role
+        if coded_roles and role is not None:
+            if role not in ROLE_CODES:
+                where.append("0")
+            role = role_key(role)
         if not self.include_archived:
             where.append("m.state = 'active'")
         if self.exclude_changed:
             where.append(f"m.id NOT IN (SELECT message_id FROM {search_index.CHANGES})")
-        for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", self.role),
+        for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", role),
                               ("s.source = ?", self.source), ("m.timestamp >= ?", self.since),
                               ("m.timestamp < ?", self.until)):
             if value is not None:
@@ -233,7 +243,7 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
     page = _page_if_all_pass(conn, table, p.match, filters, best[:want], offset)
     if page is not None:
         return page
-    where, args = filters.sql()
+    where, args = filters.sql(coded_roles=True)
     marks = ",".join("?" * len(best))
     rows = {r[0]: r for r in conn.execute(
         f"SELECT {_COLS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
@@ -252,7 +262,7 @@ def _page_if_all_pass(conn: apsw.Connection, table: str, match: str | None,
     """The page when every row of ``head`` (the best ``offset + limit``)
     passes the state filter, the common case: one statement joins them and
     builds snippets for the page rows only. None when some row does not."""
-    where, args = filters.sql()
+    where, args = filters.sql(coded_roles=True)
     ids = [rid for rid, _ in head]
     page = ids[offset:] if offset else []
     snippet = _snippet_sql(table)
@@ -292,7 +302,7 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
              limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
     """One page of hits from ``table``; None when the ranked path saw that
     the index holds no match for ``p.match`` at all."""
-    where, args = filters.sql()
+    where, args = filters.sql(coded_roles=True)
     span = ""
     bounds: tuple[int, ...] = ()
     if filters.session_id is not None:
@@ -326,7 +336,7 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
                f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
         rows = list(conn.execute(sql, params))
     rows = _long_snippets(conn, rows, p.terms, text_sql)
-    return [SearchHit._of(sid, mid, role, ts, snip or "", title, state, via, score)
+    return [SearchHit._of(sid, mid, role_text(role), ts, snip or "", title, state, via, score)
             for mid, sid, role, ts, state, title, snip, score in rows]
 
 
@@ -350,7 +360,7 @@ def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: i
     """LIKE over the SCAN_WINDOW most recent rows that pass the filters,
     within SCAN_BUDGET_S: past it, SQLite is interrupted and the hits found
     so far (newest first) come back flagged partial."""
-    where, args = filters.sql()
+    where, args = filters.sql(coded_roles=True)
     likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
     inner = (f"SELECT {_COLS}, {search_index.text_expr('m')} AS body"
              f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
@@ -375,8 +385,8 @@ def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: i
                   "searched (narrow the search with filters)")
     finally:
         conn.set_progress_handler(None)
-    hits = [SearchHit._of(sid, mid, role, ts, scan_snippet(body or "", p.terms), title, state,
-                          via) for mid, sid, role, ts, state, title, body in rows]
+    hits = [SearchHit._of(sid, mid, role_text(role), ts, scan_snippet(body or "", p.terms),
+                          title, state, via) for mid, sid, role, ts, state, title, body in rows]
     return SearchResults.of(hits, reason)
 
 

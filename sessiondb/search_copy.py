@@ -36,7 +36,8 @@ from typing import Iterator
 import apsw
 
 from .rows import one
-from .search_index import CHANGES, INDEXES, STALE_KEY, TEXT_VIEW, WATERMARK_KEY
+from .search_index import (CHANGES, CURRENT_TOOL_RULE, INDEXES, LEGACY_TOOL_RULE, STALE_KEY,
+                           TEXT_VIEW, WATERMARK_KEY)
 
 # the shadow tables an index may have (an external-content index has no _content)
 SHADOWS = ("data", "idx", "docsize", "config")
@@ -81,7 +82,10 @@ def _shape(conn: apsw.Connection, schema: str) -> dict[str, str]:
     marks = ",".join("?" * len(names))
     rows = conn.execute(f"SELECT name, sql FROM {_quote_ident(schema)}.sqlite_master"
                         f" WHERE name IN ({marks})", names)
-    return {n: " ".join(str(s).split()) for n, s in rows}
+    # a view before m012 names the tool role only; for rows of either form it
+    # gives the text today's view gives, so its index is the same index
+    return {n: " ".join(str(s).split()).replace(LEGACY_TOOL_RULE, CURRENT_TOOL_RULE)
+            for n, s in rows}
 
 
 def check_copyable(conn: apsw.Connection, schema: str) -> None:

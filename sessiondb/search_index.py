@@ -159,20 +159,61 @@ def text_expr(row: str) -> str:
     """SQL for the indexed text of the messages row named ``row``.
 
     Pure SQL (no application functions), so every connection that writes a
-    message, in any process or tool, keeps the index in step.
+    message, in any process or tool, keeps the index in step. A tool
+    message's role is ``'t'`` in a coded row (m012) and ``'tool'`` in an
+    older one (a file m012 has not rewritten yet, rows carved from one):
+    both give the same text, so the indexes never depend on the form.
     """
     raw = (f"CASE WHEN {row}.content_kind = 'text' THEN {row}.content"
            f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
            f" THEN {_blocks_text(row)} END")
-    return (f"substr({raw}, 1, CASE WHEN {row}.role = 'tool' THEN {TOOL_TEXT_CAP}"
+    return (f"substr({raw}, 1, CASE WHEN {row}.role IN ('t', 'tool') THEN {TOOL_TEXT_CAP}"
             f" ELSE {TEXT_CAP} END)")
 
 
 def _create_tables(conn: apsw.Connection) -> None:
-    conn.execute(f"CREATE VIEW IF NOT EXISTS {TEXT_VIEW} AS "
-                 f"SELECT m.id AS id, {text_expr('m')} AS text FROM messages AS m")
+    conn.execute(_view_sql().replace("CREATE VIEW", "CREATE VIEW IF NOT EXISTS", 1))
     for table in INDEXES:
         conn.execute(fts_ddl(table, f", content='{TEXT_VIEW}', content_rowid='id'"))
+
+
+def _view_sql() -> str:
+    return (f"CREATE VIEW {TEXT_VIEW} AS "
+            f"SELECT m.id AS id, {text_expr('m')} AS text FROM messages AS m")
+
+
+#: The tool rule of the text view before m012 (names only): same text for a
+#: row with a role name, so an index built by it is one the current view builds.
+LEGACY_TOOL_RULE = "m.role = 'tool'"
+CURRENT_TOOL_RULE = "m.role IN ('t', 'tool')"
+
+
+def update_text_view(conn: apsw.Connection) -> bool:
+    """The text view's SQL brought to today's `text_expr` (m012: the coded
+    tool role too), in place, in the caller's transaction; False when it
+    already was (a new store) or there is no view. Every row's text is the
+    same as before, so the indexes built from it stay true.
+
+    In place, not by DROP and CREATE VIEW: a content view created after the
+    FTS5 tables that read it makes SQLite 3.54's ``PRAGMA quick_check`` and
+    ``integrity_check`` skip the freelist and page-accounting checks (a
+    smashed freelist trunk then reads as healthy: tests/reliability), so the
+    view keeps its place in the schema. This is SQLite's documented way to
+    change a schema entry (writable_schema, then the schema cookie bumped
+    so every connection reloads the schema)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?",
+                       (TEXT_VIEW,)).fetchone()
+    if row is None or " ".join(str(row[0]).split()) == " ".join(_view_sql().split()):
+        return False
+    (version,) = one(conn.execute("PRAGMA schema_version"))
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'view' AND name = ?",
+                     (_view_sql(), TEXT_VIEW))
+        conn.execute(f"PRAGMA schema_version={int(version) + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema=OFF")
+    return True
 
 
 def _fill(conn: apsw.Connection) -> None:

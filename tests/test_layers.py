@@ -19,7 +19,7 @@ LEVELS: dict[int, set[str]] = {
     CORE: {
         "errors", "vocab", "rows", "codec", "classify", "paths", "policy", "outfile",
         "forksafe", "explain", "rawfile", "identify", "holders", "containment",
-        "checkpointer", "search_index", "indexer", "core", "coreapi", "txn", "migrations",
+        "checkpointer", "search_index", "indexer", "reclaim", "core", "coreapi", "txn", "migrations",
         "sessions", "messages", "leases", "usage", "pages", "render", "search_query",
         "search_tail", "spool_reserve", "search_copy", "fts_build",
         "pg.adapter", "pg.errors", "pg.core", "pg.migrations", "pg.search_schema",

@@ -275,7 +275,7 @@ def test_malformed_json_is_quarantined_never_reported(pristine, store, tmp_path)
     report = recover_checked(store, tmp_path, report_path=tmp_path / "r.json")
     out = Path(report.output)
     assert report.quarantined_values == 1 and report.exit_code == 3
-    assert sql(out, "SELECT meta FROM messages WHERE id = 7") == [("{}",)]
+    assert sql(out, "SELECT meta FROM messages WHERE id = 7") == [("",)]  # {} coded (m012)
     assert sql(out, f"SELECT table_name, row_key, column_name, value FROM {QUARANTINE}") == [
         ("messages", "7", "meta", '{"secret-value: broken')]
     text = (tmp_path / "r.json").read_text()

@@ -59,7 +59,7 @@ def test_uid_forms_are_one_to_one() -> None:
 
 
 @pytest.mark.parametrize("meta,reason,stored", [
-    ('{"finish_reason":"stop"}', "stop", "{}"),
+    ('{"finish_reason":"stop"}', "stop", ""),  # an empty meta is '' since m012
     ('{"a":1,"finish_reason":"stop"}', "stop", '{"a":1}'),
     ('{"finish_reason":"stop","a":1}', "stop", '{"finish_reason":"stop","a":1}'),
     ('{"a":"x,\\"finish_reason\\":\\"stop\\"}', "stop", '{"a":"x,\\"finish_reason\\":\\"stop\\"}'),
@@ -84,7 +84,7 @@ def test_new_rows_are_compact_and_read_back_exactly(tmp_path: Path) -> None:
     rows = raw(path, "SELECT typeof(uid), typeof(fingerprint), meta FROM messages ORDER BY id")
     assert [r[0] for r in rows] == ["blob"] * 5 + ["text", "blob", "text", "blob"]
     assert {r[1] for r in rows} == {"blob"}
-    assert rows[1][2] == "{}" and rows[2][2] == '{"finish_reason":"length","foo":1}'
+    assert rows[1][2] == "" and rows[2][2] == '{"finish_reason":"length","foo":1}'
     assert rows[4][2] == '{"x":[1,2]}'
     assert got[5]["_db_uid"] == "ABCDEF0123456789ABCDEF0123456789"
     assert got[8]["_db_uid"] == "0123456789abcdef0123456789abcdef"

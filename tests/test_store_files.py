@@ -49,17 +49,16 @@ def test_pragmas(db):
     assert db.meta("sqlite_version") == apsw.sqlite_lib_version()
 
 
-def test_new_files_get_the_small_page_and_old_files_keep_theirs(open_store, tmp_path):
-    # Small pages halve what a one-message commit writes (it dirties ~18
-    # pages across the table, its indexes and two FTS5 indexes).
+def test_new_files_get_the_policy_page_and_old_files_keep_theirs(open_store, tmp_path):
+    # 4 KiB since m012: the coded rows pack 13 to a page (policy.set_page_size)
     new = open_store(tmp_path / "new.db")
-    assert new._writer.execute("PRAGMA page_size").fetchone()[0] == policy.PAGE_SIZE == 2048
+    assert new._writer.execute("PRAGMA page_size").fetchone()[0] == policy.PAGE_SIZE == 4096
     old_path = tmp_path / "old.db"
     conn = apsw.Connection(str(old_path))
-    conn.execute("PRAGMA page_size=4096; PRAGMA journal_mode=WAL; CREATE TABLE t(x)")
+    conn.execute("PRAGMA page_size=2048; PRAGMA journal_mode=WAL; CREATE TABLE t(x)")
     conn.close()
     old = open_store(old_path)  # an existing file is migrated, never re-paged
-    assert old._writer.execute("PRAGMA page_size").fetchone()[0] == 4096
+    assert old._writer.execute("PRAGMA page_size").fetchone()[0] == 2048
     sid = old.create_session("s1", source="t")
     old.append_messages(sid, [{"role": "user", "content": "kept"}])
     assert [m["content"] for m in old.get_messages(sid)] == ["kept"]

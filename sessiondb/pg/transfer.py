@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterator, Protocol
 
 import apsw
 
-from ..codec import (fingerprint_key, fingerprint_text, logical_meta, stored_meta, uid_key,
-                     uid_text)
+from ..codec import (fingerprint_key, fingerprint_text, kind_key, kind_text, logical_meta,
+                     role_key, role_text, stored_meta, uid_key, uid_text)
 from ..errors import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..identify import EMPTY, OURS, identify
 from ..store import SessionDB
@@ -262,12 +262,15 @@ def _copy_messages(src: Side, dst: Side, result: TransferResult,
 def _row_forms(src: Side, dst: Side, cols: list[str], rows: list[tuple]) -> list[tuple]:
     """Message rows from the source's stored forms into the target's: a
     SQLite store keeps uid and fingerprint as bytes and no finish_reason
-    copy in meta (m010, docs/row-format.md); PostgreSQL keeps the text."""
+    copy in meta (m010), role, kind and an empty meta coded (m012,
+    docs/row-format.md); PostgreSQL keeps the text."""
     from_sqlite, to_sqlite = isinstance(src, SqliteSide), isinstance(dst, SqliteSide)
     if from_sqlite == to_sqlite or not {"uid", "fingerprint", "meta"} <= set(cols):
         return rows
     u, f, m = cols.index("uid"), cols.index("fingerprint"), cols.index("meta")
     reason = cols.index("finish_reason") if "finish_reason" in cols else None
+    coded = [(cols.index(c), text, key) for c, text, key in (
+        ("role", role_text, role_key), ("kind", kind_text, kind_key)) if c in cols]
     out = []
     for row in rows:
         r = list(row)
@@ -276,6 +279,8 @@ def _row_forms(src: Side, dst: Side, cols: list[str], rows: list[tuple]) -> list
             r[u], r[f], r[m] = uid_text(r[u]), fingerprint_text(r[f]), logical_meta(r[m], why)
         else:
             r[u], r[f], r[m] = uid_key(r[u]), fingerprint_key(r[f]), stored_meta(r[m], why)
+        for at, text, key in coded:
+            r[at] = text(r[at]) if from_sqlite else key(r[at])
         out.append(tuple(r))
     return out
 

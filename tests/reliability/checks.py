@@ -106,7 +106,7 @@ def compactions(conn: apsw.Connection) -> list[str]:
         if not conn.execute("SELECT 1 FROM messages WHERE id = ?", (summary,)).fetchone():
             out.append(f"compaction {cid}: summary row {summary} missing")
         (n,) = conn.execute("SELECT count(*) FROM messages WHERE compaction_id = ? AND"
-                            " kind = 'message'", (cid,)).fetchone()
+                            " kind IN ('', 'message')", (cid,)).fetchone()
         if n != absorbed:
             out.append(f"compaction {cid}: {n} archived rows, {absorbed} absorbed")
     return out

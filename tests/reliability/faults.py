@@ -136,7 +136,7 @@ def _rows(path: Path) -> Counter:
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         return Counter(conn.execute("SELECT session_id, content FROM messages"
-                                    " WHERE kind = 'message'").fetchall())
+                                    " WHERE kind IN ('', 'message')").fetchall())  # '': m012
     finally:
         conn.close()
 
