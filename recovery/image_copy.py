@@ -11,7 +11,7 @@ per-row path would write and count:
   plan would use);
 - no value the per-row path cleans could be unclean: every JSON column is
   NULL or text SQLite's ``json_valid`` accepts (strict RFC 8259 JSON, which
-  Python's parser accepts too). This errs one way only: a value SQLite
+  Python's parser accepts too), or m012's empty meta ``''``. This errs one way only: a value SQLite
   doubts (``NaN``, a blob) sends the batch down the per-row path, which
   decides as it always has;
 - the statement inserts exactly the batch's rows: a key already taken (a
@@ -36,6 +36,9 @@ from sessiondb.recovery_api import attach_readonly
 from .catalog import quote
 
 SCHEMA = "recovery_image"
+# A JSON column's stored form that is not JSON text and that the per-row path
+# keeps as it is: m012's empty meta (``''`` for ``{}``, docs/row-format.md).
+_EMPTY = {"meta": "meta = ''"}
 
 
 def clean_sql(json_columns: Iterable[str], columns: list[str], table: str) -> str:
@@ -43,8 +46,8 @@ def clean_sql(json_columns: Iterable[str], columns: list[str], table: str) -> st
     path would replace: each is NULL or valid JSON text. ``content`` is JSON
     only where ``content_kind`` says so (the others are checked always)."""
     present = set(columns)
-    parts = [f"({quote(c)} IS NULL OR (typeof({quote(c)}) = 'text' AND json_valid({quote(c)})))"
-             for c in json_columns if c in present]
+    parts = [f"({quote(c)} IS NULL OR (typeof({quote(c)}) = 'text' AND ({_EMPTY.get(c, '0')}"
+             f" OR json_valid({quote(c)}))))" for c in json_columns if c in present]
     if table == "messages" and {"content", "content_kind"} <= present:
         parts.append("(NOT (typeof(content_kind) = 'text' AND content_kind = 'json' COLLATE "
                      "BINARY) OR content IS NULL OR (typeof(content) = 'text' AND "

@@ -20,6 +20,7 @@ import apsw
 import pytest
 
 import recovery
+from sessiondb import SessionDB
 from tests.helpers import damage
 
 VARYING = {"migrations", "state_meta"}  # applied_at times and the generation stamp
@@ -93,6 +94,24 @@ def test_healthy_store_same_output_and_report_both_ways(pristine, tmp_path):
     assert _copied_by_statement(slow) == 0
     assert "inspect_quick_check_s" in fast.timings and fast.inspect["quick_check"]["ok"]
     assert fast.search_index["method"] == slow.search_index["method"] == "copied"
+
+
+def test_plain_messages_with_empty_meta_go_by_statement(tmp_path):
+    # Messages with no extra keys are stored with m012's empty meta ('', not
+    # JSON text): the fast path takes them too (it once sent every such batch
+    # down the per-row path).
+    db = SessionDB(tmp_path / "src.db")
+    db.create_session("s", source="t")
+    db.append_messages("s", [{"role": "user" if i % 2 else "assistant", "content": f"hi {i}"}
+                             for i in range(2500)])
+    db.close()
+    conn = apsw.Connection(str(tmp_path / "src.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    assert conn.execute("SELECT count(*) FROM messages WHERE meta = ''").fetchone() == (2500,)
+    conn.close()
+    fast, slow = _both(tmp_path / "src.db", tmp_path)
+    assert fast.tables["messages"].copied == 2500
+    assert _copied_by_statement(fast) == 2500 + 1  # the messages and the session
+    assert _copied_by_statement(slow) == 0
 
 
 def _without_unique_uid(path: Path) -> None:
