@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 100
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 WAL_CHECKPOINT_PAGES = 1000  # SQLite's default autocheckpoint threshold
-PAGE_SIZE = 4096
+PAGE_SIZE = 2048
 WAL_HEADER_BYTES = (2, 2)  # file header offsets 18/19 say "WAL" when both are 2
 
 
@@ -71,23 +71,23 @@ def file_says_wal(conn: apsw.Connection) -> bool:
 def set_page_size(conn: apsw.Connection) -> None:
     """New files use PAGE_SIZE-byte pages (existing files keep theirs).
 
-    4 KiB since m012 (2 KiB before). 2 KiB was chosen while both FTS5
-    indexes were fed by triggers inside every commit: a one-message commit
-    dirtied ~18 pages, so a smaller page halved what each commit wrote and
-    synced. Since #18 the indexer writes the index after the commit, so a
-    commit dirties only the row's pages (table, two indexes, counters), and
-    the page size is a packing question: m012's coded rows (~311-byte
-    cells on the B1 corpus) fit 13 to a 4 KiB page (316.6 B/msg) but only 6
-    to a 2 KiB one (343). The A/B of commit-each speed at both sizes
-    (docs/benchmarks.md, m012) kept it ahead of every peer in NORMAL and
-    FULL."""
+    2 KiB. It was chosen while both FTS5 indexes were fed by triggers inside
+    every commit (a one-message commit dirtied ~18 pages, so a smaller page
+    halved what each commit wrote). Since #18 the page size is a packing
+    question, and it was measured again with m012's coded rows
+    (docs/benchmarks.md, m012): 4 KiB pages bring the B1 corpus (~240
+    characters a message) from ~515 to 492-498 B/msg, but the scale corpus
+    (200 B - 4 KB texts, bench/scale_data.py) packs worst at 4 KiB: its
+    messages table is 235 MB at 2 KiB, 263 MB at 4 KiB (+11%), 236 MB at
+    8 KiB. A store's size in the field follows its real messages, so the
+    page stays at 2 KiB."""
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
 
 
 def set_auto_vacuum_incremental(conn: apsw.Connection) -> None:
     """A new file is created with incremental auto-vacuum, so the indexer
     can give the free pages of FTS5 merges back at the end of a catch-up
-    (sessiondb/reclaim.py; a pointer-map page per ~800 pages of 4 KiB). Only
+    (sessiondb/reclaim.py; a pointer-map page per ~400 pages of 2 KiB). Only
     on an empty file: an existing one keeps its mode (changing it would
     need a VACUUM, and FULL must never become INCREMENTAL behind a tool)."""
     if one(conn.execute("PRAGMA page_count"))[0] == 0:

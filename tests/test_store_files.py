@@ -50,15 +50,15 @@ def test_pragmas(db):
 
 
 def test_new_files_get_the_policy_page_and_old_files_keep_theirs(open_store, tmp_path):
-    # 4 KiB since m012: the coded rows pack 13 to a page (policy.set_page_size)
+    # 2 KiB (policy.set_page_size says why 4 KiB was measured and not kept)
     new = open_store(tmp_path / "new.db")
-    assert new._writer.execute("PRAGMA page_size").fetchone()[0] == policy.PAGE_SIZE == 4096
+    assert new._writer.execute("PRAGMA page_size").fetchone()[0] == policy.PAGE_SIZE == 2048
     old_path = tmp_path / "old.db"
     conn = apsw.Connection(str(old_path))
-    conn.execute("PRAGMA page_size=2048; PRAGMA journal_mode=WAL; CREATE TABLE t(x)")
+    conn.execute("PRAGMA page_size=4096; PRAGMA journal_mode=WAL; CREATE TABLE t(x)")
     conn.close()
     old = open_store(old_path)  # an existing file is migrated, never re-paged
-    assert old._writer.execute("PRAGMA page_size").fetchone()[0] == 2048
+    assert old._writer.execute("PRAGMA page_size").fetchone()[0] == 4096
     sid = old.create_session("s1", source="t")
     old.append_messages(sid, [{"role": "user", "content": "kept"}])
     assert [m["content"] for m in old.get_messages(sid)] == ["kept"]
