@@ -34,22 +34,25 @@ import apsw  # noqa: E402
 
 from common import message  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
+from sessiondb.codec import role_key  # noqa: E402
 from sessiondb.rows import one  # noqa: E402
 from sessiondb.search_index import (FTS_TABLE, INDEXES, OPTIONS, TEXT_VIEW,  # noqa: E402
                                     TOKENIZERS, WATERMARK_KEY)
 
 N, BATCH = 10_000, 100
 _COLS = ("session_id, uid, position, role, content_kind, content, finish_reason, timestamp,"
-         " meta, fingerprint")
+         " meta, fingerprint, kind")
+# the stored forms of m012 (role code, '' for an empty meta and for kind 'message'),
+# as the store writes them
 _ROWS = (f"INSERT INTO messages({_COLS}) SELECT 'b1', uid, i + 1, role, 'text', content,"
-         " finish_reason, 1.7e9 + i, '{}', randomblob(12) FROM staged.t WHERE i >= ? AND i < ?")
+         " finish_reason, 1.7e9 + i, '', randomblob(12), '' FROM staged.t WHERE i >= ? AND i < ?")
 
 
 def _stage(path: Path) -> None:
     """The corpus as rows in a side file, uids drawn as the store draws them."""
     conn = apsw.Connection(str(path))
     conn.execute("CREATE TABLE t(i INTEGER PRIMARY KEY, role, content, finish_reason, uid BLOB)")
-    rows = [(i, m["role"], m["content"], m.get("finish_reason"), os.urandom(16))
+    rows = [(i, role_key(m["role"]), m["content"], m.get("finish_reason"), os.urandom(16))
             for i, m in ((i, message(i)) for i in range(N))]
     with conn:
         conn.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)

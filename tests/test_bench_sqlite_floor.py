@@ -38,6 +38,9 @@ def test_append_floor_index_is_exactly_the_rows_index(tmp_path, small):
         assert [(i.name, i.integrity, i.probe) for i in health.indexes] == \
             [(t, "ok", "ok") for t in sqlite_floor.INDEXES]
         assert health.pending == 0
+        # the rows are in the store's own stored form (m012), as an append writes them
+        assert conn.execute("SELECT DISTINCT role, meta, kind FROM messages ORDER BY 1"
+                            ).fetchall() == [("a", "", ""), ("u", "", "")]
     finally:
         conn.close()
 
