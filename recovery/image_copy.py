@@ -36,9 +36,20 @@ from sessiondb.recovery_api import attach_readonly
 from .catalog import quote
 
 SCHEMA = "recovery_image"
-# A JSON column's stored form that is not JSON text and that the per-row path
-# keeps as it is: m012's empty meta (``''`` for ``{}``, docs/row-format.md).
-_EMPTY = {"meta": "meta = ''"}
+# A JSON column's stored form that is not JSON text and that both paths keep
+# as it is: m012's empty meta (``''`` for ``{}``, docs/row-format.md).
+STORED_EMPTY = {"meta": ""}
+
+
+def kept_as_is(column: str, value: object) -> bool:
+    """Whether ``value`` of a JSON ``column`` is a stored form kept unparsed."""
+    return column in STORED_EMPTY and value == STORED_EMPTY[column]
+
+
+def _kept_sql(column: str) -> str:
+    if column not in STORED_EMPTY:
+        return "0"
+    return f"{quote(column)} = '{STORED_EMPTY[column]}'"
 
 
 def clean_sql(json_columns: Iterable[str], columns: list[str], table: str) -> str:
@@ -46,7 +57,7 @@ def clean_sql(json_columns: Iterable[str], columns: list[str], table: str) -> st
     path would replace: each is NULL or valid JSON text. ``content`` is JSON
     only where ``content_kind`` says so (the others are checked always)."""
     present = set(columns)
-    parts = [f"({quote(c)} IS NULL OR (typeof({quote(c)}) = 'text' AND ({_EMPTY.get(c, '0')}"
+    parts = [f"({quote(c)} IS NULL OR (typeof({quote(c)}) = 'text' AND ({_kept_sql(c)}"
              f" OR json_valid({quote(c)}))))" for c in json_columns if c in present]
     if table == "messages" and {"content", "content_kind"} <= present:
         parts.append("(NOT (typeof(content_kind) = 'text' AND content_kind = 'json' COLLATE "
