@@ -127,6 +127,8 @@ def main() -> None:
               f" {f['index_us']:.1f} us = {f['total_us']:.1f} us CPU a message"
               f" (at most {1e6 / f['total_us']:,.0f} msg/s on the one write lock),"
               f" load {os.getloadavg()[0]:.1f}")
+    if args.store is not None and not args.store.expanduser().is_file():
+        raise SystemExit(f"Error: no store at {args.store}")
     if args.store is not None:
         with tempfile.TemporaryDirectory() as tmp:
             f = index_floor(args.store.expanduser(), Path(tmp))

@@ -355,6 +355,18 @@ def test_a_following_builder_reads_only_the_holes_rows_came_into(tmp_path):
         conn.close()
 
 
+def _wait_until_reading(builder, timeout: float = 30.0) -> None:
+    """Until the builder has made its scratch index, the step just before its
+    first read of the store's committed rows (its process start is what
+    varies, from tenths of a second to seconds on a loaded machine), then
+    the few milliseconds that read takes, with a margin."""
+    deadline = time.monotonic() + timeout
+    while builder.scratch_bytes() == 0:
+        assert time.monotonic() < deadline, "the builder never started"
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
 def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_word_index(
         tmp_path):
     """recover's `_rebuild`: the builder is told the rows are final and its rows
@@ -378,7 +390,8 @@ def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_
     for changed in (False, True):
         search_index.drop_triggers(conn)  # (opening the store to search put them back)
         with ParallelBuild(out, (TRIGRAM_TABLE,), follow=True, track=True) as builder:
-            time.sleep(0.5)  # it reads every row (a late read only loses the edge)
+            _wait_until_reading(builder)  # (a first read after the change below would
+            # index the changed text: nothing stale, and the changed case would fail)
             if changed:
                 with conn:
                     conn.execute("UPDATE messages SET content = content || ' libfoo' "
