@@ -120,6 +120,7 @@ def test_closing_one_handle_keeps_the_other_handles_locks(tmp_path: Path) -> Non
 RESTAMP = """
 import apsw, sys
 conn = apsw.Connection(sys.argv[1])
+conn.set_busy_timeout(20000)  # the store's indexer may hold the write lock for a batch
 conn.execute("PRAGMA wal_autocheckpoint=0")  # the new stamp stays in the -wal only
 conn.execute("PRAGMA application_id = 4242")
 conn.close()
