@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 import apsw  # noqa: E402
 
 from sessiondb import migrations, policy  # noqa: E402
+from sessiondb.codec import ROLE_CODES  # noqa: E402
 
 SYNC_MODES = ("NORMAL", "FULL")
 LOREM = "lorem ipsum dolor sit amet " * 8
@@ -168,18 +169,26 @@ class Floor:
         self.conn.close()
 
 
-_FLOOR_LOAD = ("SELECT role, content_kind, content, meta FROM messages WHERE session_id = ?"
+_FLOOR_COLUMNS = "role, content_kind, content, meta, finish_reason"
+_FLOOR_LOAD = (f"SELECT {_FLOOR_COLUMNS} FROM messages WHERE session_id = ?"
                " AND state = 'active' ORDER BY position, id")
-_FLOOR_TAIL = ("SELECT role, content_kind, content, meta FROM messages WHERE session_id = ?"
+_FLOOR_TAIL = (f"SELECT {_FLOOR_COLUMNS} FROM messages WHERE session_id = ?"
                " AND state = 'active' ORDER BY position DESC, id DESC LIMIT ?")
+_ROLE_NAMES = {code: role for role, code in ROLE_CODES.items()}
 
 
 def floor_rows(rows: Any) -> list[dict[str, Any]]:
-    """The floor's decode: a dict per row, JSON content and meta parsed."""
+    """The floor's decode: a dict per row, JSON content and meta parsed. It
+    reads the store's rows too (B3): a coded role (m012), an empty meta
+    stored as '' and finish_reason in its own column (m010)."""
     out = []
-    for role, kind, content, meta in rows:
-        m = {"role": role, "content": json.loads(content) if kind == "json" else content}
-        m.update(json.loads(meta))
+    for role, kind, content, meta, finish in rows:
+        m = {"role": _ROLE_NAMES.get(role, role),
+             "content": json.loads(content) if kind == "json" else content}
+        if meta:
+            m.update(json.loads(meta))
+        if finish is not None:
+            m["finish_reason"] = finish
         out.append(m)
     return out
 

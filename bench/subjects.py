@@ -25,6 +25,7 @@ from typing import Any
 from common import Floor, floor_load
 
 from sessiondb import SessionDB, search_index
+from sessiondb.errors import SessionTooLong
 
 
 class Subject(abc.ABC):
@@ -74,7 +75,16 @@ class Ours(Subject):
         self.db.catch_up_index()
 
     def load(self, tail: int | None = None) -> int:
-        return len(self.db.get_messages(self.sid, tail=tail))
+        try:
+            return len(self.db.get_messages(self.sid, tail=tail))
+        except SessionTooLong:  # B2's writers pass the whole-load limit: stream it
+            return self._streamed()
+
+    def _streamed(self) -> int:
+        count, after = 0, None
+        while page := self.db.message_page(self.sid, after=after, include_archived=False):
+            count, after = count + len(page), page[-1].key
+        return count
 
     def close(self) -> None:
         self.db.close()

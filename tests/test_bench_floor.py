@@ -42,3 +42,38 @@ def test_floor_rows_load_through_the_store(tmp_path):
         loaded = [{k: v for k, v in m.items() if not k.startswith("_db_")}
                   for m in db.get_messages("s1")]
     assert loaded == [common.message(i) for i in range(3)]
+
+
+def test_the_floor_reads_the_stores_rows_as_the_store_does(tmp_path):
+    # B3 times the floor's load on the store's own file: it must decode coded
+    # roles, meta stored as '' and finish_reason kept in its column.
+    with SessionDB(tmp_path / "store.db") as db:
+        db.create_session("s1", source="test")
+        db.append_messages("s1", [common.message(i) for i in range(4)]
+                           + [{"role": "tool", "content": "x", "tool_call_id": "c1"}])
+        stored = [{k: v for k, v in m.items() if not k.startswith("_db_")}
+                  for m in db.get_messages("s1")]
+    conn = apsw.Connection(str(tmp_path / "store.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        assert common.floor_load(conn, "s1") == stored
+        assert common.floor_load(conn, "s1", 2) == stored[-2:]
+    finally:
+        conn.close()
+
+
+def test_ours_counts_a_session_past_the_whole_load_limit(tmp_path):
+    # B2's writers append more than a whole load may return; its check of
+    # "stored == acked" streams the session instead of failing.
+    import subjects  # noqa: E402  (bench/subjects.py)
+    from sessiondb.messages import LOAD_LIMIT
+
+    ours = subjects.Ours()
+    ours.open(tmp_path / "store.db", "NORMAL", "w0")
+    try:
+        for start in range(0, LOAD_LIMIT + 7, 1000):
+            ours.append([common.message(i) for i in range(start, min(start + 1000,
+                                                                     LOAD_LIMIT + 7))])
+        assert ours.load() == LOAD_LIMIT + 7
+        assert ours.load(50) == 50
+    finally:
+        ours.close()
