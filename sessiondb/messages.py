@@ -146,35 +146,52 @@ def insert_many(conn: apsw.Connection, session_id: str,
         for e, pos, kind, state, comp in rows])
 
 
-_LOAD = ("SELECT id, uid, role, content_kind, content, tool_calls, meta, fingerprint, state,"
-         " compaction_id, finish_reason FROM messages WHERE session_id = ?")
+# A live load reads no state or compaction id (B3: each column fetched costs
+# ~0.1 us a row); a load with the archived rows reads both, last.
+_COLUMNS = "id, uid, role, content_kind, content, tool_calls, meta, fingerprint, finish_reason"
+_LOAD = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ?"
+_LOAD_WITH_STATE = f"SELECT {_COLUMNS}, state, compaction_id FROM messages WHERE session_id = ?"
+_marker = Persisted._make
 
 
 def _marked(row: tuple, with_state: bool) -> dict[str, Any]:
-    rid, uid, role, kind, content, tool_calls, meta, fp, state, compaction_id, finish = row
+    rid, uid, role, kind, content, tool_calls, meta, fp, finish = row[:9]
     message = decode(role, kind, content, tool_calls, meta, finish)
     message[UID_KEY] = uid_text(uid)
-    message[MARKER_KEY] = Persisted(rid, fingerprint_text(fp))
+    message[MARKER_KEY] = _marker((rid, fingerprint_text(fp)))
     if with_state:
-        message[STATE_KEY] = state
-        message[COMPACTION_KEY] = compaction_id
+        message[STATE_KEY], message[COMPACTION_KEY] = row[9], row[10]
     return message
 
 
+def _load_sql(include_archived: bool) -> str:
+    return _LOAD_WITH_STATE if include_archived else _LOAD + " AND state = 'active'"
+
+
+class OverLimit(Exception):
+    """`load` found more rows than its ``at_most``: nothing was decoded."""
+
+
 def load(conn: apsw.Connection, session_id: str, *, include_archived: bool = False,
-         tail: int | None = None) -> list[dict[str, Any]]:
+         tail: int | None = None, at_most: int | None = None) -> list[dict[str, Any]]:
     """Messages of a session in order, each marked as persisted.
 
     With ``include_archived`` every row is returned with its ``_db_state``.
-    ``tail`` limits the result to the last N rows (cheap resume).
+    ``tail`` limits the result to the last N rows (cheap resume). A whole
+    load with ``at_most`` raises OverLimit when the session has more rows:
+    the read stops one row past it, so no count is run first.
     """
-    sql = _LOAD if include_archived else _LOAD + " AND state = 'active'"
-    if tail is None:
-        rows: Iterable[tuple] = conn.execute(sql + " ORDER BY position, id", (session_id,))
+    sql = _load_sql(include_archived)
+    rows: Iterable[tuple]
+    if tail is not None:
+        rows = reversed(list(conn.execute(sql + " ORDER BY position DESC, id DESC LIMIT ?",
+                                          (session_id, tail))))
+    elif at_most is None:
+        rows = conn.execute(sql + " ORDER BY position, id", (session_id,))
     else:
-        desc = list(conn.execute(sql + " ORDER BY position DESC, id DESC LIMIT ?",
-                                 (session_id, tail)))
-        rows = reversed(desc)
+        rows = list(conn.execute(sql + " ORDER BY position, id LIMIT ?", (session_id, at_most + 1)))
+        if len(rows) > at_most:
+            raise OverLimit(at_most)
     return [_marked(r, include_archived) for r in rows]
 
 
@@ -199,7 +216,7 @@ def load_range(conn: apsw.Connection, session_id: str, *, include_archived: bool
     ``_db_position``: the first ``limit`` after position ``after``, or, when
     only ``before`` is given, the last ``limit`` before it (``before`` and
     ``after`` both: the first ``limit`` strictly between them)."""
-    sql = _LOAD if include_archived else _LOAD + " AND state = 'active'"
+    sql = _load_sql(include_archived)
     args: list[Any] = [session_id]
     sql = sql.replace("SELECT id,", "SELECT position, id,", 1)
     if after is not None:

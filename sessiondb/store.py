@@ -475,10 +475,11 @@ class SessionDB:
                                            limit=self.load_limit if limit is None else limit,
                                            before=before,
                                            after=after)
-            if tail is None:
-                self._check_loadable(conn, session_id, include_archived)
-            rows = messages.load(conn, session_id, include_archived=include_archived,
-                                 tail=tail)
+            try:
+                rows = messages.load(conn, session_id, include_archived=include_archived,
+                                     tail=tail, at_most=self.load_limit if tail is None else None)
+            except messages.OverLimit:
+                raise self._too_long(conn, session_id, include_archived) from None
             if with_summary and rows:
                 rows = messages.summaries_before(conn, session_id, self._position_of(
                     conn, rows[0])) + rows
@@ -489,16 +490,15 @@ class SessionDB:
         return one(conn.execute("SELECT position FROM messages WHERE id = ?",
                             (message[MARKER_KEY].id,)))[0]
 
-    def _check_loadable(self, conn: apsw.Connection, session_id: str,
-                        include_archived: bool) -> None:
+    def _too_long(self, conn: apsw.Connection, session_id: str,
+                  include_archived: bool) -> SessionTooLong:
         rows = messages.count(conn, session_id, include_archived=include_archived)
-        if rows > self.load_limit:
-            command = f"hermes sessions export {session_id}"
-            raise SessionTooLong(
-                f"session {session_id} has {rows} messages, more than the {self.load_limit} "
-                f"a whole load returns; page it (limit/after/before, or tail) or stream it: "
-                f"{command}", session_id=session_id, rows=rows, limit=self.load_limit,
-                command=command, path=str(self.path))
+        command = f"hermes sessions export {session_id}"
+        return SessionTooLong(
+            f"session {session_id} has {rows} messages, more than the {self.load_limit} "
+            f"a whole load returns; page it (limit/after/before, or tail) or stream it: "
+            f"{command}", session_id=session_id, rows=rows, limit=self.load_limit,
+            command=command, path=str(self.path))
 
     # -- compaction --------------------------------------------------------
 
