@@ -146,8 +146,8 @@ def insert_many(conn: apsw.Connection, session_id: str,
         for e, pos, kind, state, comp in rows])
 
 
-# A live load reads no state or compaction id (B3: each column fetched costs
-# ~0.1 us a row); a load with the archived rows reads both, last.
+# A live load reads no state or compaction id (every value fetched is a
+# Python object made per row); a load with the archived rows reads both, last.
 _COLUMNS = "id, uid, role, content_kind, content, tool_calls, meta, fingerprint, finish_reason"
 _LOAD = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ?"
 _LOAD_WITH_STATE = f"SELECT {_COLUMNS}, state, compaction_id FROM messages WHERE session_id = ?"
