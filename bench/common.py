@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import apsw  # noqa: E402
 
 from sessiondb import migrations, policy  # noqa: E402
-from sessiondb.codec import ROLE_CODES  # noqa: E402
+from sessiondb.codec import ROLE_NAMES  # noqa: E402
 
 SYNC_MODES = ("NORMAL", "FULL")
 LOREM = "lorem ipsum dolor sit amet " * 8
@@ -174,7 +174,6 @@ _FLOOR_LOAD = (f"SELECT {_FLOOR_COLUMNS} FROM messages WHERE session_id = ?"
                " AND state = 'active' ORDER BY position, id")
 _FLOOR_TAIL = (f"SELECT {_FLOOR_COLUMNS} FROM messages WHERE session_id = ?"
                " AND state = 'active' ORDER BY position DESC, id DESC LIMIT ?")
-_ROLE_NAMES = {code: role for role, code in ROLE_CODES.items()}
 
 
 def floor_rows(rows: Any) -> list[dict[str, Any]]:
@@ -183,7 +182,7 @@ def floor_rows(rows: Any) -> list[dict[str, Any]]:
     stored as '' and finish_reason in its own column (m010)."""
     out = []
     for role, kind, content, meta, finish in rows:
-        m = {"role": _ROLE_NAMES.get(role, role),
+        m = {"role": ROLE_NAMES.get(role, role),
              "content": json.loads(content) if kind == "json" else content}
         if meta:
             m.update(json.loads(meta))

@@ -365,12 +365,7 @@ def decode(role: str, content_kind: str, content: str | None, tool_calls: str | 
     the row's column: a compact row (m010) keeps it only there when it was
     the last key of meta, and it goes back in that place. ``role`` and
     ``meta`` may be in their coded forms (m012, `role_key`, `stored_meta`)."""
-    if content_kind == "text" and not meta and tool_calls is None:  # most rows: nothing to parse
-        message = {"role": _ROLE_NAMES.get(role, role), "content": content}
-        if finish_reason is not None:
-            message["finish_reason"] = finish_reason
-        return message
-    message = {"role": _ROLE_NAMES.get(role, role)}  # a coded row (m012)
+    message: dict[str, Any] = {"role": ROLE_NAMES.get(role, role)}  # a coded row (m012)
     if content_kind == "text":
         message["content"] = content
     elif content_kind == "json":
@@ -472,7 +467,7 @@ def logical_meta(meta: str, finish_reason: str | None) -> str:
 # meet a role spelled that way; kind is never empty (the importer checks).
 
 ROLE_CODES = {"system": "s", "developer": "d", "user": "u", "assistant": "a", "tool": "t"}
-_ROLE_NAMES = {code: role for role, code in ROLE_CODES.items()}
+ROLE_NAMES = {code: role for role, code in ROLE_CODES.items()}
 MESSAGE_KIND = "message"
 
 
@@ -483,7 +478,7 @@ def role_key(role: str) -> str:
 
 def role_text(value: Any) -> Any:
     """A stored role back as its name (a name passes through: older rows)."""
-    return _ROLE_NAMES.get(value, value)
+    return ROLE_NAMES.get(value, value)
 
 
 def kind_key(kind: str) -> str:

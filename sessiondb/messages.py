@@ -8,9 +8,9 @@ from typing import Any, Iterable, NamedTuple
 
 import apsw
 
-from .codec import (MARKER_KEY, MESSAGE_KIND, ROLE_CODES, UID_KEY, EncodedMessage, Persisted, decode, fingerprint_key,
-                    fingerprint_text, kind_key, kind_text, role_key, stored_meta, uid_key,
-                    uid_text)
+from .codec import (MARKER_KEY, MESSAGE_KIND, ROLE_CODES, ROLE_NAMES, UID_KEY, EncodedMessage,
+                    Persisted, decode, fingerprint_key, fingerprint_text, kind_key, kind_text,
+                    role_key, stored_meta, uid_key, uid_text)
 from . import search_index
 from .errors import InvalidMessage
 from .rows import one
@@ -151,17 +151,34 @@ def insert_many(conn: apsw.Connection, session_id: str,
 _COLUMNS = "id, uid, role, content_kind, content, tool_calls, meta, fingerprint, finish_reason"
 _LOAD = f"SELECT {_COLUMNS} FROM messages WHERE session_id = ?"
 _LOAD_WITH_STATE = f"SELECT {_COLUMNS}, state, compaction_id FROM messages WHERE session_id = ?"
-_marker = Persisted._make
+_tuple_new = tuple.__new__
 
 
 def _marked(row: tuple, with_state: bool) -> dict[str, Any]:
-    rid, uid, role, kind, content, tool_calls, meta, fp, finish = row[:9]
-    message = decode(role, kind, content, tool_calls, meta, finish)
-    message[UID_KEY] = uid_text(uid)
-    message[MARKER_KEY] = _marker((rid, fingerprint_text(fp)))
-    if with_state:
-        message[STATE_KEY], message[COMPACTION_KEY] = row[9], row[10]
-    return message
+    return _marked_rows((row,), with_state)[0]
+
+
+def _marked_rows(rows: Iterable[tuple], with_state: bool) -> list[dict[str, Any]]:
+    """Each row as its message dict, marked as persisted. One loop with no
+    call per row for the common row (plain text, no meta, no tool calls):
+    in a whole load of 10k rows the calls were ~30% of the Python time."""
+    out = []
+    names = ROLE_NAMES
+    for row in rows:
+        rid, uid, role, kind, content, tool_calls, meta, fp, finish = row[:9]
+        if kind == "text" and not meta and tool_calls is None:  # what `decode` makes of it
+            message = {"role": names.get(role, role), "content": content}
+            if finish is not None:
+                message["finish_reason"] = finish
+        else:
+            message = decode(role, kind, content, tool_calls, meta, finish)
+        # uid_text and fingerprint_text: bytes since m010, text before
+        message[UID_KEY] = uid.hex() if type(uid) is bytes else uid
+        message[MARKER_KEY] = _tuple_new(Persisted, (rid, fp.hex() if type(fp) is bytes else fp))
+        if with_state:
+            message[STATE_KEY], message[COMPACTION_KEY] = row[9], row[10]
+        out.append(message)
+    return out
 
 
 def _load_sql(include_archived: bool) -> str:
@@ -192,7 +209,7 @@ def load(conn: apsw.Connection, session_id: str, *, include_archived: bool = Fal
         rows = list(conn.execute(sql + " ORDER BY position, id LIMIT ?", (session_id, at_most + 1)))
         if len(rows) > at_most:
             raise OverLimit(at_most)
-    return [_marked(r, include_archived) for r in rows]
+    return _marked_rows(rows, include_archived)
 
 
 POSITION_KEY = "_db_position"
@@ -240,9 +257,9 @@ def summaries_before(conn: apsw.Connection, session_id: str,
                      position: int) -> list[dict[str, Any]]:
     """The session's live rolling-summary rows placed before ``position`` (a
     partial-index seek): what a resume from the tail keeps of the history."""
-    return [_marked(r, False) for r in conn.execute(
+    return _marked_rows(conn.execute(
         _LOAD + " AND kind = 'rolling_summary' AND state = 'active' AND position < ?"
-        " ORDER BY position, id", (session_id, position))]
+        " ORDER BY position, id", (session_id, position)), False)
 
 
 # -- row edits (transcript operations and compaction) -----------------------
