@@ -16,11 +16,11 @@ import pytest
 
 import recovery
 from recovery.rebuild import PLACEHOLDER_SOURCE, QUARANTINE
-from sessiondb import SessionDB, StorageError
+from sessiondb import SessionDB
 from tests.helpers import damage
 from tests.helpers.damage import (TableTree, bundle_hashes, message_ids, pages_of, smash_page,
                                   sql)
-from tests.helpers.damagevfs import FailingVFS, ZeroingVFS
+from tests.helpers.damagevfs import ZeroingVFS, recover_on_failing_disk
 
 
 @pytest.fixture(scope="module")
@@ -387,13 +387,9 @@ def test_truncation_that_cuts_off_schema_roots(tmp_path):
 
 def test_write_failure_leaves_nothing_behind(pristine, store, tmp_path):
     before = bundle_hashes(store)
-    vfs = FailingVFS("fail-writes", after=20)
-    try:
-        with pytest.raises(StorageError) as info:
-            recovery.recover(store, tmp_path / "new.db", vfs="fail-writes", work_dir=tmp_path)
-    finally:
-        vfs.unregister()
-    assert info.value.cause.value == "io_error"
+    error = recover_on_failing_disk(store, tmp_path / "new.db", tmp_path, name="fail-writes",
+                                    after=20)
+    assert error.cause.value == "io_error"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # no output, no temp, no work
     assert bundle_hashes(store) == before
 

@@ -216,20 +216,15 @@ def test_rows_of_megabytes_same_both_ways(pristine, tmp_path):
 def test_a_failed_write_stops_the_check_and_leaves_nothing(pristine, tmp_path):
     """The output's disk fails while quick_check runs beside the lanes: the
     typed error as before, no file left, and no check thread still running."""
-    from sessiondb import StorageError
-    from tests.helpers.damagevfs import FailingVFS
+    from tests.helpers.damagevfs import recover_on_failing_disk
 
     src = damage.private_copy(pristine.path, tmp_path)
     before = damage.bundle_hashes(src)
     work = tmp_path / "work"
     work.mkdir(mode=0o700)
-    vfs = FailingVFS("fail-writes-fast", after=200)
-    try:
-        with pytest.raises(StorageError) as info:
-            recovery.recover(src, tmp_path / "new.db", vfs="fail-writes-fast", work_dir=work)
-    finally:
-        vfs.unregister()
-    assert info.value.cause.value == "io_error"
+    error = recover_on_failing_disk(src, tmp_path / "new.db", work, name="fail-writes-fast",
+                                    after=200)
+    assert error.cause.value == "io_error"
     assert not [t for t in threading.enumerate() if t.name == "quick_check"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src", "work"]
     assert not list(work.iterdir())

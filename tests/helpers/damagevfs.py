@@ -7,7 +7,13 @@ damage lands when the WAL is checkpointed into the file.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import apsw
+import pytest
+
+import recovery
+from sessiondb import StorageError
 
 
 class ZeroingFile(apsw.VFSFile):
@@ -55,3 +61,17 @@ class FailingVFS(apsw.VFS):
 
     def xOpen(self, name, flags):
         return FailingFile("", name, flags, self.after)
+
+
+def recover_on_failing_disk(src: Path, out: Path, work_dir: Path, *, name: str,
+                            after: int) -> StorageError:
+    """`recovery.recover` with its output on a disk whose writes fail after
+    ``after`` of them; the StorageError it must raise (the caller asserts
+    what it left behind)."""
+    vfs = FailingVFS(name, after=after)
+    try:
+        with pytest.raises(StorageError) as info:
+            recovery.recover(src, out, vfs=name, work_dir=work_dir)
+    finally:
+        vfs.unregister()
+    return info.value
