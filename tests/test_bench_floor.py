@@ -63,7 +63,7 @@ def test_the_floor_reads_the_stores_rows_as_the_store_does(tmp_path):
 
 def test_ours_counts_a_session_past_the_whole_load_limit(tmp_path):
     # B2's writers append more than a whole load may return; its check of
-    # "stored == acked" streams the session instead of failing.
+    # "stored == acked" counts the session instead of failing.
     import subjects  # noqa: E402  (bench/subjects.py)
     from sessiondb.messages import LOAD_LIMIT
 
