@@ -3,9 +3,9 @@ from .compact import CompactionPolicy
 from .failure import TurnFailure
 from .localmodel import LABEL, LocalModelServer, Reply, rule_based
 from .loop import Agent, TurnResult, Usage
-from .memory_snapshot import MemoryConfig, load_memory_config
-from .review_config import ReviewConfig, load_review_config
-from .review_fork import ReviewResult
+from .memory import MemoryConfig, load_memory_config
+from .review import ReviewConfig, load_review_config
+from .review import ReviewResult
 from .tools import Tool, ToolOutcome, ToolRegistry
 
 __all__ = ["Agent", "TurnResult", "TurnFailure", "Usage", "CompactionPolicy", "Tool",

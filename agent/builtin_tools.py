@@ -6,7 +6,7 @@ from typing import Any
 
 from sessiondb import SessionDB, strip_markers
 
-from .memory_tools import HomeTools
+from .memory import HomeTools
 from .tools import Tool, ToolRegistry
 
 SEARCH_SCHEMA = {

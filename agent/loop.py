@@ -24,12 +24,12 @@ from sessiondb import SessionDB, StorageError
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
 from .failure import NO_CREDENTIALS, NO_CREDENTIALS_FAILURE, TurnFailure, has_credentials
-from .memory_snapshot import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
+from .memory import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
 from .persist import PersistenceFailed, TurnPersistence
 from .review import Reviewer
-from .review_config import ReviewConfig
-from .review_fork import ReviewResult
-from .review_prompt import strip_harness
+from .review import ReviewConfig
+from .review import ReviewResult
+from .review import strip_harness
 from .tools import ToolRegistry
 from .usage import Usage
 
@@ -67,7 +67,7 @@ class Agent:
 
     ``memory`` (default: the home's ``[memory]`` config) says whether the
     home's saved memories and skill list go into the system prompt, as a
-    snapshot read once here (agent/memory_snapshot.py)."""
+    snapshot read once here (agent/memory/memory_snapshot.py)."""
 
     def __init__(self, db: SessionDB, *, session_id: str | None = None,
                  model: str = DEFAULT_MODEL, client: anthropic.Anthropic | None = None,
@@ -88,7 +88,7 @@ class Agent:
         self.session_id = db.create_session(session_id, source=source, model=model)
         self.tools = tools if tools is not None else default_registry(db, self.session_id,
                                                                       self.home)
-        self.holder = f"agent-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.holder = f"hstate_agent-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store = TurnPersistence(db, self.session_id, self.holder)
         # Review prompts and replies an older build stored are never read back.
         self.messages: list[dict[str, Any]] = strip_harness(self.store.load())
@@ -137,7 +137,7 @@ class Agent:
 
         A review still running from the last turn is cancelled first (waiting
         at most 2 s for it to stop); after a completed turn the next review
-        may start in the background (see agent/review.py). A client that
+        may start in the background (see agent/review/review.py). A client that
         cannot authenticate fails the turn before anything is written
         (failure_reason ``model_error:no_credentials``), never with the SDK's
         bare TypeError."""

@@ -2,7 +2,7 @@
 machine record, the floor (raw apsw into our own schema) and small stats.
 
 The floor's schema is built by running our own migrations
-(`sessiondb.migrations.MIGRATIONS`) on a raw apsw connection, so it always
+(`sessiondb.engine.migrations.MIGRATIONS`) on a raw apsw connection, so it always
 has exactly the store's tables, indexes and triggers (the FTS sync triggers
 included, once the search migration is in the tuple).
 """
@@ -23,8 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 import apsw  # noqa: E402
 
-from sessiondb import migrations, policy  # noqa: E402
-from sessiondb.codec import ROLE_NAMES  # noqa: E402
+from sessiondb.engine import migrations
+from sessiondb.base import policy  # noqa: E402
+from sessiondb.rows.codec import ROLE_NAMES  # noqa: E402
 
 SYNC_MODES = ("NORMAL", "FULL")
 LOREM = "lorem ipsum dolor sit amet " * 8

@@ -14,10 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anthropic  # noqa: E402
 
-from agent import Agent, CompactionPolicy  # noqa: E402
-from agent.compact import estimate_tokens  # noqa: E402
-from agent.localmodel import LocalModelServer  # noqa: E402
-from agent.scripted import calc_registry, exchange_script  # noqa: E402
+from hstate_agent import Agent, CompactionPolicy  # noqa: E402
+from hstate_agent.compact import estimate_tokens  # noqa: E402
+from hstate_agent.localmodel.server import LocalModelServer  # noqa: E402
+from hstate_agent.localmodel.scripted import calc_registry, exchange_script  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
 
 

@@ -40,8 +40,8 @@ from search import LIMIT, SESSION_SIZE, Generator, pct, queries_for  # noqa: E40
 from sessiondb.pg import migrations  # noqa: E402
 from sessiondb.pg import search as pg_search  # noqa: E402
 from sessiondb.pg.search_schema import CONFIG, INDEXES, index_ddl, text_expr  # noqa: E402
-from sessiondb.search import SCAN_WINDOW, Filters  # noqa: E402
-from sessiondb.search_query import plan as make_plan  # noqa: E402
+from sessiondb.search.hits import SCAN_WINDOW, Filters  # noqa: E402
+from sessiondb.search.search_query import plan as make_plan  # noqa: E402
 
 GOAL = 2.0
 COPY_SESSIONS = "COPY sessions (id, source, started_at, updated_at) FROM STDIN"

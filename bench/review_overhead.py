@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anthropic  # noqa: E402
 
-from agent import Agent, Reply  # noqa: E402
-from agent.localmodel import LocalModelServer  # noqa: E402
-from agent.review_config import ReviewConfig  # noqa: E402
-from agent.review_prompt import is_review_request  # noqa: E402
+from hstate_agent import Agent, Reply  # noqa: E402
+from hstate_agent.localmodel.server import LocalModelServer  # noqa: E402
+from hstate_agent.review.review_config import ReviewConfig  # noqa: E402
+from hstate_agent.review.review_prompt import is_review_request  # noqa: E402
 from bench.common import median, percentile  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
 

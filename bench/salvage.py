@@ -10,7 +10,7 @@ can only put in its anonymous `lost_and_found` table do not count.
 "recoverable" is the number of messages whose leaf and overflow pages the
 damage left intact (the most any tool can return exactly).
 
-Ours is `recovery.recover(..., allow_partial=True)`: snapshot, inspect,
+Ours is `hstate_recovery.recover(..., allow_partial=True)`: snapshot, inspect,
 lanes backup/rows/bisect/index/carve, write, verify. Theirs is
 `sqlite3 damaged.db .recover | sqlite3 out.db`. Both wall times include
 writing the new file; the carve lane's own time and throughput (MB/s of
@@ -47,8 +47,8 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import recovery  # noqa: E402
-from recovery.fileformat import parse_cell, parse_page_header  # noqa: E402
+import hstate_recovery  # noqa: E402
+from sessiondb.sqlitefile.fileformat import parse_cell, parse_page_header  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
 from tests.helpers import damage  # noqa: E402
 from tests.helpers.carving import (build_store, expected_after_damage, message,  # noqa: E402
@@ -202,7 +202,7 @@ def correct(rows: dict[int, dict], truth: dict[int, dict]) -> int:
 def run_ours(damaged: Path, work: Path) -> tuple[dict[int, dict], float, dict]:
     out = work / "ours.db"
     started = time.perf_counter()
-    report = recovery.recover(damaged, out, allow_partial=True)
+    report = hstate_recovery.recover(damaged, out, allow_partial=True)
     elapsed = time.perf_counter() - started
     rows = read_messages(Path(report.output)) if report.output else {}
     return rows, elapsed, report.lane_stats.get("carve", {})

@@ -11,7 +11,7 @@ derived and not counted). Rows `.recover` can only put in its anonymous
 `lost_and_found` do not count. "recoverable" is the number of rows whose
 leaf the damage left intact (what any tool can return exactly).
 
-Ours: `recovery.recover(..., allow_partial=True)` (the template class adds
+Ours: `hstate_recovery.recover(..., allow_partial=True)` (the template class adds
 ``template=`` a healthy file of the same program). Theirs:
 `sqlite3 damaged.db .recover | sqlite3 out.db`, with a sqlite3 shell that
 has `.recover` (see bench/salvage.py: --sqlite3 PATH or a local build).
@@ -36,7 +36,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import recovery  # noqa: E402
+import hstate_recovery  # noqa: E402
 from tests.helpers import foreign_dbs as f  # noqa: E402
 from tests.helpers.damage import TableTree, pages_of, write_at  # noqa: E402
 
@@ -119,7 +119,7 @@ def attributed(got: dict[str, dict[int, tuple]], truth: dict[str, dict[int, tupl
 
 def run_ours(damaged: Path, work: Path, template: Path | None) -> tuple[Path | None, float]:
     started = time.perf_counter()
-    report = recovery.recover(damaged, work / "ours.db", allow_partial=True, work_dir=work,
+    report = hstate_recovery.recover(damaged, work / "ours.db", allow_partial=True, work_dir=work,
                               template=template)
     return (Path(report.output) if report.output else None), time.perf_counter() - started
 

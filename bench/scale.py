@@ -122,9 +122,9 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
 
 
 def inspect_phases(db: Path) -> dict[str, Any]:
-    """`recovery.inspect` in-process with no quick_check deadline (the CLI's is
+    """`hstate_recovery.inspection.examine` in-process with no quick_check deadline (the CLI's is
     20 s, which a loaded machine reaches at 100k), timing each phase."""
-    code = ("import json, sys, time\nfrom recovery import inspect\n"
+    code = ("import json, sys, time\nfrom hstate_recovery import inspect\n"
             "marks = []\nt = time.monotonic()\n"
             "r = inspect(sys.argv[1], quick_seconds=1e9,"
             " progress=lambda p: marks.append((p, time.monotonic())))\n"

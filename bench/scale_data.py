@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from sessiondb.export import EXPORT_FORMAT, EXPORT_VERSION
+from sessiondb.maintenance.export import EXPORT_FORMAT, EXPORT_VERSION
 
 BIG_EVERY = 25_000
 BIG_BYTES = 1 << 20

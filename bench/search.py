@@ -67,10 +67,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sessiondb import SessionDB  # noqa: E402
-from sessiondb import search as search_mod  # noqa: E402
-from sessiondb import search_index  # noqa: E402
-from sessiondb.search_index import mark_stale, text_expr  # noqa: E402
-from sessiondb.search_query import plan as make_plan  # noqa: E402
+from sessiondb.search import hits as search_mod  # noqa: E402
+from sessiondb.index import search_index  # noqa: E402
+from sessiondb.index.search_index import mark_stale, text_expr  # noqa: E402
+from sessiondb.search.search_query import plan as make_plan  # noqa: E402
 
 VOCAB = 50_000
 ZIPF_S = 1.07

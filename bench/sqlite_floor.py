@@ -34,9 +34,9 @@ import apsw  # noqa: E402
 
 from common import message  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
-from sessiondb.codec import role_key  # noqa: E402
-from sessiondb.rows import one  # noqa: E402
-from sessiondb.search_index import (FTS_TABLE, INDEXES, OPTIONS, TEXT_VIEW,  # noqa: E402
+from sessiondb.rows.codec import role_key  # noqa: E402
+from sessiondb.base.onerow import one  # noqa: E402
+from sessiondb.index.search_index import (FTS_TABLE, INDEXES, OPTIONS, TEXT_VIEW,  # noqa: E402
                                     TOKENIZERS, WATERMARK_KEY)
 
 N, BATCH = 10_000, 100

@@ -24,8 +24,9 @@ from typing import Any
 
 from common import Floor, floor_load
 
-from sessiondb import SessionDB, search_index
-from sessiondb.errors import SessionTooLong
+from sessiondb import SessionDB
+from sessiondb.index import search_index
+from sessiondb.base.errors import SessionTooLong
 
 
 class Subject(abc.ABC):

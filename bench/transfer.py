@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sessiondb import SessionDB  # noqa: E402
-from sessiondb.export import export_to_path  # noqa: E402
-from sessiondb.importer import import_export_file  # noqa: E402
+from sessiondb.maintenance.export import export_to_path  # noqa: E402
+from sessiondb.importers.importer import import_export_file  # noqa: E402
 
 
 def _peak(fn) -> int:

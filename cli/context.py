@@ -30,6 +30,6 @@ class AppContext:
         words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
                                                          if self.profile else [])]
         if self.store_url:
-            from sessiondb.pg.errors import redact  # never a password on a terminal
+            from sessiondb.pg import redact  # never a password on a terminal
             words += ["--store-url", redact(self.store_url)]
         return shlex.join([*words, *args])

@@ -16,7 +16,7 @@ import apsw
 import click
 
 from sessiondb import SessionDB
-from sessiondb.rows import one
+from sessiondb.base import one
 
 HISTORY_SESSION = "demo-history"
 TOPICS = ("SQLite write-ahead logging", "checkpoint starvation", "FTS5 tokenizers",

@@ -9,8 +9,8 @@ import click
 
 import sessiondb
 from sessiondb import StorageError
-from sessiondb.errors import Cause, InvalidInput
-from sessiondb.explain import describe_error
+from sessiondb.base import Cause, InvalidInput
+from sessiondb.base import describe_error
 
 from .context import AppContext
 from .groups import LEAF_KEY, SectionedGroup
@@ -110,7 +110,7 @@ def configure_logging(verbose: bool) -> None:
 
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
-        from sessiondb.policy import sqlite_library_version
+        from sessiondb.base import sqlite_library_version
         click.echo(f"hermes {sessiondb.__version__} (SQLite {sqlite_library_version()})")
         ctx.exit()
 
@@ -140,7 +140,7 @@ def cli(ctx: click.Context, home: Path | None, profile: str | None, store_url: s
       hermes --home ~/.hermes sessions list
     """
     configure_logging(verbose)
-    from sessiondb.paths import resolve_home, validate_profile
+    from sessiondb.base import resolve_home, validate_profile
     try:
         if profile is not None:
             validate_profile(profile)
@@ -158,9 +158,12 @@ def main() -> None:
 def register_commands(root: click.Group) -> None:
     """Every command, added by name. Command modules never import this one
     (they take `AppContext` from `context`), so any of them imports first."""
-    from . import (chat_cmd, demo_cmd, doctor_cmd, install_cmd, maintain_cmd, memory_cmd,
-                   migrate_cmd,
-                   recover_cmd, repair_cmd, search_cmd, sessions_cmd, spool_cmd, transfer_cmd)
+    from .commands import (chat as chat_cmd, demo as demo_cmd, doctor as doctor_cmd,
+                           install as install_cmd, maintain as maintain_cmd,
+                           memory as memory_cmd, migrate as migrate_cmd,
+                           recover as recover_cmd, repair as repair_cmd, search as search_cmd,
+                           sessions as sessions_cmd, spool as spool_cmd,
+                           transfer as transfer_cmd)
     command: click.Command
     for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
                     memory_cmd.memory, memory_cmd.skills):

@@ -1,28 +1,27 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
-from .compaction import (CompactionError, CompactionNotFound, CompactionResult, RestoreResult,
-                         apply_compaction)
-from .classify import classify
-from .codec import MARKER_KEY, UID_KEY, Persisted, strip_markers
-from .errors import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery, LeaseLost,
-                     SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
-                     SessionTooLong,
-                     StorageError, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound, StoreReadOnly,
-                     StoreReplaced, UnsafeSQLiteVersion)
-from .errors import ForeignStore
-from .explain import StorageFailure, describe, describe_error
-from .identify import Identity
-from .leases import Lease
-from .outfile import private_output
-from .paths import FILE_MODE, ensure_private_dir, resolve_home, store_path
+from .rows import (CompactionError, CompactionNotFound, CompactionResult, RestoreResult,
+                   apply_compaction)
+from .base import classify
+from .rows import MARKER_KEY, UID_KEY, Persisted, strip_markers
+from .base import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery, LeaseLost,
+                   SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
+                   SessionTooLong, StorageError, StoreCorrupt, StoreIOError, StoreLocked,
+                   StoreNotFound, StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion)
+from .base import ForeignStore
+from .base import StorageFailure, describe, describe_error
+from .sqlitefile import Identity
+from .rows import Lease
+from .base import private_output
+from .base import FILE_MODE, ensure_private_dir, resolve_home, store_path
 from .search import SearchHit
-from .search_maintenance import SearchHealth
-from .sessions import Session
-from .spool import import_spool
-from .spool_write import SPOOL_CAUSES, spool_failed_write
+from .search import SearchHealth
+from .rows import Session
+from .importers import import_spool
+from .spool import SPOOL_CAUSES, spool_failed_write
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
-from .usage import UsageRow
-from .vocab import MessageState
+from .rows import UsageRow
+from .base import MessageState
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """SessionDB: the public face of a store. Its connections, transactions and
-background threads belong to the store core (sessiondb/core.py); this class
+background threads belong to the store core (sessiondb/engine/core.py); this class
 delegates to it and holds the store's operations. Level 2 of
 docs/architecture.md: the feature modules it delegates to take the core,
 never this class, and the modules built on this class (importers, the
@@ -9,7 +9,7 @@ One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
 per-call patience deadline. Reads go through a read-only connection so they
 never wait on a writer in WAL mode. The search index is written after the
-commit, by the core's indexer (see sessiondb/indexer.py).
+commit, by the core's indexer (see sessiondb/index/indexer.py).
 """
 from __future__ import annotations
 
@@ -21,17 +21,23 @@ from typing import Any, Callable
 
 import apsw
 
-from . import (compaction, leases, maintenance, messages, migrations, pages, paths, policy,
-               search, search_index, search_maintenance, sessions, spool_write, stats, usage)
-from . import checkpointer, identify
-from .checkpointer import CheckpointStats
-from .codec import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
-                    new_uid, new_uids)
-from .core import Atomic, StoreCore
-from .errors import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
-                     StoreLocked, StoreNotFound, from_apsw)
-from .indexer import IndexerStats
-from .rows import one
+from .rows import compaction, leases, messages, pages, sessions, usage
+from .maintenance import lifecycle as maintenance, stats
+from .engine import migrations
+from .base import paths, policy
+from .search import hits as search, search_maintenance
+from .index import search_index
+from .spool import spool_write
+from .engine import checkpointer
+from .sqlitefile import check_before_open
+from .engine import CheckpointStats
+from .rows import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode, new_uid,
+                   new_uids)
+from .engine import Atomic, StoreCore
+from .base import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
+                   StoreLocked, StoreNotFound, from_apsw)
+from .index import IndexerStats
+from .base import one
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +76,7 @@ class SessionDB:
                                path=str(self.path))
         # Before any pragma or write: another program's file is never changed,
         # and without ``create`` a missing store is not made (see identify.py).
-        self.identity = identify.check_before_open(self.path, create=create, home=home,
+        self.identity = check_before_open(self.path, create=create, home=home,
                                                    profile=profile)
         self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,
                                       vfs=vfs, clock=clock)
@@ -106,7 +112,7 @@ class SessionDB:
         root = paths.resolve_home(home)
         if not kwargs.get("create", True):
             path = paths.store_path(root, profile)
-            identify.check_before_open(path, create=False, home=root, profile=profile)
+            check_before_open(path, create=False, home=root, profile=profile)
         directory = paths.ensure_private_dir(paths.profile_dir(root, profile))
         return cls(directory / paths.STORE_NAME, home=root, profile=profile, **kwargs)
 
@@ -193,7 +199,7 @@ class SessionDB:
         Yields the writer connection. Any exception rolls back everything
         done inside the block; apsw errors are re-raised as StorageError.
         Before BEGIN and inside it, the containment guard checks that the
-        file is still ours (see sessiondb/core.py and containment.py).
+        file is still ours (see sessiondb/engine/core.py and containment.py).
         """
         return self._core.write(patience=patience)
 
@@ -505,14 +511,14 @@ class SessionDB:
     def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
                             summary_message: dict[str, Any], *, holder: str | None = None,
                             supersede_previous: bool = True) -> compaction.CompactionResult:
-        """See `sessiondb.compaction.archive_and_compact`."""
+        """See `sessiondb.rows.compaction.archive_and_compact`."""
         return compaction.archive_and_compact(self._core, session_id, absorbed_ids,
                                               summary_message, holder=holder,
                                               supersede_previous=supersede_previous)
 
     def restore_compaction(self, compaction_id: str, *,
                            holder: str | None = None) -> compaction.RestoreResult:
-        """See `sessiondb.compaction.restore_compaction`."""
+        """See `sessiondb.rows.compaction.restore_compaction`."""
         return compaction.restore_compaction(self._core, compaction_id, holder=holder)
 
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
@@ -553,7 +559,7 @@ class SessionDB:
                until: float | None = None, limit: int = 20, offset: int = 0,
                order: str = "rank", include_archived: bool = False,
                raw: bool = False, archived_sessions: bool = True) -> search.SearchResults:
-        """Search message text; see sessiondb/search.py and docs/search.md.
+        """Search message text; see sessiondb/search/hits.py and docs/search.md.
 
         ``include_archived`` adds archived (compacted) and rewound rows,
         each hit carrying its ``state``. ``raw=True`` takes FTS5 syntax.
@@ -603,11 +609,11 @@ class SessionDB:
         return search_maintenance.health(self._core)
 
     def store_stats(self) -> dict[str, Any]:
-        """One document describing the store (`sessiondb.stats.store_stats`;
+        """One document describing the store (`sessiondb.maintenance.stats.store_stats`;
         keys documented in docs/cli.md)."""
         return stats.store_stats(self._core)
 
-    # -- usage ledger (sessiondb/usage.py) ---------------------------------
+    # -- usage ledger (sessiondb/rows/usage.py) ---------------------------------
 
     def record_auxiliary_usage(self, session_id: str, *, task: str, model: str | None = None,
                                provider: str | None = None, cost_usd: float | None = None,

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from . import compaction, leases, sessions
-from . import messages as rows
-from .codec import MARKER_KEY, PRIVATE_PREFIX, UID_KEY, EncodedMessage, Persisted, encode
-from .codec import public_fields
-from .errors import InvalidInput, InvalidMessage, StorageError
-from .paths import validate_session_id
-from .spool_write import spool_failed_write
-from .vocab import MessageState
+from .rows import compaction, leases, sessions
+from .rows import messages as rows
+from .rows import MARKER_KEY, PRIVATE_PREFIX, UID_KEY, EncodedMessage, Persisted, encode
+from .rows import public_fields
+from .base import InvalidInput, InvalidMessage, StorageError
+from .base import validate_session_id
+from .spool import spool_failed_write
+from .base import MessageState
 
 if TYPE_CHECKING:
     from .store import SessionDB

@@ -11,7 +11,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidInput
+from ..base import InvalidInput
+# None of these import psycopg: doctor reads a server's schema ledger, the
+# CLI's transfer and its error lines use them with or without a server.
+from .errors import redact
+from .migrations import applied as applied_migrations
+from .migrations import pending as pending_migrations
+from .migrations import unknown as unknown_migrations
+from .search_schema import INDEXES as SEARCH_INDEXES
+from .search_schema import TSV_COLUMN
+from .transfer import TransferResult, count, ends, transfer, url_label
 
 
 def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
@@ -31,4 +40,6 @@ def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
                        **kwargs)
 
 
-__all__ = ["open_url"]
+__all__ = ["open_url", "redact", "applied_migrations", "pending_migrations",
+           "unknown_migrations", "SEARCH_INDEXES", "TSV_COLUMN", "TransferResult", "count",
+           "ends", "transfer", "url_label"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..codec import EncodedMessage
+from ..rows import EncodedMessage
 
 _ARRAYS = """p_uid text[], p_role text[], p_content_kind text[], p_content text[],
   p_tool_calls text[], p_tool_call_id text[], p_tool_name text[], p_finish_reason text[],

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import (DiskFull, InvalidInput, StorageError, StoreCorrupt, StoreIOError,
-                      StoreLocked, StoreNotFound, StoreReadOnly)
+from ..base import (DiskFull, InvalidInput, StorageError, StoreCorrupt, StoreIOError, StoreLocked,
+                    StoreNotFound, StoreReadOnly)
 
 #: Retried with backoff (the transaction re-run) until the call's patience.
 RETRYABLE = frozenset({"40001", "40P01"})  # serialization_failure, deadlock_detected

@@ -1,6 +1,6 @@
 """The PostgreSQL schema: its own ordered list of small named migrations.
 
-The tables and columns are the SQLite store's (sessiondb/migrations.py), so
+The tables and columns are the SQLite store's (sessiondb/engine/migrations.py), so
 the feature modules' SQL runs on both; types are PostgreSQL's (``bigint``
 identity row ids, ``double precision`` times). Names start ``p`` and are
 numbered on their own: search migrations are appended after ``p008``.
@@ -121,13 +121,13 @@ def p006_compactions(conn: Any) -> None:
 
 
 def p007_usage_ledger(conn: Any) -> None:
-    """Model usage per (session, task, model, provider); see sessiondb/usage.py."""
-    from ..usage import DDL
+    """Model usage per (session, task, model, provider); see sessiondb/rows/usage.py."""
+    from ..rows import DDL
     conn.execute(DDL.replace(" REAL", " DOUBLE PRECISION").replace(" INTEGER", " BIGINT"))
 
 
 def p008_session_flags(conn: Any) -> None:
-    """Pinned and archived sessions (sessiondb/maintenance.py's side table)."""
+    """Pinned and archived sessions (sessiondb/maintenance/lifecycle.py's side table)."""
     conn.execute("""
     CREATE TABLE session_flags (
         session_id  TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,

@@ -1,6 +1,6 @@
 """Searching messages on PostgreSQL: the SQLite search contract over tsvector and pg_trgm.
 
-The same query language (sessiondb/search_query.py: words, "quoted
+The same query language (sessiondb/search/search_query.py: words, "quoted
 phrases", a trailing ``*`` for prefixes, never syntax), the same filters
 (`search.Filters`), bounds and result type (`search.SearchHit`,
 `search.SearchResults`); docs/search.md, "PostgreSQL", lists where the
@@ -27,11 +27,10 @@ from typing import Any
 
 import psycopg
 
-from ..errors import InvalidQuery
+from ..base import InvalidQuery
 from ..search import (MARK_CLOSE, MARK_OPEN, RANK_WINDOW, SCAN_BUDGET_S, SCAN_WINDOW,
-                      SNIPPET_TOKENS, Filters, SearchHit, SearchResults, _check_args,
-                      scan_snippet)
-from ..search_query import Plan, clean, plan as make_plan, split_terms
+                      SNIPPET_TOKENS, Filters, SearchHit, SearchResults, check_args, scan_snippet)
+from ..search import Plan, clean, plan as make_plan, split_terms
 from .search_schema import CONFIG, TSV_COLUMN, text_expr
 
 #: ts_headline reads at most this many characters of a message: its cost
@@ -214,7 +213,7 @@ def _run_words(conn: psycopg.Connection, q: TsQuery, p: Plan, filters: Filters, 
 def search(conn: psycopg.Connection, query: object, *, filters: Filters, limit: int = 20,
            offset: int = 0, order: str = "rank", raw: bool = False) -> SearchResults:
     """One page of hits for ``query``; raises InvalidQuery / InvalidInput."""
-    _check_args(filters, limit, offset, order)
+    check_args(filters, limit, offset, order)
     p = make_plan(query, raw=raw)
     assert isinstance(query, str)  # make_plan refused anything else
     if p.kind == "scan":

@@ -1,7 +1,7 @@
 """PostgreSQL search schema: the searchable text, a tsvector column, two GIN indexes.
 
 Appended to the PostgreSQL migration list after the core tables. The
-indexed text is the SQLite store's (sessiondb/search_index.py's
+indexed text is the SQLite store's (sessiondb/index/search_index.py's
 ``text_expr``): a text message's content, or the ``text`` blocks and
 ``tool_result`` text of a JSON block list, capped at ``TOOL_TEXT_CAP``
 characters for tool output and ``TEXT_CAP`` for anything else. It is
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..search_index import TEXT_CAP, TOOL_TEXT_CAP
+from ..index import TEXT_CAP, TOOL_TEXT_CAP
 
 CONFIG = "hermes_search"
 TEXT_FUNCTION = "hermes_search_text"

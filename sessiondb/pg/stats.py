@@ -1,4 +1,4 @@
-"""Store statistics of a PostgreSQL store: the keys `sessiondb.stats` gives
+"""Store statistics of a PostgreSQL store: the keys `sessiondb.maintenance.stats` gives
 for a SQLite file, with the server's measures where a file's would be.
 
 ``pages`` and ``files`` describe a SQLite file and are None here; ``fts``
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .. import usage
-from ..stats import STATES
+from ..rows import usage
+from ..maintenance import STATES
 
 if TYPE_CHECKING:
     from .core import PgCore

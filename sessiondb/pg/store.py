@@ -27,9 +27,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import compaction, leases, maintenance, paths, sessions, spool_write
-from ..codec import EncodedMessage
-from ..errors import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound
+from ..rows import compaction, leases, sessions
+from ..maintenance import lifecycle as maintenance
+from ..base import paths
+from ..spool import spool_write
+from ..rows import EncodedMessage
+from ..base import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound
 from ..search import Filters, SearchResults
 from ..store import DEFAULT_PATIENCE_S, SessionDB
 from . import append, migrations
@@ -267,7 +270,7 @@ class PgSessionDB(SessionDB):
     def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
                             summary_message: dict[str, Any], *, holder: str | None = None,
                             supersede_previous: bool = True) -> compaction.CompactionResult:
-        """See `sessiondb.compaction.archive_and_compact` (under the row lock)."""
+        """See `sessiondb.rows.compaction.archive_and_compact` (under the row lock)."""
         return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
             self._pg, session_id, absorbed_ids, summary_message, holder=holder,
             supersede_previous=supersede_previous))
@@ -289,6 +292,6 @@ class PgSessionDB(SessionDB):
             return [dict(zip(keys, r)) for r in cur]
 
     def store_stats(self) -> dict[str, Any]:
-        """`sessiondb.stats.store_stats` for this store (see pg/stats.py)."""
+        """`sessiondb.maintenance.stats.store_stats` for this store (see pg/stats.py)."""
         from .stats import store_stats
         return store_stats(self._pg)

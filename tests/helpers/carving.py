@@ -16,7 +16,7 @@ from typing import Any
 
 import apsw
 
-from recovery.fileformat import (TABLE_INTERIOR, TABLE_LEAF, parse_cell, parse_header,
+from sessiondb.sqlitefile.fileformat import (TABLE_INTERIOR, TABLE_LEAF, parse_cell, parse_header,
                                  parse_page_header, read_overflow)
 from sessiondb import SessionDB
 

@@ -5,7 +5,7 @@ import shlex
 
 import click
 
-from cli.main import cli
+from hstate_cli.main import cli
 
 
 def parse_hermes(command: str) -> list[click.Context]:

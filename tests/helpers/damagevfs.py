@@ -12,7 +12,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-import recovery
+import hstate_recovery
 from sessiondb import StorageError
 
 
@@ -65,13 +65,13 @@ class FailingVFS(apsw.VFS):
 
 def recover_on_failing_disk(src: Path, out: Path, work_dir: Path, *, name: str,
                             after: int) -> StorageError:
-    """`recovery.recover` with its output on a disk whose writes fail after
+    """`hstate_recovery.salvage.pipeline` with its output on a disk whose writes fail after
     ``after`` of them; the StorageError it must raise (the caller asserts
     what it left behind)."""
     vfs = FailingVFS(name, after=after)
     try:
         with pytest.raises(StorageError) as info:
-            recovery.recover(src, out, vfs=name, work_dir=work_dir)
+            hstate_recovery.recover(src, out, vfs=name, work_dir=work_dir)
     finally:
         vfs.unregister()
     return info.value

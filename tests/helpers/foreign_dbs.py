@@ -1,7 +1,7 @@
 """Build state databases that other programs write, with their ground truth.
 
 Each builder makes a real SQLite file in the schema its program writes and
-returns a `GroundTruth`: the kind name (shared with sessiondb/identify.py),
+returns a `GroundTruth`: the kind name (shared with sessiondb/sqlitefile/identify.py),
 the rows per table and their rowids, the virtual tables. Schemas come from
 the programs themselves where they install from the registry (llm's own
 migrations, the Agents SDK's `SQLiteSession`, LangGraph's `SqliteSaver`);
@@ -440,7 +440,7 @@ def _hermes_write_session(conn: apsw.Connection, i: int, messages: int, *, v1: b
     if not v1:
         s.update(title=f"Session {i}", cache_read_tokens=50 * i, billing_provider="anthropic",
                  estimated_cost_usd=0.01 * i, last_activity_at=s["ended_at"],
-                 session_key=f"agent:main:{s['source']}:dm:{i}")
+                 session_key=f"hstate_agent:main:{s['source']}:dm:{i}")
         if i % 5 == 0:
             s["system_prompt_hash"] = f"{i:064x}"
             conn.execute("INSERT INTO system_prompts VALUES (?, ?)",
@@ -467,7 +467,7 @@ def _hermes_side_tables(conn: apsw.Connection, ids: list[str]) -> None:
             "billing_provider": "anthropic", "task": "" if n % 3 else "title_generation",
             "api_call_count": 3 + n, "input_tokens": 1000 + n, "output_tokens": 200 + n,
             "first_seen": T0 + n, "last_seen": T0 + n + 60})
-    conn.execute("INSERT INTO gateway_heartbeats VALUES ('cli-1', 4242, ?, ?, '', 'host')",
+    conn.execute("INSERT INTO gateway_heartbeats VALUES ('hstate_cli-1', 4242, ?, ?, '', 'host')",
                  (T0, T0 + 30))
 
 

@@ -12,8 +12,9 @@ import signal
 import sys
 import threading
 
-from recovery.optimize import optimize
-from sessiondb import SessionDB, maintenance
+from hstate_recovery.repairs.optimize_store import optimize
+from sessiondb import SessionDB
+from sessiondb.maintenance import lifecycle as maintenance
 
 
 def die(*_: object) -> None:

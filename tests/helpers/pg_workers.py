@@ -12,7 +12,7 @@ import time
 import traceback
 
 from sessiondb import SessionDB
-from sessiondb.codec import encode
+from sessiondb.rows.codec import encode
 
 SESSIONS = ("shared-a", "shared-b")
 

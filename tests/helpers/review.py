@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import anthropic
 
-from agent.localmodel import LocalModelServer, Reply
-from agent.localmodel_http import build_message, count_tokens
-from agent.review_prompt import is_review_request
+from hstate_agent.localmodel.server import LocalModelServer, Reply
+from hstate_agent.localmodel.localmodel_http import build_message, count_tokens
+from hstate_agent.review.review_prompt import is_review_request
 
 
 class TwoScripts:

@@ -10,7 +10,8 @@ from typing import Iterator
 
 import apsw
 
-from sessiondb import SessionDB, search_index
+from sessiondb import SessionDB
+from sessiondb.index import search_index
 
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
 QUERIES = ("alpha", "bravo", "charlie delta", '"echo foxtrot"', "gol*", "n17")

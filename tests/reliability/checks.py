@@ -7,7 +7,7 @@ from pathlib import Path
 
 import apsw
 
-from sessiondb import search_index
+from sessiondb.index import search_index
 
 FTS_TABLES = ("messages_fts", "messages_trigram")
 

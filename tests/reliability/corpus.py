@@ -7,7 +7,7 @@ id -> text rows and passed verification, no output is written when none is
 expected, the source bundle's bytes are unchanged, and the JSON report holds
 no message text. ``carver`` marks classes whose SQL-lane result is short of
 the rows still on disk: without the carver lane they are held to what the
-SQL lanes reach exactly, with it (``carve`` in `recovery.LANES`) to every
+SQL lanes reach exactly, with it (``carve`` in `hstate_recovery.LANES`) to every
 row still on disk.
 
 ``python -m tests.reliability.corpus [--only NAME]``
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import apsw
 
-import recovery
+import hstate_recovery
 from tests.helpers.damage import bundle_hashes
 
 from . import corpus_build
@@ -53,7 +53,7 @@ def build_ctx(directory: Path) -> Ctx:
 
 
 # The page carver is recover's last lane once it is merged ("carve").
-CARVER = "carve" in recovery.LANES
+CARVER = "carve" in hstate_recovery.LANES
 
 
 def tighten_for_carver(exp: Expect) -> None:
@@ -93,9 +93,9 @@ def run_class(case, ctx: Ctx, work: Path, lanes: list[str] | None = None) -> Cla
     if r.carver and (CARVER if lanes is None else "carve" in lanes):
         tighten_for_carver(exp)
     r.truth, r.expected = len(exp.truth), None if exp.expected is None else len(exp.expected)
-    r.verdict = recovery.inspect(source).verdict
+    r.verdict = hstate_recovery.inspect(source).verdict
     (work / "out").mkdir(mode=0o700)
-    report = recovery.recover(source, work / "out" / "new.db", allow_partial=True,
+    report = hstate_recovery.recover(source, work / "out" / "new.db", allow_partial=True,
                               report_path=work / "out" / "report.json", lanes=lanes)
     r.outcome = report.outcome
     if r.verdict not in exp.verdicts:
@@ -112,7 +112,7 @@ def run_class(case, ctx: Ctx, work: Path, lanes: list[str] | None = None) -> Cla
     return r
 
 
-def _check_output(r: ClassResult, exp: Expect, report: recovery.RecoveryReport) -> None:
+def _check_output(r: ClassResult, exp: Expect, report: hstate_recovery.RecoveryReport) -> None:
     out = Path(report.output) if report.output else None
     if out is not None and out.exists():
         got = _output_texts(out)

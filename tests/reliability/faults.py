@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb import Cause, SessionDB, StorageError, TranscriptWriter, classify
-from sessiondb.spool import import_spool
+from sessiondb import Cause, SessionDB, StorageError, TranscriptWriter
+from sessiondb import classify
+from sessiondb.importers.spool_import import import_spool
 from tests.helpers.faultvfs import SCRIPTED_OPS, FaultVFS
 
 from .checks import store_findings

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from sessiondb import SessionDB, StorageError, import_spool
-from sessiondb.spool import spool_dir_for
-from sessiondb.spool_reserve import reserve_path
+from sessiondb.importers.spool_import import spool_dir_for
+from sessiondb.spool.spool_reserve import reserve_path
 from tests.helpers.tinyfs import fill, mount_tmpfs, unmount
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import apsw
 
 from sessiondb import Cause, SessionDB, import_spool
-from sessiondb.codec import encode
-from sessiondb.spool import message_records, spool_dir_for, write_records
+from sessiondb.rows.codec import encode
+from sessiondb.importers.spool_import import message_records, spool_dir_for, write_records
 
 from .checks import store_findings
 

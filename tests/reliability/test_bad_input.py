@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.main import cli
+from hstate_cli.main import cli
 from sessiondb import SessionDB, StorageError, TranscriptWriter, strip_markers
 
 FUZZ = settings(max_examples=int(os.environ.get("HERMES_FUZZ_EXAMPLES", "150")),

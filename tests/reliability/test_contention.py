@@ -9,7 +9,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from sessiondb import Cause, SessionDB, StoreLocked, classify
+from sessiondb import Cause, SessionDB, StoreLocked
+from sessiondb import classify
 from tests.reliability import contention
 
 

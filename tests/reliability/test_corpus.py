@@ -10,7 +10,7 @@ from tests.helpers.damage import smash_page, sql
 from tests.reliability import corpus
 from tests.reliability.corpus_classes import CLASSES
 
-import recovery
+import hstate_recovery
 
 
 def test_corpus_has_at_least_30_classes():
@@ -38,7 +38,7 @@ def test_damaged_freelist_is_structural_not_healthy(tmp_path: Path):
     sql(path, "DELETE FROM messages WHERE session_id = 's5'")
     trunk = int.from_bytes(path.read_bytes()[32:36], "big")
     smash_page(path, trunk)
-    insp = recovery.inspect(path)
+    insp = hstate_recovery.inspect(path)
     assert insp.verdict == "structural"
     assert "(file)" in insp.quick_check["damaged"]
     assert insp.quick_check["derived_only"] is False
@@ -62,7 +62,7 @@ def test_bisection_reaches_every_reachable_row(tmp_path: Path, rate: float, seed
     the tree up as unreadable although its root was sound (0 of 234)."""
     from tests.reliability.corpus_classes import random_pages
     ctx = corpus.build_ctx(tmp_path / "build")
-    sql_lanes = [lane for lane in recovery.LANES if lane != "carve"]  # bisection's own work
+    sql_lanes = [lane for lane in hstate_recovery.LANES if lane != "carve"]  # bisection's own work
     result = corpus.run_class(random_pages(rate, seed), ctx, tmp_path / "case", lanes=sql_lanes)
     assert result.problems == []
     assert result.recovered == result.expected > 200

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sessiondb import Cause, SessionDB, StorageError, classify, containment
+from sessiondb import Cause, SessionDB, StorageError
+from sessiondb import classify
+from sessiondb.engine import containment
 from tests.helpers.faultvfs import FaultVFS
 from tests.reliability import faults
 

@@ -13,10 +13,10 @@ from typing import Iterator
 import pytest
 from click.testing import CliRunner
 
-import recovery
-from cli.main import cli
+import hstate_recovery
+from hstate_cli.main import cli
 from sessiondb import DiskFull, InvalidInput, SessionDB
-from sessiondb.spool import spool_dir_for, spool_file
+from sessiondb.importers.spool_import import spool_dir_for, spool_file
 from tests.helpers.faultvfs import FaultVFS
 
 SECRET = "xyzzy-secret-message-text"
@@ -90,7 +90,7 @@ def test_recovery_work_dirs_output_and_report_are_private(tmp_path: Path):
     out.mkdir(mode=0o700)
     work = tmp_path / "work"
     work.mkdir(mode=0o700)
-    report = recovery.recover(src / "state.db", out / "new.db", report_path=out / "r.json",
+    report = hstate_recovery.recover(src / "state.db", out / "new.db", report_path=out / "r.json",
                               work_dir=work, keep_work=True)
     assert report.outcome == "recovered"
     assert_private(out)
@@ -156,5 +156,5 @@ def test_reports_carry_no_message_text(hermes_home: Path):
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code in (0, 3), (argv, result.output)
         assert SECRET not in result.output, argv
-    insp = recovery.inspect(store)
+    insp = hstate_recovery.inspect(store)
     assert SECRET not in json.dumps(insp.to_dict(), default=str)

@@ -1,0 +1,4 @@
+"""One module per command group: each parses, calls the library, formats."""
+
+__all__ = [
+]

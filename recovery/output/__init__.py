@@ -1,0 +1,18 @@
+"""The recovered file: sinks that write rows in the store's or the source's schema, the bulk path, and the search index built or reused."""
+from . import search_reuse
+from .bulk import fill_search
+from .foreign_write import ForeignSink, ForeignWrite, HeaderValues, LOST_SUFFIX
+from .rebuild import StoreSink, WriteStats
+from .sink import RowSink
+
+__all__ = [
+    "ForeignSink",
+    "ForeignWrite",
+    "HeaderValues",
+    "LOST_SUFFIX",
+    "RowSink",
+    "StoreSink",
+    "WriteStats",
+    "fill_search",
+    "search_reuse",
+]

@@ -1,0 +1,221 @@
+"""`hermes sessions install-recovered NEW`: put a recovered (or rescued) file in
+place of a home's store, the runbook's manual `mv` sequence as one command.
+
+Order of work: check NEW (a regular file of ours that passes quick_check,
+on the store's filesystem, not the store itself, held by nobody); refuse
+while any process holds the store (lock table and open descriptors); move
+the current bundle (db, -wal, -shm, -journal) aside into a new 0700
+directory ``<store dir>/replaced-<time>/``; rename NEW (and its own
+sidecars) into place; fsync both directories; then import the spool into
+the installed store and run doctor. Nothing is deleted: the damaged bundle
+stays in the aside directory for as long as the operator wants it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, ForeignStore,
+                                    SessionDB, StorageError, check_before_open, fsync_dir,
+                                    import_spool, lock_holders, open_holders, profile_dir,
+                                    resolve_home, unknown_migrations)
+
+from ..doctor import run_doctor, worst
+from ..source import liveread
+from ..base import RecoveryError
+from ..base import Outcome, Severity
+
+ASIDE_PREFIX = "replaced-"
+OUR_TABLES = {"sessions", "messages", "migrations"}
+
+
+class InstallRefused(RecoveryError):
+    """The recovered file cannot be installed now; nothing was changed."""
+
+    code = "install_refused"
+
+    def __init__(self, message: str, *, holders: list[str] | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.holders = holders or []
+
+
+@dataclass
+class InstallReport:
+    """What install-recovered did. ``worst`` is doctor's verdict afterwards."""
+
+    store: str
+    installed_from: str
+    aside_dir: str | None
+    moved_aside: list[str] = field(default_factory=list)
+    spool: dict[str, Any] | None = None
+    spool_error: str | None = None
+    worst: Severity = Severity.OK
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _bundle(db: Path) -> list[Path]:
+    return [p for p in [db] + [Path(f"{db}{s}") for s in SIDECARS] if p.exists()]
+
+
+def _check_new(new: Path, db: Path) -> None:
+    """NEW must be a readable store of ours beside the store, and not the store."""
+    if not new.is_file() or new.is_symlink():
+        raise InstallRefused(f"{new} is not a regular file", path=str(new))
+    if db.exists() and os.path.samefile(new, db):
+        raise InstallRefused(f"{new} is the store itself", path=str(new))
+    if os.stat(new).st_dev != os.stat(db.parent).st_dev:
+        raise InstallRefused(f"{new} is on another filesystem than {db.parent}; move it "
+                             "there first (a rename must put it in place)", path=str(new))
+    try:
+        conn = liveread.open_readonly(new)
+    except StorageError as e:
+        raise InstallRefused(f"{new} cannot be read as a database: {e}", path=str(new)) from e
+    try:
+        check = liveread.bounded_check(conn)
+        unknown = unknown_migrations(conn)
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    except apsw.Error as e:
+        raise InstallRefused(f"{new} cannot be read as a database: {e}", path=str(new)) from e
+    finally:
+        conn.close()
+    if check != ["ok"]:
+        raise InstallRefused(f"{new} fails quick_check ({'; '.join(check[:2])}); it is not "
+                             "a store to install", path=str(new))
+    if not OUR_TABLES <= names:
+        raise InstallRefused(f"{new} is not a hermes session store", path=str(new))
+    if unknown:
+        raise InstallRefused(f"{new} was written by a newer hermes-state "
+                             f"({', '.join(unknown)})", path=str(new))
+
+
+def _refuse_if_held(db: Path, new: Path) -> None:
+    """Refuse unless nobody has the store's bundle (or NEW's) open or locked."""
+    files = _bundle(db) + _bundle(new)
+    found = open_holders(files)
+    locks = lock_holders(db)
+    if locks is None:
+        raise InstallRefused(f"cannot tell whether another process has {db} open (no "
+                             "/proc/locks on this platform); refusing to replace it",
+                             path=str(db))
+    busy = sorted({f"{h.pid} ({h.command})" for h in found + locks if h.pid != os.getpid()})
+    if busy:
+        raise InstallRefused(f"{db} is held by process {', '.join(busy)}; stop it and run "
+                             "the command again; nothing was changed", holders=busy,
+                             path=str(db))
+
+
+def _move_aside(db: Path) -> tuple[Path | None, list[str]]:
+    bundle = _bundle(db)
+    if not bundle:
+        return None, []
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"-{time.time_ns() % 10**6:06d}"
+    aside = db.parent / f"{ASIDE_PREFIX}{stamp}"
+    aside.mkdir(mode=HOME_MODE)
+    os.chmod(aside, HOME_MODE)
+    moved = []
+    for f in bundle:
+        os.rename(f, aside / f.name)
+        moved.append(str(aside / f.name))
+    fsync_dir(aside)
+    return aside, moved
+
+
+def _put_in_place(new: Path, db: Path) -> None:
+    for suffix in SIDECARS:  # NEW's own -wal first: it belongs to NEW's pages
+        side = Path(f"{new}{suffix}")
+        if side.exists():
+            os.rename(side, f"{db}{suffix}")
+    os.rename(new, db)
+    os.chmod(db, FILE_MODE)
+    fsync_dir(db.parent)
+    if new.parent != db.parent:
+        fsync_dir(new.parent)
+
+
+def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] | None = None,
+                      profile: str | None = None) -> InstallReport:
+    """Install ``new`` as the store of ``home``/``profile``; see the module doc."""
+    started = time.monotonic()
+    root = resolve_home(home)
+    db = profile_dir(root, profile) / STORE_NAME
+    new_path = Path(new).absolute()
+    if not db.parent.is_dir():
+        raise InstallRefused(f"{db.parent} does not exist; there is no store to replace",
+                             path=str(db))
+    _check_new(new_path, db)
+    _refuse_foreign(db, root, profile)
+    _refuse_if_held(db, new_path)
+    aside, moved = _move_aside(db)
+    _put_in_place(new_path, db)
+    report = InstallReport(str(db), str(new_path), str(aside) if aside else None, moved)
+    try:
+        with SessionDB.open(root, profile) as store:
+            report.spool = import_spool(store).to_dict()
+    except StorageError as e:
+        report.spool_error = " ".join(str(e).split())
+    findings = run_doctor(root, profile)
+    report.worst = worst(findings)
+    report.findings = [f.to_dict() for f in findings]
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _refuse_foreign(db: Path, root: Path, profile: str | None) -> None:
+    """Another program's file in the store's place is never moved aside (it
+    is that program's live database): ForeignStore. A damaged file of ours
+    may not identify at all; that is what this command replaces."""
+    if not db.exists():
+        return
+    try:
+        check_before_open(db, create=False, home=root, profile=profile)
+    except ForeignStore:
+        raise
+    except StorageError:
+        return
+
+
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` has our tables; opened immutable, so no -wal/-shm appear."""
+    try:
+        conn = apsw.Connection(path.absolute().as_uri() + "?immutable=1",
+                               flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    except apsw.Error:
+        return False
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    except apsw.Error:
+        return False
+    finally:
+        conn.close()
+    return OUR_TABLES <= names
+
+
+def next_after_recover(source: str | os.PathLike[str], output: str | None,
+                       outcome: str, source_tables: list[str] | None = None) -> str | None:
+    """The command that follows a `recover --output`: install the result into
+    the home whose store was the source (a `.partial` too, once its losses are
+    read); None when there is nothing to install, no home to install into, or
+    the source was another program's file (``source_tables``: what inspect read)."""
+    from sessiondb.recovery_api import hermes_command
+    from ..inspection import store_place
+    place = store_place(Path(source))
+    if output is None or outcome not in (Outcome.RECOVERED, Outcome.PARTIAL) or place is None:
+        return None
+    if source_tables and not {"sessions", "messages"} <= set(source_tables):
+        return None  # another program's file: never installed in place of a store
+    if not _is_ours(Path(output)):
+        return None
+    home, profile = place
+    return hermes_command(home, profile, "sessions", "install-recovered", str(output))
+
+
+__all__ = ["install_recovered", "next_after_recover", "InstallReport", "InstallRefused"]

@@ -1,0 +1,43 @@
+"""What a feature module may use of a store core: the `Core` protocol.
+
+Level-1 feature modules (compaction, maintenance, export, stats, the spool's
+writing side; see docs/architecture.md) run on either backend, so they take
+this protocol, which both `StoreCore` (sessiondb/engine/core.py, one SQLite file)
+and `PgCore` (sessiondb/pg/core.py, a connection pool) satisfy, never
+`SessionDB`. SQLite-only features (search, search_maintenance) take
+`StoreCore` itself. The connection a block yields is the backend's own
+(apsw, or the `PgConn` adapter that speaks the same ``?`` SQL), hence Any.
+"""
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Core(Protocol):
+    """One open store handle's connections, clock and transactions: only what
+    the level-1 modules use, so a third backend knows what it must provide."""
+
+    #: The store's file (SQLite) or its profile anchor (PostgreSQL): the
+    #: spool, holder probes and error messages are placed by it.
+    path: Path
+
+    def now(self) -> float:
+        """The store's clock, checked: every time a row gets comes from here."""
+        ...
+
+    def write(self, *, patience: float | None = None) -> AbstractContextManager[Any]:
+        """The one write transaction primitive (a savepoint when nested)."""
+        ...
+
+    def read(self) -> AbstractContextManager[Any]:
+        """A connection that sees this thread's own uncommitted writes."""
+        ...
+
+    def snapshot(self) -> AbstractContextManager[Any]:
+        """`read` in one read transaction: several statements, one commit."""
+        ...
+
+
+__all__ = ["Core"]

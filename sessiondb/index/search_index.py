@@ -1,0 +1,589 @@
+"""The derived full-text indexes: schema, change log, catch-up batches, rebuild.
+
+Two FTS5 external-content indexes read their text from the view
+``messages_search_text``:
+
+- ``messages_fts``: word tokens (unicode61, diacritics removed);
+- ``messages_trigram``: trigrams, for substrings and CJK text.
+
+Every message row is indexed whatever its ``state``; state filters apply at
+query time, so archiving or rewinding a row costs no index work.
+
+The indexes are kept **off the commit**: a canonical write touches only
+canonical tables plus, for an edit or delete of an already indexed row,
+one row of the change log (see below). The indexer (sessiondb/index/indexer.py)
+brings both indexes up to date in batches in its own transactions, and
+search (sessiondb/search/search_tail.py) answers over the indexed part plus the
+not-yet-indexed tail, so results are exact the moment a commit returns.
+
+Index damage can never fail a canonical write, since none writes the
+index. The indexer that meets damage marks the index stale (``fts_stale``
+in ``state_meta``) and stops; search then scans canonical rows until
+``rebuild`` (reset: empty indexes, watermark 0, then the indexer refills).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import apsw
+
+from ..base import one
+
+
+log = logging.getLogger(__name__)
+
+FTS_TABLE = "messages_fts"
+TRIGRAM_TABLE = "messages_trigram"
+INDEXES = (FTS_TABLE, TRIGRAM_TABLE)
+TEXT_VIEW = "messages_search_text"
+STALE_KEY = "fts_stale"
+# Tool output can be huge (file dumps, logs); only its head is indexed. The
+# cap is in characters and applies to tool_result blocks and to whole
+# messages with role 'tool'. The fallback scan searches the same text.
+TOOL_TEXT_CAP = 16_384
+# Any other message is indexed up to this many characters (a pasted 20 MB
+# log would otherwise cost seconds of tokenizing and megabytes of trigrams).
+TEXT_CAP = 262_144
+
+TOKENIZERS = {
+    FTS_TABLE: "unicode61 remove_diacritics 2",
+    TRIGRAM_TABLE: "trigram remove_diacritics 1",
+}
+# The shape of each index (m009, m011). The word index keeps positions (phrases,
+# NEAR, snippets, bm25 with stored sizes). The trigram index is only a
+# candidate filter: ``detail=none`` stores which documents hold a trigram,
+# not where (a position list per trigram per document was ~85% of its size),
+# and ``columnsize=0`` (m011) stores no per-document size table: the only
+# reader of a trigram document's size is bm25 when a substring query ranks,
+# and FTS5 then counts the candidate's trigrams from its text, the same
+# number the table held (docs/search.md, "What is indexed"). A substring query
+# is the AND of its trigrams, and every candidate is verified against the
+# message text (`contains`), so results stay exact (docs/search.md).
+OPTIONS = {
+    FTS_TABLE: "",
+    TRIGRAM_TABLE: ", detail=none, columnsize=0",
+}
+
+
+def fts_ddl(table: str, content: str = "") -> str:
+    """CREATE VIRTUAL TABLE for ``table`` in its indexed shape; ``content``
+    is the external-content clause (empty: the table keeps its own text)."""
+    return (f"CREATE VIRTUAL TABLE {table} USING fts5(text{content},"
+            f" tokenize='{TOKENIZERS[table]}'{OPTIONS[table]})")
+
+
+HITS_FUNCTION = "hermes_hits"
+CONTAINS_FUNCTION = "hermes_contains"
+
+
+def _hits(api: apsw.FTS5ExtensionApi, *args: object) -> int:
+    """How many phrase hits the current document has (linear in them)."""
+    return api.inst_count
+
+
+def register_functions(conn: apsw.Connection) -> None:
+    """The helpers search SQL uses; on every connection that searches.
+    A connection that cannot reach FTS5 (a file too damaged to read its
+    schema) goes without: its searches fail typed, its writes never need it."""
+    try:
+        conn.register_fts5_function(HITS_FUNCTION, _hits)
+        fold = Folder(conn)
+        conn.create_scalar_function(CONTAINS_FUNCTION, fold.contains,  # type: ignore[arg-type]
+                                    2, deterministic=True)
+    except apsw.Error:
+        log.debug("no FTS5 helper on this connection", exc_info=True)
+
+
+class Folder:
+    """Text as the trigram tokenizer sees it (case folded, diacritics
+    removed), so a substring check agrees exactly with what a trigram
+    phrase query would match: ``contains(text, term)`` is true when the
+    folded term occurs in the folded text. ASCII folds by ``lower()`` (what
+    the tokenizer does to ASCII); other text is folded by the tokenizer
+    itself, one trigram per character."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        name, *args = TOKENIZERS[TRIGRAM_TABLE].split()
+        self._tokenize = conn.fts5_tokenizer(name, args)
+        self._terms: dict[str, str] = {}  # a query's terms, folded once per search
+
+    def fold(self, text: str) -> str:
+        if text.isascii():
+            return text.lower()
+        # (without offsets or colocated tokens the tokenizer returns plain strings)
+        grams = cast("list[str]", self._tokenize(
+            text.encode("utf-8"), apsw.FTS5_TOKENIZE_DOCUMENT, None,
+            include_offsets=False, include_colocated=False))
+        if not grams:
+            return text  # under 3 characters: holds no term of 3 or more
+        return grams[0] + "".join(g[-1] for g in grams[1:])
+
+    def contains(self, text: object, term: object) -> bool:
+        if not isinstance(text, str) or not isinstance(term, str):
+            return False
+        if term in text:  # folding maps each character to one: a raw hit is a hit
+            return True
+        folded = self._terms.get(term)
+        if folded is None:
+            if len(self._terms) > 64:
+                self._terms.clear()
+            folded = self._terms[term] = self.fold(term)
+        return folded in self.fold(text)
+
+
+# FTS5 decoding junk in its data blocks may read a garbage size and fail with
+# SQLITE_NOMEM rather than SQLITE_CORRUPT_VTAB; such errors are checked too.
+INDEX_DAMAGE_ERRORS = (apsw.CorruptError, apsw.NoMemError)
+
+def _blocks_text(row: str) -> str:
+    """Readable text of a JSON block list: text blocks, tool_result text."""
+    return f"""(SELECT group_concat(part, ' ') FROM (
+  SELECT CASE json_extract(b.value, '$.type')
+    WHEN 'text' THEN json_extract(b.value, '$.text')
+    WHEN 'tool_result' THEN substr(CASE json_type(b.value, '$.content')
+        WHEN 'text' THEN json_extract(b.value, '$.content')
+        WHEN 'array' THEN (SELECT group_concat(json_extract(r.value, '$.text'), ' ')
+            FROM json_each(b.value, '$.content') AS r
+            WHERE r.type = 'object' AND json_extract(r.value, '$.type') = 'text')
+      END, 1, {TOOL_TEXT_CAP})
+  END AS part
+  FROM json_each({row}.content) AS b WHERE b.type = 'object'))"""
+
+
+def text_expr(row: str) -> str:
+    """SQL for the indexed text of the messages row named ``row``.
+
+    Pure SQL (no application functions), so every connection that writes a
+    message, in any process or tool, keeps the index in step. A tool
+    message's role is ``'t'`` in a coded row (m012) and ``'tool'`` in an
+    older one (a file m012 has not rewritten yet, rows carved from one):
+    both give the same text, so the indexes never depend on the form.
+    """
+    raw = (f"CASE WHEN {row}.content_kind = 'text' THEN {row}.content"
+           f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
+           f" THEN {_blocks_text(row)} END")
+    return (f"substr({raw}, 1, CASE WHEN {row}.role IN ('t', 'tool') THEN {TOOL_TEXT_CAP}"
+            f" ELSE {TEXT_CAP} END)")
+
+
+def _create_tables(conn: apsw.Connection) -> None:
+    conn.execute(_view_sql().replace("CREATE VIEW", "CREATE VIEW IF NOT EXISTS", 1))
+    for table in INDEXES:
+        conn.execute(fts_ddl(table, f", content='{TEXT_VIEW}', content_rowid='id'"))
+
+
+def _view_sql() -> str:
+    return (f"CREATE VIEW {TEXT_VIEW} AS "
+            f"SELECT m.id AS id, {text_expr('m')} AS text FROM messages AS m")
+
+
+#: The tool rule of the text view before m012 (names only): same text for a
+#: row with a role name, so an index built by it is one the current view builds.
+LEGACY_TOOL_RULE = "m.role = 'tool'"
+CURRENT_TOOL_RULE = "m.role IN ('t', 'tool')"
+
+
+def update_text_view(conn: apsw.Connection) -> bool:
+    """The text view's SQL brought to today's `text_expr` (m012: the coded
+    tool role too), in place, in the caller's transaction; False when it
+    already was (a new store) or there is no view. Every row's text is the
+    same as before, so the indexes built from it stay true.
+
+    In place, not by DROP and CREATE VIEW: a content view created after the
+    FTS5 tables that read it makes SQLite 3.54's ``PRAGMA quick_check`` and
+    ``integrity_check`` skip the freelist and page-accounting checks (a
+    smashed freelist trunk then reads as healthy: tests/reliability), so the
+    view keeps its place in the schema. This is SQLite's documented way to
+    change a schema entry (writable_schema, then the schema cookie bumped
+    so every connection reloads the schema)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?",
+                       (TEXT_VIEW,)).fetchone()
+    if row is None or " ".join(str(row[0]).split()) == " ".join(_view_sql().split()):
+        return False
+    (version,) = one(conn.execute("PRAGMA schema_version"))
+    conn.execute("PRAGMA writable_schema=ON")
+    try:
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'view' AND name = ?",
+                     (_view_sql(), TEXT_VIEW))
+        conn.execute(f"PRAGMA schema_version={int(version) + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema=OFF")
+    return True
+
+
+def _fill(conn: apsw.Connection) -> None:
+    """Index every message and move the watermark to the last. FTS5's own
+    'rebuild' cannot be used: it reads the content view with virtual tables
+    disabled, and the view needs json_each. Recovery and repair code must
+    call `reset` and let the indexer fill, never FTS5's 'rebuild'."""
+    for table in INDEXES:
+        conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM {TEXT_VIEW}")
+    (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
+    set_watermark(conn, top)
+    if _has_changes_table(conn):
+        conn.execute(f"DELETE FROM {CHANGES}")
+
+
+# -- the watermark and the change log ---------------------------------------
+#
+# The index is written after the commit, by the indexer (sessiondb/index/indexer.py).
+# What it must catch up on is recorded by canonical writes themselves:
+#
+# - inserts: every row with ``id`` above the watermark (``fts_watermark`` in
+#   state_meta) is not indexed yet; no bookkeeping per insert;
+# - updates of the indexed text's sources and deletes of rows at or below
+#   the watermark: one row in ``search_changes`` (the first change of a row
+#   wins: it holds the text the index still has, which a delete needs);
+# - an insert that reuses a rowid at or below the watermark (SQLite reuses
+#   the highest rowid after it is deleted): a row there too.
+#
+# State changes (archive, rewind) need nothing: states filter at query time.
+# The log triggers are plain SQL, so every writer, in any process or tool,
+# keeps the bookkeeping exact.
+
+WATERMARK_KEY = "fts_watermark"
+CHANGES = "search_changes"
+TRIGGERS = ("messages_search_log_ai", "messages_search_log_ad", "messages_search_log_au")
+# The sync triggers of m004, which wrote both indexes inside every commit.
+LEGACY_TRIGGERS = ("messages_search_ai", "messages_search_ad", "messages_search_au")
+_WATERMARK_SQL = f"(SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = '{WATERMARK_KEY}')"
+
+
+def _log_row(row: str, indexed: bool, when: str = "1") -> str:
+    """SQL logging ``row`` unless the log already holds it (its first entry
+    carries what the index has)."""
+    text = text_expr(row) if indexed else "NULL"
+    return (f"INSERT INTO {CHANGES}(message_id, indexed, old_text) SELECT {row}.id, "
+            f"{int(indexed)}, {text} WHERE {when} AND NOT EXISTS "
+            f"(SELECT 1 FROM {CHANGES} WHERE message_id = {row}.id);\n")
+
+
+def attach_triggers(conn: apsw.Connection) -> None:
+    """The change-log triggers (the only index work inside a canonical write)."""
+    ai, ad, au = TRIGGERS
+    w = _WATERMARK_SQL
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ai} AFTER INSERT ON messages"
+                 f" WHEN new.id <= {w} BEGIN\n{_log_row('new', False)}END")
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {ad} AFTER DELETE ON messages"
+                 f" WHEN old.id <= {w} BEGIN\n{_log_row('old', True)}END")
+    conn.execute(f"CREATE TRIGGER IF NOT EXISTS {au} AFTER UPDATE OF id, content,"
+                 f" content_kind, role ON messages WHEN old.id <= {w} OR new.id <= {w} BEGIN\n"
+                 f"{_log_row('old', True, f'old.id <= {w}')}"
+                 f"{_log_row('new', False, f'new.id <> old.id AND new.id <= {w}')}END")
+
+
+def drop_triggers(conn: apsw.Connection) -> None:
+    for name in TRIGGERS + LEGACY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+def triggers_attached(conn: apsw.Connection) -> bool:
+    """True when every change-log trigger exists (a schema-table read, no FTS I/O)."""
+    marks = ",".join("?" * len(TRIGGERS))
+    (n,) = one(conn.execute(f"SELECT count(*) FROM sqlite_master WHERE type = 'trigger' "
+                        f"AND name IN ({marks})", TRIGGERS))
+    return n == len(TRIGGERS)
+
+
+def watermark(conn: apsw.Connection) -> int | None:
+    """The highest message id the indexes cover (None: no index bookkeeping)."""
+    row = conn.execute("SELECT CAST(value AS INTEGER) FROM state_meta WHERE key = ?",
+                       (WATERMARK_KEY,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_watermark(conn: apsw.Connection, value: int) -> None:
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
+                 " DO UPDATE SET value = excluded.value", (WATERMARK_KEY, str(int(value))))
+
+
+def _has_changes_table(conn: apsw.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (CHANGES,)).fetchone() is not None
+
+
+def install_changelog(conn: apsw.Connection) -> None:
+    """Migration body (m006): the sync triggers go, the watermark and the
+    change log come. An index the sync triggers kept covers every row, so
+    the watermark starts at the highest id (a stale index stays stale)."""
+    for name in LEGACY_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {CHANGES} (id INTEGER PRIMARY KEY,"
+                 " message_id INTEGER NOT NULL, indexed INTEGER NOT NULL, old_text TEXT)")
+    conn.execute(f"CREATE INDEX IF NOT EXISTS {CHANGES}_by_message ON {CHANGES}(message_id)")
+    if watermark(conn) is None:
+        (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
+        set_watermark(conn, top)
+    attach_triggers(conn)
+
+
+def install(conn: apsw.Connection) -> None:
+    """Migration body (m004): view and both indexes, filled from existing rows."""
+    _create_tables(conn)
+    _fill(conn)
+
+
+# -- catching up (the indexer's batches) --------------------------------------
+
+@dataclass(frozen=True)
+class Backlog:
+    """What the index has not caught up on: rows above the watermark (an
+    upper bound: ids may have gaps) and change-log entries."""
+
+    watermark: int
+    top: int
+    changes: int
+    stale: bool = False
+
+    @property
+    def tail(self) -> int:
+        return max(self.top - self.watermark, 0)
+
+    @property
+    def empty(self) -> bool:
+        return self.tail == 0 and self.changes == 0
+
+    @property
+    def work(self) -> bool:
+        """Whether the indexer has something to do (never while stale)."""
+        return not self.stale and not self.empty
+
+
+_BACKLOG = (f"SELECT (SELECT CAST(value AS INTEGER) FROM state_meta WHERE key ="
+            f" '{WATERMARK_KEY}'), (SELECT coalesce(max(id), 0) FROM messages),"
+            f" (SELECT count(*) FROM {CHANGES}),"
+            f" EXISTS (SELECT 1 FROM state_meta WHERE key = '{STALE_KEY}')")
+
+
+def backlog(conn: apsw.Connection) -> Backlog | None:
+    """One statement (three seeks and a count of a tiny table); None
+    without bookkeeping (a store from before m006)."""
+    try:
+        w, top, changes, stale = one(conn.execute(_BACKLOG))
+    except apsw.SQLError:  # no change log yet: migrations pending on a read-only file
+        return None
+    return None if w is None else Backlog(w, top, changes, bool(stale))
+
+
+def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
+    for table in INDEXES:
+        conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
+
+
+def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
+    entries: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, message_id, indexed, old_text FROM {CHANGES}" " ORDER BY id LIMIT ?", (limit,)).fetchall()
+    for eid, mid, indexed, old in entries:
+        if indexed:
+            for table in INDEXES:
+                conn.execute(f"INSERT INTO {table}({table}, rowid, text) VALUES ('delete', ?, ?)",
+                             (mid, old))
+        row = conn.execute(f"SELECT text FROM {TEXT_VIEW} WHERE id = ?", (mid,)).fetchone()
+        if row is not None and mid <= w:
+            _put(conn, [(mid, row[0])])
+        conn.execute(f"DELETE FROM {CHANGES} WHERE id = ?", (eid,))
+    return len(entries)
+
+
+def _index_new(conn: apsw.Connection, w: int, limit: int) -> int:
+    rows: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, text FROM {TEXT_VIEW} WHERE id > ? ORDER BY id LIMIT ?",
+        (w, limit)).fetchall()
+    if rows:
+        _put(conn, rows)
+        set_watermark(conn, rows[-1][0])
+    return len(rows)
+
+
+def index_batch(conn: apsw.Connection, limit: int) -> int:
+    """Apply up to ``limit`` change-log entries, then index up to the rest of
+    ``limit`` new rows, in the caller's write transaction; returns how much
+    was done (0: caught up, or no bookkeeping, or the index is stale)."""
+    w = watermark(conn)
+    if w is None or stale_marker(conn) is not None:
+        return 0
+    done = _apply_changes(conn, w, limit)
+    if done < limit:
+        done += _index_new(conn, w, limit - done)
+    return done
+
+
+# -- the stale marker --------------------------------------------------------
+
+def stale_marker(conn: apsw.Connection) -> dict | None:
+    """The ``fts_stale`` record, or None while the index is trusted."""
+    row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (STALE_KEY,)).fetchone()
+    if row is None:
+        return None
+    try:
+        value = json.loads(row[0])
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {"raw": row[0]}
+
+
+def mark_stale(conn: apsw.Connection, reason: str, sqlite_code: int | None) -> None:
+    """Record why the index is not trusted, in the caller's transaction. The
+    indexer stops and search scans canonical rows until a rebuild."""
+    record = {"since": time.time(), "reason": reason, "pid": os.getpid(),
+              "sqlite_code": sqlite_code}
+    conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+                 (STALE_KEY, json.dumps(record, sort_keys=True)))
+
+
+def code_of(exc: BaseException | None) -> int | None:
+    code = getattr(exc, "extendedresult", None)
+    return code if isinstance(code, int) else None
+
+
+def corruption_is_index_only(conn: apsw.Connection) -> bool:
+    """After SQLITE_CORRUPT: True only when every canonical table checks clean
+    and a table of the search indexes does not. Anything unclear counts as
+    structural. The one judgement both the store's containment guard (no
+    quarantine then) and a failing search (which then marks the index stale)
+    use, so the two never disagree about whose damage it is."""
+    try:
+        rows: list[tuple[Any, ...]] = conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'"
+                            " AND rootpage > 0").fetchall()
+        names = [r[0] for r in rows]
+        derived = [n for n in names if n.startswith(INDEXES)]
+        for name in names:
+            if name not in derived and not _table_ok(conn, name):
+                return False
+        return any(not _table_ok(conn, name) for name in derived)
+    except apsw.Error:
+        return False
+
+
+def _table_ok(conn: apsw.Connection, name: str) -> bool:
+    quoted = name.replace('"', '""')
+    try:
+        return conn.execute(f'PRAGMA quick_check("{quoted}")').fetchall() == [("ok",)]
+    except apsw.Error:  # a smashed root page makes the check itself fail
+        return False
+
+
+def fts_structures_damaged(conn: apsw.Connection) -> bool:
+    """Whether FTS5's own integrity-check fails on either index (junk inside
+    its blocks, which SQLite's b-tree checks cannot see)."""
+    for table in INDEXES:
+        try:
+            conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+        except INDEX_DAMAGE_ERRORS:
+            return True
+        except apsw.Error:
+            continue  # e.g. the index is gone or locked: no verdict from it
+    return False
+
+
+def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
+    """Whether a corruption (or FTS5 out-of-memory) error raised by an index
+    read belongs to the index."""
+    if isinstance(exc, apsw.NoMemError):
+        return fts_structures_damaged(conn)
+    if not isinstance(exc, apsw.CorruptError):
+        return False
+    if code_of(exc) == apsw.SQLITE_CORRUPT_VTAB:
+        return True
+    return corruption_is_index_only(conn)
+
+
+# -- rebuild -----------------------------------------------------------------
+
+def has_current_shape(conn: apsw.Connection) -> bool:
+    """Whether both indexes exist as `fts_ddl` creates them today."""
+    rows = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
+                             f" AND name IN ('{FTS_TABLE}', '{TRIGRAM_TABLE}')"))
+    return all(" ".join((rows.get(t) or "").split()).endswith(
+        f"tokenize='{TOKENIZERS[t]}'{OPTIONS[t]})") for t in INDEXES)
+
+
+def reshape(conn: apsw.Connection) -> None:
+    """Migration body (m009): `reset` unless the indexes have today's shape."""
+    if not has_current_shape(conn):
+        reset(conn)
+
+
+def reshape_trigram(conn: apsw.Connection) -> None:
+    """Migration body (m011): the trigram index in today's shape (no size
+    table), refilled in the caller's transaction with exactly the documents
+    the word index holds, so the watermark and the change log stay true for
+    both: every row up to the watermark that the change log does not hold,
+    with its text, and each logged row whose old text is indexed, with that
+    text (the indexer later deletes it by that text). The word index is
+    left as it is. A stale or otherwise reshaped store is `reset` instead."""
+    if has_current_shape(conn):
+        return
+    w = watermark(conn)
+    if w is None or stale_marker(conn) is not None or not _word_index_current(conn):
+        reset(conn)
+        return
+    conn.execute(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
+    conn.execute(fts_ddl(TRIGRAM_TABLE, f", content='{TEXT_VIEW}', content_rowid='id'"))
+    conn.execute(
+        f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT id, text FROM {TEXT_VIEW} AS v"
+        f" WHERE v.id <= ? AND NOT EXISTS (SELECT 1 FROM {CHANGES} AS c"
+        f" WHERE c.message_id = v.id) ORDER BY v.id", (w,))
+    conn.execute(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT message_id, old_text"
+                 f" FROM {CHANGES} WHERE indexed = 1 ORDER BY message_id")
+
+
+def _word_index_current(conn: apsw.Connection) -> bool:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+                       (FTS_TABLE,)).fetchone()
+    return row is not None and " ".join(str(row[0]).split()).endswith(
+        f"tokenize='{TOKENIZERS[FTS_TABLE]}'{OPTIONS[FTS_TABLE]})")
+
+
+# FTS5 keeps the number of documents an index holds in its averages record
+# (``<index>_data`` row 1: an SQLite varint, then one per column, of tokens).
+_AVERAGES_ROWID = 1
+
+
+def document_count(conn: apsw.Connection, table: str) -> int:
+    """How many documents ``table`` holds, from its averages record: the
+    count an index without a size table (``columnsize=0``) can still give
+    without reading its segments (0 before its first document). Raises
+    apsw.CorruptError when the record does not parse."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = ?",
+                       (_AVERAGES_ROWID,)).fetchone()
+    if row is None or row[0] == b"":
+        return 0  # a new or emptied index: no record yet, or an empty one
+    if not isinstance(row[0], bytes):
+        raise apsw.CorruptError(f"{table}: the averages record is not a blob")
+    return _varint(row[0], table)
+
+
+def _varint(block: bytes, table: str) -> int:
+    """The leading SQLite varint of ``block`` (big-endian 7-bit groups, the
+    ninth byte whole)."""
+    value = 0
+    for i, byte in enumerate(block[:9]):
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value
+    raise apsw.CorruptError(f"{table}: the averages record is truncated")
+
+
+def reset(conn: apsw.Connection) -> dict[str, int]:
+    """Drop and recreate both indexes empty, watermark 0, change log empty,
+    marker cleared, in the caller's transaction; the indexer then fills them
+    from canonical rows (`index_batch`)."""
+    for table in INDEXES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(f"DROP VIEW IF EXISTS {TEXT_VIEW}")  # the text rules may have changed
+    _create_tables(conn)
+    install_changelog(conn)
+    conn.execute(f"DELETE FROM {CHANGES}")
+    set_watermark(conn, 0)
+    conn.execute("DELETE FROM state_meta WHERE key = ?", (STALE_KEY,))
+    (rows,) = one(conn.execute("SELECT count(*) FROM messages"))
+    return {"messages": rows}
+

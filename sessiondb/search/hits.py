@@ -1,0 +1,551 @@
+"""Searching messages: running a query plan, bounded ranking, the fallback.
+
+Bounded work, by design (documented in docs/search.md):
+
+- ``order="rank"`` ranks with bm25 only among the ``RANK_WINDOW`` most
+  recently stored matches. FTS5 streams matches in rowid order, newest
+  first; the first RANK_WINDOW are scored in that same pass (on the index
+  alone unless filters need the rows) and only the best few are joined to
+  their rows and given snippets. So a term in every message costs about
+  the same as one in 5,000. Older matches stay reachable with
+  ``order="oldest"`` or filters.
+- a ``session_id`` filter bounds FTS5 to the session's rowid range.
+- ``order="newest"``/``"oldest"`` follow storage order (message id), which
+  FTS5 streams without sorting.
+- Scans (queries shorter than a trigram, and the fallback while the index
+  is stale) look at the ``SCAN_WINDOW`` most recent rows that pass the
+  filters and match them with LIKE (ASCII case-insensitive substrings).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from ..index import search_index
+from . import search_tail
+from ..rows import ROLE_CODES, role_key, role_text
+from ..base import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
+from .search_query import Plan, like_pattern, plan as make_plan
+from ..base import one
+from ..base import MessageState
+
+if TYPE_CHECKING:
+    from ..engine import StoreCore
+
+log = logging.getLogger(__name__)
+
+RANK_WINDOW = 5_000
+SCAN_WINDOW = 50_000
+SCAN_BUDGET_S = 0.5  # a scan past this returns what it found, flagged partial
+MAX_LIMIT = 1_000
+ORDERS = ("rank", "newest", "oldest")
+MARK_OPEN, MARK_CLOSE, ELLIPSIS = "**", "**", "…"
+SNIPPET_TOKENS = 16
+SCAN_SNIPPET_CHARS = 60
+SNIPPET_MAX_HITS = 256  # more hits in one document: a scan snippet (see _snippet_sql)
+LONG_MARK = "\x00"
+_COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One matching message. ``via`` says which path found it: ``fts``
+    (word index), ``trigram``, ``scan`` (bounded scan for very short
+    queries) or ``fallback`` (bounded scan while the index is stale)."""
+
+    session_id: str
+    message_id: int
+    role: str
+    timestamp: float
+    snippet: str
+    session_title: str | None
+    state: str
+    via: str
+    score: float | None = None
+
+    @property
+    def archived(self) -> bool:
+        return self.state == MessageState.ARCHIVED
+
+    @property
+    def fallback(self) -> bool:
+        return self.via == "fallback"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "archived": self.archived, "fallback": self.fallback}
+
+    @classmethod
+    def _of(cls, session_id: str, message_id: int, role: str, timestamp: float, snippet: str,
+            session_title: str | None, state: str, via: str,
+            score: float | None = None) -> "SearchHit":
+        """The same hit as ``SearchHit(...)``, built without the frozen
+        ``__init__`` (one ``object.__setattr__`` per field: about 1 us a hit,
+        16 us for a page of 20). Nothing is derived or checked at init."""
+        hit = object.__new__(cls)
+        hit.__dict__.update(session_id=session_id, message_id=message_id, role=role,
+                            timestamp=timestamp, snippet=snippet, session_title=session_title,
+                            state=state, via=via, score=score)
+        return hit
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Row filters shared by every search path."""
+
+    session_id: str | None = None
+    role: str | None = None
+    source: str | None = None
+    since: float | None = None
+    until: float | None = None
+    include_archived: bool = False
+    #: False leaves out sessions archived by `hermes sessions archive`.
+    archived_sessions: bool = True
+    exclude_changed: bool = False  # leave out rows whose indexed text is out of date
+
+    @property
+    def narrowing(self) -> bool:
+        """Filters beyond row state (those can exclude most matches)."""
+        return not self.archived_sessions or any(
+            v is not None for v in (self.session_id, self.role, self.source, self.since,
+                                    self.until))
+
+    def sql(self, coded_roles: bool = False) -> tuple[str, list[Any]]:
+        """The WHERE clause and its arguments. ``coded_roles``: the rows
+        store roles as codes (SQLite since m012): the role is bound as its
+        code, and a name outside the role set matches nothing (a code
+        given as a name must not match)."""
+        where, args = ["1"], []
+        role = self.role
+        if coded_roles and role is not None:
+            if role not in ROLE_CODES:
+                where.append("0")
+            role = role_key(role)
+        if not self.include_archived:
+            where.append("m.state = 'active'")
+        if self.exclude_changed:
+            where.append(f"m.id NOT IN (SELECT message_id FROM {search_index.CHANGES})")
+        for clause, value in (("m.session_id = ?", self.session_id), ("m.role = ?", role),
+                              ("s.source = ?", self.source), ("m.timestamp >= ?", self.since),
+                              ("m.timestamp < ?", self.until)):
+            if value is not None:
+                where.append(clause)
+                args.append(value)
+        if not self.archived_sessions:
+            where.append("m.session_id NOT IN (SELECT session_id FROM session_flags"
+                         " WHERE archived_at IS NOT NULL)")
+        return " AND ".join(where), args
+
+
+def check_args(filters: Filters, limit: int, offset: int, order: str) -> None:
+    if order not in ORDERS:
+        raise InvalidInput(f"order must be one of {', '.join(ORDERS)}, not {order!r}")
+    for name, value, low, high in (("limit", limit, 1, MAX_LIMIT),
+                                   ("offset", offset, 0, RANK_WINDOW)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidInput(f"{name} must be an integer from {low} to {high}")
+    for name in ("since", "until"):
+        value = getattr(filters, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InvalidInput(f"{name} must be a number (epoch seconds)")
+    for name in ("session_id", "role", "source"):
+        value = getattr(filters, name)
+        if value is not None and not isinstance(value, str):
+            raise InvalidInput(f"{name} must be a string")
+
+
+# -- indexed paths -----------------------------------------------------------
+
+# LIMIT and OFFSET of statements on an FTS5 table are written into the SQL as
+# integer literals (validated ints), not bound: measured with SQLite 3.54, a
+# bound LIMIT costs 15-20 us a statement (about a rare word's whole raw FTS5
+# query). Rowid bounds stay bound: as literals every statement's text would
+# be new, and preparing one costs more than that.
+
+def _page_sql(limit: int, offset: int) -> str:
+    return f" LIMIT {int(limit)} OFFSET {int(offset)}"
+
+
+def _snippet_sql(table: str) -> str:
+    """FTS5's snippet, for documents with few hits: it scores every hit
+    against every other (quadratic: 20 KB of zeros searched for 0000 took
+    seconds). A document with more hits gets a marker, and its snippet is
+    cut in Python around the first occurrence (`_long_snippets`)."""
+    return (f"CASE WHEN {search_index.HITS_FUNCTION}({table}) <= {SNIPPET_MAX_HITS}"
+            f" THEN snippet({table}, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '{ELLIPSIS}',"
+            f" {SNIPPET_TOKENS}) ELSE char(0) END")
+
+
+def _long_snippets(conn: apsw.Connection, rows: list[tuple], terms: list[str],
+                   text_sql: str | None) -> list[tuple]:
+    """Rows whose snippet is the many-hits marker get a scan snippet instead."""
+    long = [r[0] for r in rows if r[6] == LONG_MARK]
+    if not long:
+        return rows
+    view, column = ((search_index.TEXT_VIEW, "text") if text_sql is None
+                    else ("messages", "body"))
+    texts = dict(conn.execute(f"SELECT id, {column} FROM {view} WHERE id IN"
+                              f" ({','.join('?' * len(long))})", long))
+    return [(*r[:6], scan_snippet(texts.get(r[0]) or "", terms), *r[7:])
+            if r[6] == LONG_MARK else r for r in rows]
+
+
+def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int | None:
+    """The oldest rowid among the RANK_WINDOW most recent matches in the
+    index (any state), for the joined re-rank of `_rank_unjoined`."""
+    (floor,) = one(conn.execute(f"SELECT min(id) FROM (SELECT rowid AS id FROM {table}"
+                            f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})",
+                            (match,)))
+    return floor
+
+
+def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
+                   rows: list[tuple]) -> list[tuple]:
+    """Snippets for the final page only (a ranked query would build one for
+    every row it sorts). One pass over the page's rowid range, so a prefix
+    or trigram expression is expanded once, not once per hit."""
+    if not rows:
+        return rows
+    wanted = [r[0] for r in rows]
+    marks = ",".join("?" * len(wanted))
+    found = dict(conn.execute(
+        f"SELECT rowid, {_snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
+        f" AND rowid BETWEEN ? AND ? AND +rowid IN ({marks})",
+        (match, min(wanted), max(wanted), *wanted)))
+    return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
+
+
+def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
+                   base: str, params: list[Any], limit: int,
+                   offset: int) -> list[tuple] | None:
+    """Rank the window on the index alone, then join only the best rows
+    (None when the index holds no match at all).
+
+    One pass over the index: the RANK_WINDOW most recent matches, streamed
+    in rowid order, scored, and the best ``2 x (offset + limit)`` kept. That
+    is enough whenever enough of them pass the state filter (nearly always:
+    few rows are not active); otherwise the joined query ranks the window."""
+    want = offset + limit
+    # The trigram index keeps no document sizes (m011): bm25 counts them from
+    # the text, so a document whose text is out of date (a logged edit or
+    # delete the indexer has not applied; the tail searches those rows) is
+    # never scored: its row may be gone, which FTS5 reports as corruption.
+    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
+            if filters.exclude_changed and table == search_index.TRIGRAM_TABLE else "")
+    best = list(conn.execute(
+        f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}) AS score FROM {table}"
+        f" WHERE {table} MATCH ?{skip} ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
+        f" ORDER BY score, id DESC LIMIT {int(2 * want)}", (p.match,)))
+    if len(best) <= offset:
+        return None if not best else []
+    page = _page_if_all_pass(conn, table, p.match, filters, best[:want], offset)
+    if page is not None:
+        return page
+    where, args = filters.sql(coded_roles=True)
+    marks = ",".join("?" * len(best))
+    rows = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS} FROM messages AS m JOIN sessions AS s ON s.id = m.session_id"
+        f" WHERE m.id IN ({marks}) AND {where}", (*[b[0] for b in best], *args))}
+    kept = [(*rows[rid], score) for rid, score in best if rid in rows]
+    if len(kept) >= want or len(best) < 2 * want:
+        return _with_snippets(conn, table, p.match, kept[offset:want])
+    floor = _window_floor(conn, table, p.match)
+    sql = (f"SELECT {_COLS}, bm25({table}) AS score{base} AND f.rowid >= ?"
+           f" ORDER BY score, m.id DESC{_page_sql(limit, offset)}")
+    return _with_snippets(conn, table, p.match, list(conn.execute(sql, (*params, floor))))
+
+
+def _page_if_all_pass(conn: apsw.Connection, table: str, match: str | None,
+                      filters: Filters, head: list[tuple], offset: int) -> list[tuple] | None:
+    """The page when every row of ``head`` (the best ``offset + limit``)
+    passes the state filter, the common case: one statement joins them and
+    builds snippets for the page rows only. None when some row does not."""
+    where, args = filters.sql(coded_roles=True)
+    ids = [rid for rid, _ in head]
+    page = ids[offset:] if offset else []
+    snippet = _snippet_sql(table)
+    if page:  # rows before the page are checked, not shown; the CASE costs 10-20 us
+        snippet = f"CASE WHEN f.rowid IN ({','.join('?' * len(page))}) THEN {snippet} END"
+    found = {r[0]: r for r in conn.execute(
+        f"SELECT {_COLS}, {snippet} FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
+        f" JOIN sessions AS s ON s.id = m.session_id WHERE f.{table} MATCH ?"
+        f" AND f.rowid BETWEEN ? AND ? AND +f.rowid IN ({','.join('?' * len(ids))}) AND {where}",
+        (*page, match, min(ids), max(ids), *ids, *args))}
+    if len(found) < len(ids):
+        return None
+    return [(*found[rid], score) for rid, score in head[offset:]]
+
+
+def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any],
+                 limit: int, offset: int) -> list[tuple]:
+    """Rank the RANK_WINDOW most recent matches that pass the filters (and
+    LIKE checks), in one pass: FTS5 streams them in rowid order through the
+    join, and only those are scored."""
+    sql = (f"SELECT * FROM (SELECT {_COLS}, bm25({table}) AS score{base}"
+           f" ORDER BY f.rowid DESC LIMIT {RANK_WINDOW}) ORDER BY score, id DESC"
+           f"{_page_sql(limit, offset)}")
+    return list(conn.execute(sql, params))
+
+
+def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] | None:
+    """The rowid range a session's messages occupy, so FTS5 seeks inside it
+    instead of walking every match of a common term to find the session's
+    few (None when the session has no messages)."""
+    lo, hi = one(conn.execute("SELECT min(id), max(id) FROM messages WHERE session_id = ?",
+                          (session_id,)))
+    return None if lo is None else (lo, hi)
+
+
+def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
+             limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
+    """One page of hits from ``table``; None when the ranked path saw that
+    the index holds no match for ``p.match`` at all."""
+    where, args = filters.sql(coded_roles=True)
+    span = ""
+    bounds: tuple[int, ...] = ()
+    if filters.session_id is not None:
+        found = _session_bounds(conn, filters.session_id)
+        if found is None:
+            return []
+        bounds = found
+        span = " AND f.rowid BETWEEN ? AND ?"
+    text = text_sql or search_index.text_expr('m')
+    likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
+    # The trigram index only names candidates: each long term is verified
+    # in the text (after the cheaper filters, so only candidates are folded).
+    likes += "".join(f" AND {search_index.CONTAINS_FUNCTION}({text}, ?)" for _ in p.verify)
+    base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
+            f" JOIN sessions AS s ON s.id = m.session_id"
+            f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
+    params = [p.match, *bounds, *args, *p.likes, *p.verify]
+    via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
+    rows: list[tuple[Any, ...]] | None
+    if order == "rank":
+        if filters.narrowing or p.likes or p.verify:
+            rows = _with_snippets(conn, table, p.match,
+                                  _rank_joined(conn, table, base, params, limit, offset))
+        else:
+            rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
+            if rows is None:
+                return None
+    else:
+        direction = "DESC" if order == "newest" else "ASC"
+        sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
+               f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
+        rows = list(conn.execute(sql, params))
+    rows = _long_snippets(conn, rows, p.terms, text_sql)
+    return [SearchHit._of(sid, mid, role_text(role), ts, snip or "", title, state, via, score)
+            for mid, sid, role, ts, state, title, snip, score in rows]
+
+
+# -- bounded scans -----------------------------------------------------------
+
+def scan_snippet(text: str, terms: list[str]) -> str:
+    """A window around the first occurrence of any term, marked like FTS5's."""
+    folded = text.casefold()
+    spots = [(folded.find(t.casefold()), t) for t in terms if t]
+    spots = [(i, t) for i, t in spots if i >= 0]
+    if not spots:
+        return text[:2 * SCAN_SNIPPET_CHARS] + (ELLIPSIS if len(text) > 2 * SCAN_SNIPPET_CHARS else "")
+    at, term = min(spots)
+    start, end = max(at - SCAN_SNIPPET_CHARS, 0), at + len(term) + SCAN_SNIPPET_CHARS
+    return ((ELLIPSIS if start else "") + text[start:at] + MARK_OPEN + text[at:at + len(term)]
+            + MARK_CLOSE + text[at + len(term):end] + (ELLIPSIS if end < len(text) else ""))
+
+
+def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+          offset: int, via: str) -> "SearchResults":
+    """LIKE over the SCAN_WINDOW most recent rows that pass the filters,
+    within SCAN_BUDGET_S: past it, SQLite is interrupted and the hits found
+    so far (newest first) come back flagged partial."""
+    where, args = filters.sql(coded_roles=True)
+    likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
+    inner = (f"SELECT {_COLS}, {search_index.text_expr('m')} AS body"
+             f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
+             f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}")
+    if order == "oldest":  # the whole window must be matched before the first page
+        sql = f"SELECT * FROM ({inner}) WHERE {likes} ORDER BY id ASC LIMIT ? OFFSET ?"
+        params: tuple = (*args, *p.likes, limit, offset)
+    else:  # streams newest first: stops at the page's end
+        sql, params = f"SELECT * FROM ({inner}) WHERE {likes}", (*args, *p.likes)
+    rows: list[tuple] = []
+    reason = None
+    deadline = time.monotonic() + SCAN_BUDGET_S
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, 2_000)
+    try:
+        for i, row in enumerate(conn.execute(sql, params)):
+            if order == "oldest" or i >= offset:
+                rows.append(row)
+            if order != "oldest" and len(rows) >= limit:
+                break
+    except apsw.InterruptError:
+        reason = (f"the scan stopped after {SCAN_BUDGET_S:g}s; older rows were not "
+                  "searched (narrow the search with filters)")
+    finally:
+        conn.set_progress_handler(None)
+    hits = [SearchHit._of(sid, mid, role_text(role), ts, scan_snippet(body or "", p.terms),
+                          title, state, via) for mid, sid, role, ts, state, title, body in rows]
+    return SearchResults.of(hits, reason)
+
+
+def _any_match(conn: apsw.Connection, table: str, match: str | None,
+               exclude_changed: bool = False) -> bool:
+    """Whether the index holds any document for ``match`` (no filters): the
+    cheapest FTS5 query, so every page of a query takes the same path."""
+    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
+            if exclude_changed else "")
+    return conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ?{skip} LIMIT 1",
+                        (match,)).fetchone() is not None
+
+
+def fallback_plan(p: Plan) -> Plan:
+    """The scan that stands in for ``p`` while the index is stale."""
+    if p.kind == "raw":
+        raise SearchIndexCorrupt(
+            "the full-text index is stale, so raw FTS5 queries cannot run; search without "
+            "raw=True (a bounded scan) or rebuild the index")
+    return Plan("scan", likes=[like_pattern(t) for t in p.terms], terms=p.terms)
+
+
+class SearchResults(list):
+    """The hits of one search (a list), and whether they may be incomplete:
+    ``partial`` is True when a bound cut the search short (``reason`` says
+    which); the hits found are all real."""
+
+    partial: bool = False
+    reason: str | None = None
+
+    @classmethod
+    def of(cls, hits: list[SearchHit], reason: str | None = None) -> "SearchResults":
+        out = cls(hits)
+        out.partial, out.reason = reason is not None, reason
+        return out
+
+
+def _on(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
+        limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
+    try:
+        return _indexed(conn, p, table, filters, order, limit, offset, text_sql)
+    except apsw.SQLError as e:
+        if p.kind == "raw":  # FTS5 reports syntax errors as SQLITE_ERROR
+            raise InvalidQuery(f"not a valid FTS5 query: {e}") from None
+        raise
+
+
+def _order_key(order: str):  # type: ignore[no-untyped-def]
+    if order == "newest":
+        return lambda h: -h.message_id
+    if order == "oldest":
+        return lambda h: h.message_id
+    return lambda h: (h.score if h.score is not None else 0.0, -h.message_id)
+
+
+def _merged(conn: apsw.Connection, tail: search_tail.Tail, p: Plan, table: str,
+            filters: Filters, order: str, limit: int, offset: int) -> list[SearchHit] | None:
+    """The page over the index (without changed rows) and the tail together:
+    the best ``offset + limit`` of each, merged in the query's order."""
+    want = offset + limit
+    main = _on(conn, p, table, replace(filters, exclude_changed=tail.changed), order, want, 0)
+    extra = _on(tail.conn, p, table, filters, order, want, 0, "m.body")
+    if main is None and not extra:
+        return None
+    hits = sorted([*(main or []), *(extra or [])], key=_order_key(order))
+    return hits[offset:want]
+
+
+def _any_anywhere(conn: apsw.Connection, tail: search_tail.Tail | None,
+                  match: str | None) -> bool:
+    table = search_index.FTS_TABLE
+    if tail is None:
+        return _any_match(conn, table, match)
+    return _any_match(conn, table, match, tail.changed) or _any_match(tail.conn, table, match)
+
+
+def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+        offset: int, tail: search_tail.Tail | None = None) -> list[SearchHit]:
+    """Execute ``p`` on a healthy index (plus the not-yet-indexed ``tail``)."""
+    if p.kind == "scan":
+        return _scan(conn, p, filters, order, limit, offset, "scan")
+    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+    if tail is None:
+        hits = _on(conn, p, table, filters, order, limit, offset)
+    else:
+        hits = _merged(conn, tail, p, table, filters, order, limit, offset)
+    # Words the word index does not hold at all run as substrings. Checked
+    # only when the page is empty (a hit proves the index holds a match),
+    # and on the whole index, so every page of a query takes the same path.
+    if p.alt is not None and (hits is None or not hits and not _any_anywhere(
+            conn, tail, p.match)):
+        return run(conn, p.alt, filters, order, limit, offset, tail)
+    return hits or []
+
+
+def _too_long(backlog: search_index.Backlog | None) -> bool:
+    return (backlog is not None and backlog.work
+            and backlog.tail + backlog.changes > search_tail.TAIL_ROWS)
+
+
+def _catch_up(core: "StoreCore") -> None:
+    """Index a backlog longer than the tail bound before searching (see
+    search_tail); a failure leaves the search to cover part of it."""
+    try:
+        core.catch_up_index()
+    except StorageError as e:
+        log.info("could not catch the search index up before searching: %s", e)
+
+
+def _run_indexed(conn: apsw.Connection, backlog: search_index.Backlog | None, p: Plan,
+                 filters: Filters, order: str, limit: int, offset: int) -> SearchResults:
+    tail = (search_tail.load(conn, backlog)
+            if backlog is not None and p.kind != "scan" else None)
+    try:
+        hits = run(conn, p, filters, order, limit, offset, tail)
+    finally:
+        if tail is not None:
+            tail.close()
+    reason = getattr(hits, "reason", None)
+    if tail is not None and tail.partial:
+        reason = (f"the index is behind by more than {search_tail.TAIL_ROWS} rows and could "
+                  "not be caught up; newer rows were not searched")
+    return SearchResults.of(hits, reason)
+
+
+def search(core: "StoreCore", query: object, *, filters: Filters, limit: int, offset: int,
+           order: str, raw: bool) -> SearchResults:
+    """Plan, run on the index and its tail, and fail open to a bounded scan
+    when the index is damaged."""
+    check_args(filters, limit, offset, order)
+    p = make_plan(query, raw=raw)
+    damage: apsw.Error | None = None
+    for attempt in (1, 2):  # the second after indexing a long backlog
+        with core.snapshot() as conn:
+            backlog = search_index.backlog(conn)
+            stale = (backlog.stale if backlog is not None
+                     else search_index.stale_marker(conn) is not None)
+            if stale:
+                break
+            if attempt == 2 or not (_too_long(backlog) and core.can_index_now()):
+                try:
+                    return _run_indexed(conn, backlog, p, filters, order, limit, offset)
+                except search_index.INDEX_DAMAGE_ERRORS as e:
+                    if not search_index.is_index_scoped(conn, e):
+                        raise
+                    damage = e
+                    break
+        _catch_up(core)  # what is still left after it is searched partially
+    if damage is not None:
+        mark_stale(core, f"search failed: {damage}", search_index.code_of(damage))
+    with core.snapshot() as conn:
+        return _scan(conn, fallback_plan(p), filters, order, limit, offset, "fallback")
+
+
+def mark_stale(core: "StoreCore", reason: str, code: int | None) -> None:
+    """Set the marker, unless another process did."""
+    with core.write() as conn:
+        if search_index.stale_marker(conn) is None:
+            search_index.mark_stale(conn, reason, code)
+            log.warning("full-text index damaged (%s); search falls back to scanning until "
+                        "`hermes sessions reindex`", reason)

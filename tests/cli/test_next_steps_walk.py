@@ -1,0 +1,280 @@
+"""Follow every `Next:` literally, through the real CLI, on a real store in the
+state each cause describes, until the store is healthy or the step is one
+only a person can take (stop the holder, free space, make it writable).
+A step that fails without saying what to do, or that comes back to a
+command already run on an unchanged home, fails the test.
+
+Before: locked -> `recover --inspect-only` -> the same inspect (a loop);
+search pages destroyed -> `reindex` -> "cannot be rebuilt in place" (an
+error); a rescued copy -> doctor "recover from it" -> inspect "nothing to
+do"; a `.partial` result with no next step; doctor pointing to a document
+`pip install .` does not ship.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from hstate_cli.main import cli
+from sessiondb import Cause, SessionDB
+from sessiondb.base.explain import all_causes, describe
+from tests.helpers.search_damage import junk_pages
+from tests.helpers.stores import fill_home, held_by_another_process, raw_sql
+from tests.helpers.tinyfs import fill, mount_tmpfs, remount, unmount
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_STEPS = 10
+_NEXT = re.compile(r"^(?:Next|next): (hermes .+)$", re.M)
+
+
+@dataclass
+class Walk:
+    steps: list[str] = field(default_factory=list)
+    ended: str = ""  # "healthy" or "person: <step>"
+
+
+def _home_state(home: Path) -> str:
+    """Names, sizes and contents' hash of every file under the home."""
+    h = hashlib.sha256()
+    for p in sorted(home.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            h.update(f"{p.relative_to(home)}:{p.stat().st_size}".encode())
+            if p.stat().st_size < 4 << 20:
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _doctor_step(home: Path, out: str) -> tuple[str | None, str]:
+    """From doctor's JSON: (next hermes command, or None with how it ended)."""
+    doc = json.loads(out)
+    if doc["worst"] in ("ok", "info"):
+        return None, "healthy"
+    rank = ("warn", "error")
+    worst = [f for f in doc["findings"] if f["severity"] == doc["worst"] and f["fix"]]
+    assert worst, f"doctor's worst finding has no fix: {doc['findings']}"
+    worst.sort(key=lambda f: rank.index(f["severity"]), reverse=True)
+    first = worst[0]["fix"].split("; then ")[0].strip()
+    if first.startswith("hermes "):
+        return first, ""
+    return None, f"person: {first}"
+
+
+def walk(home: Path, first: str) -> Walk:
+    """Run ``first`` and every command it leads to; see the module doc."""
+    result, seen, command = Walk(), set(), first
+    for _ in range(MAX_STEPS):
+        args = shlex.split(command)
+        assert args[0] == "hermes", command
+        is_doctor = "doctor" in args and "--json" not in args
+        run_args = args[1:] + (["--json"] if is_doctor else [])
+        key = (command, _home_state(home))
+        assert key not in seen, f"loop: {command} again on an unchanged home: {result.steps}"
+        seen.add(key)
+        result.steps.append(command)
+        res = CliRunner().invoke(cli, run_args)
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            raise AssertionError(f"{command} crashed: {res.exception!r}\n{res.output}")
+        assert res.exit_code != 2, f"{command} was called wrongly:\n{res.output}"
+        assert "Traceback" not in res.output
+        if is_doctor:
+            nxt, ended = _doctor_step(home, res.stdout)
+        else:
+            found = _NEXT.findall(res.output)
+            nxt, ended = (found[-1], "") if found else (None, "")
+            if nxt is None and res.exit_code == 0:
+                nxt = shlex.join(["hermes", "--home", str(home), "doctor"])
+            elif nxt is None:
+                raise AssertionError(f"dead end: {command} failed with no next step:\n"
+                                     f"{res.output}")
+        if nxt is None:
+            result.ended = ended
+            return result
+        command = nxt
+    raise AssertionError(f"no end after {MAX_STEPS} steps: {result.steps}")
+
+
+def cli_error_next(home: Path, *args: str) -> str:
+    """Run a command that fails; return its `Next:` command (the walk's start)."""
+    res = CliRunner().invoke(cli, ["--home", str(home), *args])
+    assert res.exit_code == 1, res.output
+    found = _NEXT.findall(res.output)
+    assert found, f"no Next: line in\n{res.output}"
+    return found[-1]
+
+
+def table_first(cause: Cause, home: Path) -> str:
+    return describe(cause, db_path=home / "state.db", home=home).actions[0]
+
+
+# -- one builder per cause: the store in that state, and the walk's first step --
+
+@pytest.fixture(params=["2M"])
+def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    where = tmp_path / "fs"
+    if not mount_tmpfs(where, request.param):
+        pytest.skip("needs permission to mount a 2 MiB tmpfs (root or CAP_SYS_ADMIN)")
+    try:
+        yield where
+    finally:
+        unmount(where)
+
+
+def smash_one_leaf(db: Path, table: str) -> None:
+    """Random bytes over the middle leaf page of ``table`` (the file's page size)."""
+    import random
+
+    import apsw
+    conn = apsw.Connection(str(db))
+    try:
+        leaves = [r[0] for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,))]
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    finally:
+        conn.close()
+    with open(db, "r+b") as f:
+        f.seek((leaves[len(leaves) // 2] - 1) * size)
+        f.write(random.Random(3).randbytes(size))
+
+
+def test_corrupt_walks_to_a_healthy_installed_store(hermes_home: Path) -> None:
+    db = fill_home(hermes_home, n=600)
+    smash_one_leaf(db, "messages")
+    w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "show", "shared"))
+    assert w.ended == "healthy", w
+    assert any("install-recovered" in s for s in w.steps), w.steps
+
+
+def test_fts_btree_damage_walks_to_a_healthy_store(hermes_home: Path) -> None:
+    db = fill_home(hermes_home)
+    junk_pages(db, "messages_fts_data")
+    w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "reindex"))
+    assert w.ended == "healthy" and "sessions repair" in w.steps[0], w
+
+
+def test_locked_ends_at_stopping_the_holder(hermes_home: Path) -> None:
+    db = fill_home(hermes_home)
+    with held_by_another_process(db) as pid:
+        w = walk(hermes_home, table_first(Cause.LOCKED, hermes_home))
+    assert w.ended.startswith(f"person: stop process {pid}"), w
+
+
+def test_reindex_refused_ends_at_stopping_the_holder(hermes_home: Path) -> None:
+    """A reindex under another holder says so (not "locked", not an inspect
+    of a store that is fine) and doctor names the process to stop."""
+    db = fill_home(hermes_home)
+    with held_by_another_process(db) as pid:
+        res = CliRunner().invoke(cli, ["--home", str(hermes_home), "sessions", "reindex"])
+        assert res.exit_code == 1, res.output
+        assert "Another process holds the session database" in res.output
+        assert "recover" not in res.output and "busy" not in res.output
+        w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "reindex"))
+    assert w.steps[0] == shlex.join(["hermes", "--home", str(hermes_home), "doctor"])
+    assert w.ended.startswith(f"person: stop process {pid}"), w
+
+
+def test_disk_full_ends_at_freeing_space(small_fs: Path) -> None:
+    home = small_fs / "home"
+    with SessionDB.open(home) as db:
+        db.create_session("shared", source="t")
+    fill(small_fs)
+    w = walk(home, cli_error_next(home, "sessions", "rename", "shared", "x"))
+    assert w.ended.startswith("person: free space"), w
+
+
+@pytest.mark.parametrize("small_fs", ["64M"], indirect=True)  # free_disk stays ok
+def test_readonly_ends_at_making_it_writable(small_fs: Path) -> None:
+    home = small_fs / "home"
+    with SessionDB.open(home) as db:
+        db.create_session("shared", source="t")
+    remount(small_fs, "ro")
+    try:
+        w = walk(home, cli_error_next(home, "sessions", "rename", "shared", "x"))
+    finally:
+        remount(small_fs, "rw")
+    assert w.ended.startswith("person: make "), w
+
+
+def test_replaced_by_a_deleted_wal_ends_at_copying_it_out(hermes_home: Path) -> None:
+    hermes_home.mkdir(mode=0o700)
+    db = hermes_home / "state.db"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.walkeeper", str(db), "20"],
+                            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.unlink(f"{db}-wal")
+        w = walk(hermes_home, shlex.join(["hermes", "--home", str(hermes_home), "doctor"]))
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert w.ended.startswith("person: mkdir -m 700") and f"/proc/{proc.pid}/fd/" in w.ended
+
+
+def test_unknown_schema_ends_at_upgrading(hermes_home: Path) -> None:
+    db = fill_home(hermes_home)
+    raw_sql(db, "INSERT INTO migrations(name, applied_at) VALUES ('m999_future', 0)")
+    w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "list"))
+    assert w.ended.startswith("person: pip install -U"), w
+
+
+def test_a_rescued_copy_walks_to_a_healthy_store(hermes_home: Path) -> None:
+    db = fill_home(hermes_home)
+    rescued = hermes_home / "state.db.rescued-20260101T000000"
+    rescued.write_bytes(db.read_bytes())
+    rescued.chmod(0o600)
+    w = walk(hermes_home, shlex.join(["hermes", "--home", str(hermes_home), "doctor"]))
+    assert w.ended == "healthy" and any("install-recovered" in s for s in w.steps), w
+
+
+BUILT_ON_A_HEALTHY_STORE = (Cause.IO_ERROR, Cause.REPLACED, Cause.LEASE_LOST,
+                            Cause.NOT_FOUND)
+
+
+@pytest.mark.parametrize("cause", BUILT_ON_A_HEALTHY_STORE, ids=lambda c: c.value)
+def test_table_steps_after_a_transient_failure_reach_a_healthy_store(
+        hermes_home: Path, cause: Cause) -> None:
+    """Causes a one-shot command cannot produce on disk (a transient I/O error,
+    a file swapped under a live handle, a lease taken over, a mistyped id):
+    the store itself is healthy afterwards, so every step must lead there."""
+    fill_home(hermes_home)
+    w = walk(hermes_home, table_first(cause, hermes_home))
+    assert w.ended == "healthy", w
+
+
+def test_a_foreign_file_steps_end_with_nothing_to_run(hermes_home: Path) -> None:
+    """Another program's file is never ours to make healthy: its steps inspect
+    it and recover it in its own schema, and then say there is nothing to run
+    (not "install" a file that is not a store of ours)."""
+    import apsw
+    hermes_home.mkdir(mode=0o700)
+    db = hermes_home / "state.db"
+    conn = apsw.Connection(str(db))
+    conn.execute("CREATE TABLE notes(x); INSERT INTO notes VALUES (1)")
+    conn.close()
+    before = db.read_bytes()
+    failure = describe(Cause.FOREIGN, db_path=db, home=hermes_home)
+    for command in failure.actions:
+        res = CliRunner().invoke(cli, shlex.split(command)[1:])
+        assert res.exit_code == 0, (command, res.output)
+        assert res.output.strip().splitlines()[-1] == "next: no command to run"
+    assert db.read_bytes() == before
+
+
+def test_every_cause_with_commands_is_walked() -> None:
+    walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.REBUILD_REFUSED,
+              Cause.DISK_FULL, Cause.READONLY,
+              Cause.REPLACED, Cause.UNKNOWN, Cause.FOREIGN, *BUILT_ON_A_HEALTHY_STORE}
+    with_commands = {c for c in all_causes() if describe(c, db_path="/h/state.db",
+                                                         home="/h").actions}
+    assert with_commands <= walked
