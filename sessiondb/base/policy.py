@@ -75,12 +75,12 @@ def set_page_size(conn: apsw.Connection) -> None:
     every commit (a one-message commit dirtied ~18 pages, so a smaller page
     halved what each commit wrote). Since #18 the page size is a packing
     question, and it was measured again with m012's coded rows
-    (docs/benchmarks.md, m012): 4 KiB pages bring the B1 corpus (~240
-    characters a message) from ~515 to 492-498 B/msg, but the scale corpus
-    (200 B - 4 KB texts, bench/scale_data.py) packs worst at 4 KiB: its
-    messages table is 235 MB at 2 KiB, 263 MB at 4 KiB (+11%), 236 MB at
-    8 KiB. A store's size in the field follows its real messages, so the
-    page stays at 2 KiB."""
+    (docs/benchmarks.md, "B1 durable append"): 4 KiB pages bring the B1
+    corpus (~240 characters a message) from ~515 to 492-498 B/msg, but the
+    scale corpus (200 B - 4 KB texts, bench/scale_data.py) packs worst at
+    4 KiB: its messages table is 235 MB at 2 KiB, 263 MB at 4 KiB (+11%),
+    236 MB at 8 KiB. A store's size in the field follows its real messages,
+    so the page stays at 2 KiB."""
     conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
 
 
