@@ -1,4 +1,5 @@
-"""What every phase of recovery shares: its errors, its words and the report."""
+"""What every phase of recovery shares: its errors, its words and the report.
+"""
 from .errors import (InsufficientSpace, OutputUnreadable, RecoveryError, RecoveryIOError,
                      RecoveryUsageError, SourceChanging, SourceMissing)
 from .report import INSPECT_EXIT, RecoveryReport, TableReport, write_json_exclusive

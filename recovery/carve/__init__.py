@@ -1,4 +1,6 @@
-"""The page carver: records read from b-tree pages and WAL frames without SQLite."""
+"""The page carver: records read from b-tree pages and WAL frames without
+SQLite.
+"""
 from . import tree_map
 from .carve_types import (CarveError, CarveResult, CarveStats, FREELIST, LostRecord, RowOrigin,
                           UNCOMMITTED)

@@ -1,4 +1,5 @@
-"""The lanes, gentle to forceful: backup, row copy, bisection, index, carving."""
+"""The lanes, gentle to forceful: backup, row copy, bisection, index, carving.
+"""
 from .backup_lane import BACKUP_IMAGE
 from .registry import LANES
 from .context import (Budget, DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, ImageRows, LOST,

@@ -1,4 +1,6 @@
-"""The recovered file: sinks that write rows in the store's or the source's schema, the bulk path, and the search index built or reused."""
+"""The recovered file: sinks that write rows in the store's or the source's
+schema, the bulk path, and the search index built or reused.
+"""
 from . import search_reuse
 from .bulk import fill_search
 from .foreign_write import ForeignSink, ForeignWrite, HeaderValues, LOST_SUFFIX

@@ -1,4 +1,5 @@
-"""What a file should hold: the layouts of known formats and a file's catalog."""
+"""What a file should hold: the layouts of known formats and a file's catalog.
+"""
 from .catalog import (BAD_TEXT_KEY, Catalog, ORIGIN_KEY, PARTIAL_KEY, READ_ERRORS, ROWID_KEY,
                       TableSpec, is_shadow, quote, read_catalog, reference_catalog)
 from .formats import (FORMATS, Format, GENERIC, Identification, LLM_RESPONSES, LLM_THREADS, OURS,

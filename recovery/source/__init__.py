@@ -1,4 +1,6 @@
-"""The file under recovery, never opened in place: the private snapshot, read-only reads of a live store, and the file's headers."""
+"""The file under recovery, never opened in place: the private snapshot, read-
+only reads of a live store, and the file's headers.
+"""
 from . import headers, liveread
 from .headers import read_db_header
 from .liveread import copy_live

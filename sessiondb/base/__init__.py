@@ -1,4 +1,7 @@
-"""The words and files every layer shares: errors, causes and their copy table, the home's paths and private files, the SQLite build policy, the core protocol."""
+"""The words and files every layer shares: errors, causes and their copy table,
+the home's paths and private files, the SQLite build policy, the core
+protocol.
+"""
 from . import paths, policy
 from .causes import classify, classify_text
 from .coreapi import Core

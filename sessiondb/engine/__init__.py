@@ -1,4 +1,6 @@
-"""The engine: one writer connection, the one write primitive, containment, the checkpointer and the migrations."""
+"""The engine: one writer connection, the one write primitive, containment, the
+checkpointer and the migrations.
+"""
 from . import checkpointer, containment, migrations
 from .checkpointer import CheckpointStats
 from .core import Atomic, BUSY, StoreCore, begin_immediate, retry_busy, transaction

@@ -1,4 +1,6 @@
-"""Imports into a store: foreign formats (Hermes Agent, llm), the spool's re-import, and the bulk import path with its index builder."""
+"""Imports into a store: foreign formats (Hermes Agent, llm), the spool's re-
+import, and the bulk import path with its index builder.
+"""
 from .hermes_agent_import import import_hermes_agent
 from .importer import ImportResult, import_export_file
 from .llm_import import import_llm_logs

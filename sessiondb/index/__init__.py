@@ -1,4 +1,6 @@
-"""The derived search index, kept off the commit: its tables and triggers, the indexer that catches it up, the builder that fills it in parallel."""
+"""The derived search index, kept off the commit: its tables and triggers, the
+indexer that catches it up, the builder that fills it in parallel.
+"""
 from . import search_index
 from .fts_build import ParallelBuild, cores
 from .indexer import Indexer, IndexerStats

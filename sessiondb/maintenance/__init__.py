@@ -1,4 +1,6 @@
-"""Maintenance and export: prune, pin and optimize, the store's statistics, and export to JSONL and Markdown."""
+"""Maintenance and export: prune, pin and optimize, the store's statistics, and
+export to JSONL and Markdown.
+"""
 from . import lifecycle, stats
 from .export import (EXPORT_FORMAT, EXPORT_VERSION, FORMATS, export_sessions, export_to_path,
                      message_window)

@@ -1,4 +1,6 @@
-"""The store's rows: how messages, sessions, leases and usage are coded, written and read, and micro-compaction's archive."""
+"""The store's rows: how messages, sessions, leases and usage are coded,
+written and read, and micro-compaction's archive.
+"""
 from . import compaction, leases, messages, pages, sessions, usage
 from .codec import (EncodedMessage, MARKER_KEY, MAX_COLUMN_INT, PRIVATE_PREFIX, Persisted, ROLES,
                     ROLE_CODES, TIME_RANGE_TEXT, UID_KEY, checked_time, encode, fingerprint_key,

@@ -1,4 +1,6 @@
-"""Search: query translation, ranked answers over the index and its tail, and the index's health and rebuild."""
+"""Search: query translation, ranked answers over the index and its tail, and
+the index's health and rebuild.
+"""
 from . import hits, search_maintenance
 from .hits import (Filters, MARK_CLOSE, MARK_OPEN, RANK_WINDOW, SCAN_BUDGET_S, SCAN_WINDOW,
                    SNIPPET_TOKENS, SearchHit, SearchResults, check_args, scan_snippet)
