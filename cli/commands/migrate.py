@@ -5,7 +5,7 @@ import click
 
 from sessiondb import SessionDB
 from sessiondb.base import ensure_private_dir, store_path
-from sessiondb.pg import TransferResult, count, ends, transfer
+from sessiondb.pg import TransferResult, count, ends, transfer_store
 
 from ..context import AppContext
 from ..groups import HermesCommand
@@ -59,7 +59,7 @@ def migrate_cmd(app: AppContext, to_url: str | None, from_url: str | None,
     with ends(str(path), url, to_pg=bool(to_url)) as (src, dst):
         total = count(src, "messages") if stderr_is_tty() else None
         with progress(total, "migrating") as tick:
-            result = transfer(src, dst, progress=tick)
+            result = transfer_store(src, dst, progress=tick)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -20,7 +20,8 @@ from .migrations import pending as pending_migrations
 from .migrations import unknown as unknown_migrations
 from .search_schema import INDEXES as SEARCH_INDEXES
 from .search_schema import TSV_COLUMN
-from .transfer import TransferResult, count, ends, transfer, url_label
+from .transfer import TransferResult, count, ends, url_label
+from .transfer import transfer as transfer_store  # the module keeps its name
 
 
 def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
@@ -42,4 +43,4 @@ def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
 
 __all__ = ["open_url", "redact", "applied_migrations", "pending_migrations",
            "unknown_migrations", "SEARCH_INDEXES", "TSV_COLUMN", "TransferResult", "count",
-           "ends", "transfer", "url_label"]
+           "ends", "transfer_store", "url_label"]
