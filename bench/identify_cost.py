@@ -1,4 +1,4 @@
-"""What identifying a store before opening it costs (sessiondb/sqlitefile/identify.py).
+"""What identifying a store before opening it costs (sessiondb/sqlitefile/identity.py).
 
 Prints, on a store of ours with a -wal of about ``MB`` megabytes (frames
 not yet checkpointed), the time of `identify` beside the time of the whole
@@ -19,7 +19,7 @@ from pathlib import Path
 import apsw
 
 from sessiondb import SessionDB
-from sessiondb.sqlitefile.identify import identify
+from sessiondb.sqlitefile.identity import identify
 
 
 def _time(fn, n: int = 20) -> float:

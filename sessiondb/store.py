@@ -75,7 +75,7 @@ class SessionDB:
             raise InvalidInput(f"{self.path} is a directory, not a database file",
                                path=str(self.path))
         # Before any pragma or write: another program's file is never changed,
-        # and without ``create`` a missing store is not made (see identify.py).
+        # and without ``create`` a missing store is not made (see sqlitefile/identity.py).
         self.identity = check_before_open(self.path, create=create, home=home,
                                                    profile=profile)
         self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,

@@ -2,7 +2,7 @@
 
 Runs first among the store checks. On a file of ours it reports one ok
 finding and the other checks run as before. On another program's file
-(see `sessiondb.sqlitefile.identify`) doctor runs only checks that read nothing of the
+(see `sessiondb.sqlitefile.identity`) doctor runs only checks that read nothing of the
 file's contents and suggest nothing that changes it: no migrations, no
 `repair`, no `reindex`, no chmod. The finding names the file's kind and the
 commands that do apply (inspect, recover, import), from the copy table.

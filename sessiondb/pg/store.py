@@ -72,7 +72,7 @@ class PgSessionDB(SessionDB):
         self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
         self.patience = patience
         self.sqlite_version = ""
-        self.identity = None  # type: ignore[assignment]  # identify.py reads SQLite files
+        self.identity = None  # type: ignore[assignment]  # sqlitefile/identity.py reads SQLite files
         self.search_rebuilt_on_open = None
         self._tail = None
         self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,

@@ -5,7 +5,7 @@ from . import holders
 from .fileformat import (BTreePage, DatabaseHeader, FormatError, HEADER_SIZE, INDEX_INTERIOR, INDEX_LEAF, LEGAL_PAGE_SIZES, MAGIC, MAX_ROWID, MIN_ROWID, MISSING, TABLE_INTERIOR, TABLE_LEAF, TEXT_ENCODINGS, content_accounted, decode_record, lock_byte_page, parse_cell, parse_header, parse_page_header, parse_ptrmap, parse_trunk, read_overflow, table_cell_keys, walk_freelist)
 from .wal import (DatabaseImage, FRAME_HEADER_SIZE, UNCOMMITTED, WAL_HEADER_SIZE, WalHeader, parse_wal_header, scan_wal)
 from .holders import Holder, PROC, PROC_LOCKS, lock_holders, open_holders, other_holders
-from .identify import (EMPTY, HERMES_AGENT, LLM, OURS, SHADOW_SUFFIXES, Identity,
+from .identity import (EMPTY, HERMES_AGENT, LLM, OURS, SHADOW_SUFFIXES, Identity,
                        check_before_open, identify)
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Read an SQLite file's pages and tables without SQLite, changing nothing.
 
-Identification (see identify.py) must happen before any SQLite connection:
+Identification (see identity.py) must happen before any SQLite connection:
 even a read-only connection to a WAL file creates or writes its ``-shm``,
 and a writer switches the journal mode. So this module reads the bytes
 itself: the 100-byte header, the committed frames of the ``-wal`` (salts

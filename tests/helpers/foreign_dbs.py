@@ -1,7 +1,7 @@
 """Build state databases that other programs write, with their ground truth.
 
 Each builder makes a real SQLite file in the schema its program writes and
-returns a `GroundTruth`: the kind name (shared with sessiondb/sqlitefile/identify.py),
+returns a `GroundTruth`: the kind name (shared with sessiondb/sqlitefile/identity.py),
 the rows per table and their rowids, the virtual tables. Schemas come from
 the programs themselves where they install from the registry (llm's own
 migrations, the Agents SDK's `SQLiteSession`, LangGraph's `SqliteSaver`);

@@ -271,3 +271,21 @@ def test_the_scan_sees_surfaces_private_names_lazy_imports_and_cycles(tmp_path: 
     assert cycle is not None and set(cycle) >= {"low.words", "high"}
     lazy = [e for e in scan(pkg, "demo")["high.face"] if e.lazy]
     assert [e.name for e in lazy] == ["Missing"]
+
+
+@pytest.mark.parametrize("top", sorted(PACKAGES) + sorted(LOOSE))
+def test_no_surface_hides_one_of_its_modules(top: str) -> None:
+    """A package never binds a name of one of its own modules to something
+    else (``from .identity import identify`` in a package holding
+    ``identify.py`` would): ``hstate_recovery.salvage.pipeline`` and
+    ``monkeypatch.setattr("pkg.mod.NAME", ...)`` must reach the module."""
+    import importlib
+    import pkgutil
+    package = importlib.import_module(top)
+    hidden = []
+    for info in pkgutil.walk_packages(package.__path__, top + "."):
+        module = importlib.import_module(info.name)
+        parent, _, leaf = info.name.rpartition(".")
+        if getattr(importlib.import_module(parent), leaf, None) is not module:
+            hidden.append(info.name)
+    assert hidden == []

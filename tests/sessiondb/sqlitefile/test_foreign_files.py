@@ -24,7 +24,7 @@ from hstate_cli.main import cli
 from sessiondb import SessionDB, StorageError
 from sessiondb.base.errors import Cause, ForeignStore, StoreCorrupt, StoreNotFound
 from sessiondb.base.explain import describe_error
-from sessiondb.sqlitefile.identify import identify
+from sessiondb.sqlitefile.identity import identify
 from tests.helpers import foreign_dbs as f
 from tests.helpers.cliparse import parse_hermes
 

@@ -9,7 +9,7 @@ import apsw
 import pytest
 
 from sessiondb import SessionDB, StoreCorrupt
-from sessiondb.sqlitefile.identify import identify
+from sessiondb.sqlitefile.identity import identify
 from tests.helpers.damage import write_at
 
 
