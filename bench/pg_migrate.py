@@ -27,15 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from pg_subjects import BenchServer  # noqa: E402
 from search import Generator, build  # noqa: E402
-from sessiondb.pg import transfer  # noqa: E402
+from sessiondb.pg.transfer import PgSide, SqliteSide, connect, transfer  # noqa: E402
 
 
 def migrate(path: Path, url: str, use_copy: bool) -> dict:
-    conn = transfer.connect(url)
-    src = transfer.SqliteSide(str(path))
+    conn = connect(url)
+    src = SqliteSide(str(path))
     try:
         t0 = time.perf_counter()
-        result = transfer.transfer(src, transfer.PgSide(conn, url, bulk=use_copy))
+        result = transfer(src, PgSide(conn, url, bulk=use_copy))
         took = time.perf_counter() - t0
     finally:
         src.close()

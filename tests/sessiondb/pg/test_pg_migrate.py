@@ -90,7 +90,10 @@ def test_killed_migrate_reruns_to_exactly_one_copy(open_store, hermes_home, pg_d
     db.close()
     path = store_path(hermes_home)
     before = digest(path)
-    script = ("import sys, time\nfrom sessiondb.pg import transfer\ntransfer.MESSAGE_CHUNK = 25\n"
+    script = ("import importlib, sys, time\n"
+              # the module (the package's own `transfer` is its function)
+              "transfer = importlib.import_module('sessiondb.pg.transfer')\n"
+              "transfer.MESSAGE_CHUNK = 25\n"
               "transfer.bulk.COPY_CHUNK = 25\n"
               "with transfer.ends(sys.argv[1], sys.argv[2], to_pg=True) as (s, d):\n"
               "    transfer.transfer(s, d, progress=lambda n: time.sleep(0.02))\n")
@@ -148,7 +151,8 @@ def test_foreign_source_is_refused_untouched(hermes_home, pg_db_url):
 
 
 def _peak_rss_mb(path: Path, url: str) -> float:
-    script = ("import resource, sys\nfrom sessiondb.pg import transfer\n"
+    script = ("import importlib, resource, sys\n"
+              "transfer = importlib.import_module('sessiondb.pg.transfer')\n"
               "with transfer.ends(sys.argv[1], sys.argv[2], to_pg=True) as (s, d):\n"
               "    assert transfer.transfer(s, d).verified\n"
               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n")

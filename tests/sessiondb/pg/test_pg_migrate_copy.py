@@ -11,7 +11,7 @@ import psycopg
 from sessiondb import SessionDB
 from sessiondb.maintenance import lifecycle as maintenance
 from sessiondb.base.paths import store_path
-from sessiondb.pg import transfer
+from sessiondb.pg.transfer import PgSide, SqliteSide, TransferResult, connect, transfer
 from sessiondb.pg.search_schema import INDEXES
 from tests.sessiondb.pg.test_pg_migrate import duplicates, fill, run
 
@@ -30,11 +30,11 @@ def _store(open_store) -> str:
     return str(store_path())
 
 
-def _copy(path: str, url: str, *, use_copy: bool) -> transfer.TransferResult:
-    conn = transfer.connect(url)
-    src = transfer.SqliteSide(path)
+def _copy(path: str, url: str, *, use_copy: bool) -> TransferResult:
+    conn = connect(url)
+    src = SqliteSide(path)
     try:
-        return transfer.transfer(src, transfer.PgSide(conn, url, bulk=use_copy))
+        return transfer(src, PgSide(conn, url, bulk=use_copy))
     finally:
         src.close()
         conn.close()
