@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sessiondb import SessionDB, strip_markers
+from sessiondb import StoreFace, strip_markers
 
 from .memory import HomeTools
 from .tools import Tool, ToolRegistry
@@ -29,7 +29,7 @@ MESSAGES_SCHEMA = {
 }
 
 
-def session_search_tool(db: SessionDB, current: str | None = None) -> Tool:
+def session_search_tool(db: StoreFace, current: str | None = None) -> Tool:
     """Search past sessions; the agent's own ``current`` session is left out
     unless asked for by id (its messages are already in the context)."""
     def session_search(query: str, session_id: str | None = None, role: str | None = None,
@@ -46,7 +46,7 @@ def session_search_tool(db: SessionDB, current: str | None = None) -> Tool:
                 session_search)
 
 
-def session_messages_tool(db: SessionDB) -> Tool:
+def session_messages_tool(db: StoreFace) -> Tool:
     def session_messages(session_id: str, start: int = 0, count: int = 20) -> list[dict[str, Any]]:
         # A page, never the whole session: at most start + 50 rows are read.
         msgs = strip_markers(db.get_messages(session_id, limit=start + min(count, 50)))
@@ -55,7 +55,7 @@ def session_messages_tool(db: SessionDB) -> Tool:
                 MESSAGES_SCHEMA, session_messages)
 
 
-def default_registry(db: SessionDB, current: str | None = None,
+def default_registry(db: StoreFace, current: str | None = None,
                      home: Path | None = None) -> ToolRegistry:
     """Session search and reading, and, when ``home`` is given, the memory and
     skill tools (write origin ``assistant_tool``)."""

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import anthropic
 
-from sessiondb import SessionDB, StorageError
+from sessiondb import StoreFace, StorageError
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
@@ -63,13 +63,13 @@ class TurnResult:
 
 
 class Agent:
-    """A conversation with a model, persisted in a SessionDB session.
+    """A conversation with a model, persisted in a session of a store.
 
     ``memory`` (default: the home's ``[memory]`` config) says whether the
     home's saved memories and skill list go into the system prompt, as a
     snapshot read once here (agent/memory/memory_snapshot.py)."""
 
-    def __init__(self, db: SessionDB, *, session_id: str | None = None,
+    def __init__(self, db: StoreFace, *, session_id: str | None = None,
                  model: str = DEFAULT_MODEL, client: anthropic.Anthropic | None = None,
                  system_prompt: str | None = None, tools: ToolRegistry | None = None,
                  max_steps: int = 8, max_tokens: int = 1024,

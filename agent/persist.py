@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import (MARKER_KEY, SPOOL_CAUSES, UID_KEY, Cause, SessionDB, SessionTooLong,
+from sessiondb import (MARKER_KEY, SPOOL_CAUSES, UID_KEY, Cause, StoreFace, SessionTooLong,
                        StorageError, StorageFailure, TranscriptWriter, describe_error,
                        spool_failed_write)
 
@@ -37,7 +37,7 @@ class PersistenceFailed(Exception):
 class TurnPersistence:
     """Writes one session's transcript for an agent, under a turn lease."""
 
-    def __init__(self, db: SessionDB, session_id: str, holder: str) -> None:
+    def __init__(self, db: StoreFace, session_id: str, holder: str) -> None:
         self.db, self.session_id, self.holder = db, session_id, holder
         self.writer = TranscriptWriter(db, session_id, holder=holder)
         self.failed: PersistenceFailed | None = None

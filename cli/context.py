@@ -6,7 +6,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from sessiondb import SessionDB
+from sessiondb import SessionDB, StoreFace
 
 
 @dataclass
@@ -19,7 +19,7 @@ class AppContext:
     #: the home's SQLite file (the home still holds the spool).
     store_url: str | None = None
 
-    def open_store(self, *, create: bool = True, background_index: bool = True) -> SessionDB:
+    def open_store(self, *, create: bool = True, background_index: bool = True) -> StoreFace:
         """The home's store. Reading commands pass ``create=False``: a missing
         store is then "no store at PATH" and nothing is created."""
         return SessionDB.open(self.home, self.profile, create=create, url=self.store_url,

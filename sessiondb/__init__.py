@@ -18,6 +18,7 @@ from .search import SearchHealth
 from .rows import Session
 from .importers import import_spool
 from .spool import SPOOL_CAUSES, spool_failed_write
+from .face import StoreFace
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
 from .rows import UsageRow
@@ -26,7 +27,7 @@ from .base import MessageState
 __version__ = "0.1.0"
 
 __all__ = [
-    "SessionDB", "Session", "Lease", "Persisted", "MARKER_KEY", "UID_KEY", "strip_markers",
+    "SessionDB", "StoreFace", "Session", "Lease", "Persisted", "MARKER_KEY", "UID_KEY", "strip_markers",
     "resolve_home", "store_path", "Cause", "StorageError", "StoreCorrupt", "SearchIndexCorrupt",
     "StoreLocked", "DiskFull", "StoreReadOnly", "StoreIOError", "StoreReplaced", "LeaseLost",
     "SessionNotFound", "SessionTooLong", "StoreNotFound", "InvalidMessage", "InvalidInput",

@@ -1,9 +1,14 @@
-"""SessionDB: the public face of a store. Its connections, transactions and
-background threads belong to the store core (sessiondb/engine/core.py); this class
-delegates to it and holds the store's operations. Level 2 of
-docs/architecture.md: the feature modules it delegates to take the core,
-never this class, and the modules built on this class (importers, the
-spool's re-import, transcripts) are never imported here.
+"""SessionDB: the store in one SQLite file, and the way to open either backend.
+
+The operations both backends share are `StoreFace`'s (sessiondb/face.py);
+this class adds what a SQLite file needs: opening and migrating it, the
+write transaction's position shortcut, the one-statement-loop insert of a
+fresh batch, FTS5 search and its index, WAL checkpoints and the file's
+checks. Its connections, transactions and background threads belong to the
+store core (sessiondb/engine/core.py). Level 2 of docs/architecture.md: the
+feature modules it delegates to take the core, never this class, and the
+modules built on the faces (importers, the spool's re-import, transcripts)
+are never imported here.
 
 One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
@@ -13,7 +18,6 @@ commit, by the core's indexer (see sessiondb/index/indexer.py).
 """
 from __future__ import annotations
 
-import logging
 import os
 import time
 from pathlib import Path
@@ -21,7 +25,7 @@ from typing import Any, Callable
 
 import apsw
 
-from .rows import compaction, leases, messages, pages, sessions, usage
+from .rows import compaction, leases, messages, sessions
 from .maintenance import lifecycle as maintenance, stats
 from .engine import migrations
 from .base import paths, policy
@@ -31,20 +35,14 @@ from .spool import spool_write
 from .engine import checkpointer
 from .sqlitefile import check_before_open
 from .engine import CheckpointStats
-from .rows import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode, new_uid,
-                   new_uids)
-from .engine import Atomic, StoreCore
-from .base import (InvalidInput, InvalidMessage, SchemaTooNew, SessionTooLong, StorageError,
-                   StoreLocked, StoreNotFound, from_apsw)
+from .rows import EncodedMessage, new_uid
+from .engine import StoreCore
+from .base import InvalidInput, SchemaTooNew, from_apsw
 from .index import IndexerStats
-from .base import one
-
-log = logging.getLogger(__name__)
-
-DEFAULT_PATIENCE_S = 10.0
+from .face import DEFAULT_PATIENCE_S, SessionBody, StoreFace
 
 
-class SessionDB:
+class SessionDB(StoreFace):
     """A session store in one SQLite file.
 
     ``SessionDB(path)`` opens (creating if needed, 0600) the file at
@@ -56,6 +54,8 @@ class SessionDB:
     index up to date after commits; ``background_index=False`` leaves that
     to searches over a long backlog, ``catch_up_index()`` and close.
     """
+
+    backend = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str], *, journal_mode: str = "wal",
                  patience: float = DEFAULT_PATIENCE_S, clock: Callable[[], float] = time.time,
@@ -97,14 +97,15 @@ class SessionDB:
 
     @classmethod
     def open(cls, home: str | os.PathLike[str] | None = None, profile: str | None = None,
-             *, url: str | None = None, **kwargs: Any) -> "SessionDB":
+             *, url: str | None = None, **kwargs: Any) -> StoreFace:
         """Open ``<home>/state.db`` (or a profile's), creating the home 0700.
 
         With ``create=False`` (reading commands) a missing store raises
         StoreNotFound and nothing, not even the home, is created. ``url``
         (or ``$HERMES_STORE_URL``) ``postgresql://...`` opens the PostgreSQL
         backend instead (sessiondb/pg/, docs/postgresql.md); the home still
-        holds its spool."""
+        holds its spool. The result is a `StoreFace`: a `SessionDB` for a
+        file, a `PgSessionDB` for a server."""
         url = url or os.environ.get("HERMES_STORE_URL") or None
         if url is not None:
             from .pg import open_url  # psycopg is imported only for a server
@@ -170,48 +171,10 @@ class SessionDB:
                 conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
                              " DO UPDATE SET value = excluded.value", (key, value))
 
-    def meta(self, key: str) -> str | None:
-        """A value from ``state_meta``."""
-        with self._read() as conn:
-            row = conn.execute("SELECT value FROM state_meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-
-    def close(self) -> None:
-        """Close both connections; safe to call more than once."""
-        self._core.close()
-
     @property
     def quarantined(self) -> bool:
         """True once this handle refuses writes (corruption or a replaced file)."""
         return self._core.quarantined
-
-    def __enter__(self) -> "SessionDB":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- transactions ------------------------------------------------------
-
-    def atomic(self, *, patience: float | None = None) -> Atomic:
-        """The one transaction primitive: BEGIN IMMEDIATE, or a SAVEPOINT when nested.
-
-        Yields the writer connection. Any exception rolls back everything
-        done inside the block; apsw errors are re-raised as StorageError.
-        Before BEGIN and inside it, the containment guard checks that the
-        file is still ours (see sessiondb/engine/core.py and containment.py).
-        """
-        return self._core.write(patience=patience)
-
-    def _read(self):  # type: ignore[no-untyped-def]
-        """A connection for reading: the writer inside a transaction (to see
-        its own uncommitted rows), otherwise the read-only connection."""
-        return self._core.read()
-
-    def _snapshot(self):  # type: ignore[no-untyped-def]
-        """`_read` in one read transaction, so several statements see one
-        commit (search reads the watermark, the index and the tail)."""
-        return self._core.snapshot()
 
     def checkpoint(self, *, patience: float | None = None) -> tuple[int, int]:
         """A PASSIVE checkpoint: (WAL frames, frames copied back).
@@ -234,140 +197,23 @@ class SessionDB:
         with self._read() as conn:
             return migrations.pending(conn)
 
-    @property
-    def clock(self) -> Callable[[], float]:
-        """The store's clock (``clock=`` at open); the core owns it."""
-        return self._core.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float]) -> None:
-        self._core.clock = clock
-
-    def now(self) -> float:
-        # `StoreCore.now`, inlined: the append path calls it once per write.
-        return checked_time(self._core.clock(), "the store's clock")
-
-    # -- sessions ----------------------------------------------------------
-
-    def create_session(self, session_id: str | None = None, *, source: str,
-                       model: str | None = None, title: str | None = None,
-                       parent_session_id: str | None = None) -> str:
-        """Create a session (or fill in a known one, never replacing values by
-        NULL) and return its id."""
-        if not isinstance(source, str) or not source:
-            raise InvalidInput("source must be a non-empty string")
-        with self.atomic() as conn:
-            return sessions.create(conn, session_id, source=source, model=model, title=title,
-                                   parent_session_id=parent_session_id, now=self.now())
-
-    def get_session(self, session_id: str) -> sessions.Session:
-        with self._read() as conn:
-            return sessions.get(conn, session_id)
-
-    def list_sessions(self, *, source: str | None = None, limit: int = 50,
-                      before: float | None = None, since: float | None = None,
-                      archived: bool | None = False) -> list[sessions.Session]:
-        """Sessions newest first; ``before`` (a start time) pages backwards,
-        ``since`` keeps sessions started at or after it. Archived sessions
-        are left out unless ``archived`` is True (only them) or None (all)."""
-        with self._read() as conn:
-            return sessions.list_(conn, source=source, limit=limit, before=before,
-                                  since=since, archived=archived)
-
-    def session_page(self, *, after: pages.SessionKey | None = None, limit: int = 200,
-                     source: str | None = None,
-                     since: float | None = None) -> list[sessions.Session]:
-        """Sessions oldest first after the key ``(started_at, id)``; for streaming."""
-        with self._read() as conn:
-            return pages.session_page(conn, after=after, limit=limit, source=source,
-                                      since=since)
-
-    def end_session(self, session_id: str, reason: str | None = None) -> None:
-        with self.atomic() as conn:
-            sessions.update(conn, session_id, self.now(), ended_at=self.now(), end_reason=reason)
-
-    def set_title(self, session_id: str, title: str | None) -> None:
-        with self.atomic() as conn:
-            sessions.update(conn, session_id, self.now(), title=title)
-
-    def delete_session(self, session_id: str) -> int:
-        """Delete a session and its messages; returns how many messages went."""
-        with self.atomic() as conn:
-            return sessions.delete(conn, session_id)
-
-    def record_usage(self, session_id: str, *, input_tokens: int = 0, output_tokens: int = 0,
-                     cache_read_tokens: int = 0, cache_write_tokens: int = 0,
-                     **ledger: Any) -> None:
-        """Add a turn's token usage to the session's counters and to its usage
-        ledger row (task ``turn``; ``ledger`` takes model, provider, api_calls,
-        reasoning_tokens, cost_usd: see `record_auxiliary_usage`)."""
-        with self.atomic() as conn:
-            sessions.require(conn, session_id)
-            sessions.add_usage(conn, session_id, self.now(), input_tokens=input_tokens,
-                               output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
-                               cache_write_tokens=cache_write_tokens)
-            usage.record_turn(conn, session_id, self.now(), input_tokens=input_tokens,
-                              output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
-                              cache_write_tokens=cache_write_tokens, **ledger)
-
-    # -- leases ------------------------------------------------------------
-
-    def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
-        with self.atomic() as conn:
-            return leases.acquire(conn, session_id, holder, ttl_s, self.now())
-
-    def refresh_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
-        with self.atomic() as conn:
-            return leases.refresh(conn, session_id, holder, ttl_s, self.now())
-
-    def release_lease(self, session_id: str, holder: str) -> bool:
-        with self.atomic() as conn:
-            return leases.release(conn, session_id, holder)
-
     # -- messages ----------------------------------------------------------
 
-    def append_message(self, session_id: str, message: dict[str, Any], *,
-                       holder: str | None = None) -> int:
-        """Append one message; returns its row id and marks the dict."""
-        return self.append_messages(session_id, [message], holder=holder)[0]
-
-    def append_messages(self, session_id: str, batch: list[dict[str, Any]], *,
-                        holder: str | None = None) -> list[int]:
-        """Append messages in one transaction: all of them or none.
-
-        Each dict gets a stable uid (``_db_uid``) before the write, so
-        appending the same dict again is a no-op, and the marker
-        ``_db_persisted`` after the commit.
-        """
-        if not isinstance(batch, list):
-            raise InvalidMessage("messages must be a list of dicts")
-        # Dicts without a uid get a fresh one, which no stored row can have:
-        # such a batch is inserted in one statement loop (`messages.insert_fresh`).
-        fresh = len(batch) > 1 and all(type(m) is dict and not m.get(UID_KEY) for m in batch)
-        uids = new_uids(len(batch))  # one syscall for the batch (codec.new_uids says why)
-        encoded = [self._encode_for_append(m, i, u) for (i, m), u in zip(enumerate(batch), uids)]
-        fresh = fresh and len({id(m) for m in batch}) == len(batch)  # a dict twice: one row
-        try:
-            ids = self._append_encoded(session_id, encoded, holder, fresh)
-        except StorageError as e:
-            spool_write.spool_failed_write(self._core, session_id, batch, e, encoded=encoded)
-            raise
-        for message, enc, rid in zip(batch, encoded, ids):
-            message[MARKER_KEY] = Persisted(rid, enc.fingerprint)
-        return ids
-
-    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
-                        holder: str | None, fresh: bool) -> list[int]:
-        """The write of `append_messages` (a server store does it in one call)."""
+    def append_encoded(self, session_id: str, encoded: list[EncodedMessage], *,
+                       holder: str | None = None, fresh: bool = False) -> list[int]:
+        """See `StoreFace.append_encoded`: a `session_write`; a fresh batch is
+        inserted in one statement loop (`messages.insert_fresh`)."""
         return self.session_write(session_id, lambda conn, start: self._insert_held(
             conn, session_id, encoded, holder, "message", start, fresh))
 
-    def session_write(self, session_id: str,
-                      body: Callable[[apsw.Connection, int], tuple[Any, int]]) -> Any:
-        """Write one session's rows in one transaction: ``body(conn, start)``
-        gets the session's next position (the session exists; an unknown one
-        raises the typed not-found error first) and returns (result, next
-        position after its writes). The position query is skipped while
+    def locked_write(self, session_id: str, body: Callable[[Any], Any]) -> Any:
+        """``body(conn)`` in one `atomic()` block: BEGIN IMMEDIATE holds the
+        file's write lock, so no other writer runs beside it."""
+        with self.atomic() as conn:
+            return body(conn)
+
+    def session_write(self, session_id: str, body: SessionBody) -> Any:
+        """See `StoreFace.session_write`. The position query is skipped while
         nothing was committed since this handle's last such write to the
         same session (see `_known_start`)."""
         with self._core.lock:  # the version read after COMMIT must be this commit's
@@ -389,9 +235,7 @@ class SessionDB:
             return result
 
     def next_position(self, conn: apsw.Connection, session_id: str) -> int:
-        """The session's next position, inside the caller's write transaction
-        (an unknown session raises the typed not-found error; a server store
-        also locks the session's row until the transaction ends)."""
+        """See `StoreFace.next_position`."""
         return self._start_position(conn, session_id)
 
     @staticmethod
@@ -413,14 +257,6 @@ class SessionDB:
         if tail is None or tail[0] != session_id or tail[2] != conn.data_version():
             return None
         return tail[1]
-
-    @staticmethod
-    def _encode_for_append(message: Any, index: int, uid: str | None = None) -> EncodedMessage:
-        # (a dict's own uid, even a bad one, goes to encode: it checks it)
-        given = type(message) is dict and message.get(UID_KEY) not in (None, "")
-        enc = encode(message, index=index, uid=None if given else uid)
-        message.setdefault(UID_KEY, enc.uid)
-        return enc
 
     def insert_encoded(self, conn: apsw.Connection, session_id: str,
                        encoded: list[EncodedMessage], *, holder: str | None = None,
@@ -459,53 +295,6 @@ class SessionDB:
             sessions.add_message_counts(conn, session_id, self.now(), added, calls)
         return ids, position
 
-    load_limit: int = messages.LOAD_LIMIT
-
-    def get_messages(self, session_id: str, *, include_archived: bool = False,
-                     tail: int | None = None, limit: int | None = None,
-                     before: int | None = None, after: int | None = None,
-                     with_summary: bool = False) -> list[dict[str, Any]]:
-        """A session's messages in order, marked as persisted.
-
-        Whole, unless the session has more than ``load_limit`` rows: then
-        SessionTooLong names the paging arguments and the command that
-        streams it. ``tail=N`` is the last N rows (``with_summary`` adds the
-        live rolling summary before them: what a resume needs); ``limit``
-        with ``after``/``before`` (positions, each paged row carries its
-        ``_db_position``) is one page, see `messages.load_range`.
-        """
-        with self._read() as conn:
-            sessions.require(conn, session_id)
-            if limit is not None or before is not None or after is not None:
-                return messages.load_range(conn, session_id, include_archived=include_archived,
-                                           limit=self.load_limit if limit is None else limit,
-                                           before=before,
-                                           after=after)
-            try:
-                rows = messages.load(conn, session_id, include_archived=include_archived,
-                                     tail=tail, at_most=self.load_limit if tail is None else None)
-            except messages.OverLimit:
-                raise self._too_long(conn, session_id, include_archived) from None
-            if with_summary and rows:
-                rows = messages.summaries_before(conn, session_id, self._position_of(
-                    conn, rows[0])) + rows
-            return rows
-
-    @staticmethod
-    def _position_of(conn: apsw.Connection, message: dict[str, Any]) -> int:
-        return one(conn.execute("SELECT position FROM messages WHERE id = ?",
-                            (message[MARKER_KEY].id,)))[0]
-
-    def _too_long(self, conn: apsw.Connection, session_id: str,
-                  include_archived: bool) -> SessionTooLong:
-        rows = messages.count(conn, session_id, include_archived=include_archived)
-        command = f"hermes sessions export {session_id}"
-        return SessionTooLong(
-            f"session {session_id} has {rows} messages, more than the {self.load_limit} "
-            f"a whole load returns; page it (limit/after/before, or tail) or stream it: "
-            f"{command}", session_id=session_id, rows=rows, limit=self.load_limit,
-            command=command, path=str(self.path))
-
     # -- compaction --------------------------------------------------------
 
     def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
@@ -524,33 +313,6 @@ class SessionDB:
     def list_compactions(self, session_id: str) -> list[dict[str, Any]]:
         """A session's compactions, oldest first."""
         return compaction.list_compactions(self._core, session_id)
-
-    # -- streaming reads ---------------------------------------------------
-
-    def message_page(self, session_id: str, *, after: pages.MessageKey | None = None,
-                     limit: int = 500,
-                     include_archived: bool = True) -> list[pages.StoredMessage]:
-        """A bounded page of a session's rows after the key ``(position, id)``;
-        stream a transcript without loading it whole."""
-        with self._read() as conn:
-            if after is None:
-                sessions.require(conn, session_id)
-            return pages.message_page(conn, session_id, after=after, limit=limit,
-                                      include_archived=include_archived)
-
-    def message_window(self, session_id: str, *, limit: int, before: int | None = None,
-                       after: int | None = None,
-                       include_archived: bool = True) -> pages.Window:
-        """One bounded page of a session for display (see `pages.window`)."""
-        with self._read() as conn:
-            sessions.require(conn, session_id)
-            return pages.window(conn, session_id, limit=limit, before=before, after=after,
-                                include_archived=include_archived)
-
-    def count_messages(self, session_ids: list[str] | None = None) -> int:
-        """Message rows in these sessions (``None``: in the whole store)."""
-        with self._read() as conn:
-            return pages.count_messages(conn, session_ids)
 
     # -- search ------------------------------------------------------------
 
@@ -612,37 +374,6 @@ class SessionDB:
         """One document describing the store (`sessiondb.maintenance.stats.store_stats`;
         keys documented in docs/cli.md)."""
         return stats.store_stats(self._core)
-
-    # -- usage ledger (sessiondb/rows/usage.py) ---------------------------------
-
-    def record_auxiliary_usage(self, session_id: str, *, task: str, model: str | None = None,
-                               provider: str | None = None, cost_usd: float | None = None,
-                               **counters: Any) -> bool:
-        """Bill a model call made on a session's behalf that is not one of its
-        turns (``task``: compaction, title, background_review, ...) to the
-        ledger only: the transcript and the session row are never touched.
-        Never raises: a failure is logged and False returned, because the
-        caller's own work (a finished turn, a review) must not fail for it."""
-        try:
-            with self.atomic() as conn:
-                sessions.require(conn, session_id)
-                return usage.add(conn, session_id, self.now(), task=task, model=model,
-                                 provider=provider, cost_usd=cost_usd, **counters)
-        except Exception:  # noqa: BLE001 (documented: logged, never raised)
-            log.warning("could not record %s usage for session %s", task, session_id,
-                        exc_info=True)
-            return False
-
-    def session_usage(self, session_id: str) -> list[usage.UsageRow]:
-        """A session's usage ledger rows (turns first)."""
-        with self._read() as conn:
-            sessions.require(conn, session_id)
-            return usage.for_session(conn, session_id)
-
-    def usage_totals(self) -> list[usage.UsageRow]:
-        """The store's usage by task, model and provider."""
-        with self._read() as conn:
-            return usage.totals(conn)
 
 
 __all__ = ["SessionDB", "new_uid"]

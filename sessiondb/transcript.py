@@ -24,7 +24,7 @@ from .spool import spool_failed_write
 from .base import MessageState
 
 if TYPE_CHECKING:
-    from .store import SessionDB
+    from .face import StoreFace
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class TranscriptWriter:
       refused (``InvalidInput``), as is a dict that appears twice.
     """
 
-    def __init__(self, db: "SessionDB", session_id: str, *, holder: str | None = None) -> None:
+    def __init__(self, db: "StoreFace", session_id: str, *, holder: str | None = None) -> None:
         self.db = db
         self.session_id = validate_session_id(session_id)
         self.holder = holder

@@ -7,7 +7,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from sessiondb import SessionDB
+from sessiondb import SessionDB, StoreFace
 from tests.helpers import pgserver
 
 
@@ -45,7 +45,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def open_store(hermes_home: Path, backend: str, request: pytest.FixtureRequest,
-               monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., SessionDB]]:
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., StoreFace]]:
     """Open stores (default: the home's) and close all of them afterwards.
 
     On the postgres backend each distinct ``path`` (None: the home's store)
@@ -53,7 +53,7 @@ def open_store(hermes_home: Path, backend: str, request: pytest.FixtureRequest,
     opened on one path share one store as they share one file on SQLite.
     The home's store is also ``$HERMES_STORE_URL``: the CLI and
     `SessionDB.open()` in the test body reach the same database."""
-    opened: list[SessionDB] = []
+    opened: list[StoreFace] = []
     urls: dict[tuple[str, ...], str] = {}
     databases = request.getfixturevalue("pg_databases") if backend == "postgres" else None
     if databases is not None:
@@ -61,7 +61,7 @@ def open_store(hermes_home: Path, backend: str, request: pytest.FixtureRequest,
         urls[home_key] = databases.create()
         monkeypatch.setenv("HERMES_STORE_URL", urls[home_key])
 
-    def _open(path: os.PathLike[str] | str | None = None, **kw) -> SessionDB:
+    def _open(path: os.PathLike[str] | str | None = None, **kw) -> StoreFace:
         if databases is not None:
             key = (str(path), str(kw.get("home")), str(kw.get("profile")))
             if key not in urls:
@@ -80,12 +80,12 @@ def open_store(hermes_home: Path, backend: str, request: pytest.FixtureRequest,
 
 
 @pytest.fixture
-def db(open_store: Callable[..., SessionDB]) -> SessionDB:
+def db(open_store: Callable[..., StoreFace]) -> StoreFace:
     return open_store()
 
 
 @pytest.fixture
-def sid(db: SessionDB) -> str:
+def sid(db: StoreFace) -> str:
     return db.create_session("s1", source="test", model="m")
 
 

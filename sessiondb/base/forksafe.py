@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Generic, Protocol, TypeVar
+from typing import Callable, Generic, Protocol, TypeVar
 
 
 class ForkAware(Protocol):
@@ -58,8 +58,8 @@ class ThreadOwner:
     """What the checkpointer and the indexer share: one daemon thread per
     process, started on the first wake-up and woken by an event. The owner
     sets ``_pid``, ``_state`` (a lock guarding ``_thread`` against lost
-    wake-ups), ``_wake`` and ``_thread``, and defines ``_run`` and
-    ``_new_process_state`` (a fresh start after a fork)."""
+    wake-ups), ``_wake`` and ``_thread``, and hands `_wake_thread` the
+    thread's body and its fresh start after a fork."""
 
     _pid: int
     _state: threading.Lock
@@ -68,21 +68,17 @@ class ThreadOwner:
     _stopping: bool
     _thread: threading.Thread | None
 
-    def _run(self) -> None:
-        raise NotImplementedError
-
-    def _new_process_state(self) -> None:
-        raise NotImplementedError
-
-    def _wake_thread(self, name: str) -> None:
-        """Set the wake event, starting the thread if none runs here (after
-        a fork without our at-fork hook the parent's state is reset first)."""
+    def _wake_thread(self, name: str, run: Callable[[], None],
+                     new_process_state: Callable[[], None]) -> None:
+        """Set the wake event, starting a thread on ``run`` if none runs here
+        (after a fork without our at-fork hook, ``new_process_state`` resets
+        the parent's state first)."""
         if os.getpid() != self._pid:
-            self._new_process_state()
+            new_process_state()
         with self._state:
             self._wake.set()
             if self._thread is None:
-                thread = threading.Thread(target=self._run, name=name, daemon=True)
+                thread = threading.Thread(target=run, name=name, daemon=True)
                 self._thread = thread
                 thread.start()
 

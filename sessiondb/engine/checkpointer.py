@@ -217,7 +217,7 @@ class Checkpointer(ThreadOwner):
         return True
 
     def _signal(self) -> None:
-        self._wake_thread(THREAD_NAME)
+        self._wake_thread(THREAD_NAME, self._run, self._new_process_state)
 
     # -- the thread --------------------------------------------------------
 

@@ -47,7 +47,7 @@ from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Re
 from ..base import MessageState
 
 if TYPE_CHECKING:  # for type hints only
-    from ..store import SessionDB
+    from ..face import StoreFace
 
 SOURCE_FORMAT = "hermes-agent"
 META_PREFIX = "hermes-agent:session:"
@@ -241,7 +241,7 @@ def _system_prompt(conn: sqlite3.Connection, s: sqlite3.Row, scols: set[str],
     return None
 
 
-def _write_meta(db: SessionDB, pairs: Iterator[tuple[str, str]], chunk: int = 500) -> int:
+def _write_meta(db: StoreFace, pairs: Iterator[tuple[str, str]], chunk: int = 500) -> int:
     written, batch = 0, []
     for pair in pairs:
         batch.append(pair)
@@ -251,7 +251,7 @@ def _write_meta(db: SessionDB, pairs: Iterator[tuple[str, str]], chunk: int = 50
     return written + (_upsert(db, batch) if batch else 0)
 
 
-def _upsert(db: SessionDB, batch: list[tuple[str, str]]) -> int:
+def _upsert(db: StoreFace, batch: list[tuple[str, str]]) -> int:
     with db.atomic() as conn:
         for key, value in batch:
             conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
@@ -278,7 +278,7 @@ def _usage_rows(conn: sqlite3.Connection) -> Iterator[tuple[str, list[sqlite3.Ro
     yield from rows.items()
 
 
-def _write_usage(db: SessionDB, conn: sqlite3.Connection) -> int:
+def _write_usage(db: StoreFace, conn: sqlite3.Connection) -> int:
     """``session_model_usage`` into our usage ledger, for sessions whose ledger
     is still empty (so a re-import, or a session used since, is not counted twice)."""
     written = 0
@@ -312,7 +312,7 @@ def _ledger_row(c: Any, sid: str, r: sqlite3.Row) -> int:
     return int(added)
 
 
-def import_hermes_agent(db: SessionDB, path: str | Path, *, dry_run: bool = False,
+def import_hermes_agent(db: StoreFace, path: str | Path, *, dry_run: bool = False,
                         progress_for: ProgressFor | None = None) -> ImportResult:
     """Import a Hermes Agent state.db (read through a private copy), idempotently."""
     ident = identify_source(Path(path))

@@ -5,7 +5,7 @@ gets an id above the index watermark (search_index.py), so the indexer
 owes it and search covers it through the exact tail scan (search_tail.py)
 the moment its chunk commits. After the last chunk the import drives the
 indexer itself, through the store's public entry point
-(`SessionDB.catch_up_index`): batches of the indexer's own size, each its
+(`StoreFace.catch_up_index`): batches of the indexer's own size, each its
 own short write transaction, so another process's writes interleave and
 the write lock is never held for the whole index build (a one-transaction
 rebuild held it for 9 minutes at a million messages).
@@ -55,7 +55,7 @@ from ..base import one
 from ..index import index_shadows
 
 if TYPE_CHECKING:  # for type hints only
-    from ..store import SessionDB
+    from ..face import StoreFace
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +81,13 @@ BUILD_WAIT_S = 900.0
 HARMLESS_CONFIG = frozenset({"version", "automerge", "crisismerge", "hashsize", "usermerge"})
 
 
-def backlog_rows(db: "SessionDB") -> int:
+def backlog_rows(db: "StoreFace") -> int:
     """Rows (and change-log entries) the index has not caught up on; 0 without an index."""
     backlog = db.index_backlog()
     return 0 if backlog is None else backlog.tail + backlog.changes
 
 
-def state(db: "SessionDB") -> tuple[str, int]:
+def state(db: "StoreFace") -> tuple[str, int]:
     """Where the index stands, without indexing (a dry run reports this)."""
     backlog = db.index_backlog()
     if backlog is None or backlog.empty:
@@ -95,7 +95,7 @@ def state(db: "SessionDB") -> tuple[str, int]:
     return ("stale" if backlog.stale else "pending"), backlog.tail + backlog.changes
 
 
-def catch_up(db: "SessionDB", progress: Progress | None = None) -> tuple[str, int]:
+def catch_up(db: "StoreFace", progress: Progress | None = None) -> tuple[str, int]:
     """Index what the import left, in batches; returns (state, rows left):
     "caught_up", "pending" (stopped early: the background indexer or the
     next open finishes) or "stale" (the index was not trusted before: only
@@ -146,13 +146,13 @@ class ParallelIndex:
     """The import's builders (fts_build.ParallelBuild, both indexes,
     following the rows) and the guarded copy of what they built."""
 
-    def __init__(self, db: "SessionDB", version: int) -> None:
-        self.db, self.version = db, version
+    def __init__(self, db: "StoreFace", core: StoreCore, version: int) -> None:
+        self.db, self.core, self.version = db, core, version  # core: db.core, narrowed
         self.build = ParallelBuild(db.path, search_index.INDEXES, follow=True)
         self.copy_seconds = 0.0
 
     @classmethod
-    def start_if_empty(cls, db: "SessionDB", messages: int) -> "ParallelIndex | None":
+    def start_if_empty(cls, db: "StoreFace", messages: int) -> "ParallelIndex | None":
         """Builders for an import of ``messages`` (planned; MIN_MESSAGES to
         MAX_MESSAGES) into a store with no messages and an empty index,
         through a handle without a background indexer (the CLI's import has
@@ -173,7 +173,7 @@ class ParallelIndex:
                 return None
             version = _data_version(conn)
         try:
-            return cls(db, version)
+            return cls(db, core, version)
         except OSError as e:  # no process to spare: batches do it
             log.info("no parallel index build: %s", e)
             return None
@@ -198,7 +198,7 @@ class ParallelIndex:
             return False
 
     def _copy(self, top: int) -> bool:
-        core: StoreCore = self.db.core
+        core = self.core
         conn = apsw.Connection(str(self.db.path), flags=apsw.SQLITE_OPEN_READWRITE
                                | apsw.SQLITE_OPEN_URI)  # fresh: no cached index structure
         try:
@@ -222,7 +222,7 @@ class ParallelIndex:
         raises apsw's BusyError: `install` then falls back)."""
         def give_up(e: apsw.Error) -> None:
             raise e
-        retry_busy(lambda: begin_immediate(conn), self.db.core.patience, give_up)
+        retry_busy(lambda: begin_immediate(conn), self.core.patience, give_up)
 
     @property
     def scratch_dir(self) -> Path:

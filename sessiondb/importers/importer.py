@@ -55,7 +55,7 @@ from ..rows import Session
 from ..base import MessageState
 
 if TYPE_CHECKING:  # for type hints only
-    from ..store import SessionDB
+    from ..face import StoreFace
 
 CHUNK = 500
 #: rows per transaction of the writing pass (~20-40 ms of writing); its chunks
@@ -312,7 +312,7 @@ Progress = Callable[[int], None]
 class _Run:
     """State of one pass over a record stream."""
 
-    db: SessionDB
+    db: StoreFace
     result: ImportResult
     progress: Progress | None = None
     spill: SpillWriter | None = None
@@ -447,7 +447,7 @@ class _Run:
             self.progress(len(chunk))
 
     @staticmethod
-    def _fresh(db: SessionDB, chunk: list[MessageIn]) -> list[MessageIn]:
+    def _fresh(db: StoreFace, chunk: list[MessageIn]) -> list[MessageIn]:
         """Messages of the chunk whose uid the session does not hold (first of duplicates)."""
         sid = chunk[0].session_id
         uids = [m.uid for m in chunk]
@@ -505,7 +505,7 @@ class _Run:
                              (parent, child, parent))
 
 
-def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
+def _run(db: StoreFace, records: Iterable[Record], result: ImportResult,
          progress: Progress | None, require_end: bool,
          spill: SpillWriter | None = None) -> ImportResult:
     run = _Run(db, result, progress, spill)
@@ -529,7 +529,7 @@ def _run(db: SessionDB, records: Iterable[Record], result: ImportResult,
 ProgressFor = Callable[..., Progress | None]
 
 
-def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], *,
+def import_records(db: StoreFace, open_records: Callable[[], Iterable[Record]], *,
                    source_format: str, path: str, dry_run: bool = False,
                    require_end: bool = True,
                    progress_for: ProgressFor | None = None) -> ImportResult:
@@ -562,7 +562,7 @@ def import_records(db: SessionDB, open_records: Callable[[], Iterable[Record]], 
     return result
 
 
-def _catch_up(db: SessionDB, result: ImportResult, progress_for: ProgressFor | None,
+def _catch_up(db: StoreFace, result: ImportResult, progress_for: ProgressFor | None,
               parallel: import_index.ParallelIndex | None = None) -> None:
     """The rows are committed: install the index built beside the store
     (import_index.ParallelIndex), or else bring it to date in short batches."""
@@ -589,7 +589,7 @@ def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
             yield EndIn(rec[1], rec[2], rec[3])
 
 
-def import_export_file(db: SessionDB, path: str | Path, *, dry_run: bool = False,
+def import_export_file(db: StoreFace, path: str | Path, *, dry_run: bool = False,
                        progress_for: ProgressFor | None = None) -> ImportResult:
     """Import a hermes JSONL export (see `export`), idempotent by message uid."""
     return import_records(db, lambda: read_export_jsonl(path), source_format="hermes-jsonl",

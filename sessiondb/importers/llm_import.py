@@ -44,7 +44,7 @@ from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Re
 from ..base import MessageState
 
 if TYPE_CHECKING:  # for type hints only
-    from ..store import SessionDB
+    from ..face import StoreFace
 
 SOURCE = "llm"
 
@@ -184,7 +184,7 @@ def _survey(logs: sqlite_utils.Database) -> tuple[dict[str, int], list[dict[str,
     return counts, left
 
 
-def import_llm_logs(db: SessionDB, path: str | Path, *, dry_run: bool = False,
+def import_llm_logs(db: StoreFace, path: str | Path, *, dry_run: bool = False,
                     progress_for: ProgressFor | None = None) -> ImportResult:
     """Import an llm logs.db into the store, idempotent by response and message
     id; a file without a conversation raises ImportFileError."""

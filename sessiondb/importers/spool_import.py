@@ -5,7 +5,7 @@ when a write fails; `import_spool` brings them back into a healthy store
 idempotently (by uid) and moves each fully imported file to
 ``spool/imported/``. The importer takes the same exclusive `flock` as the
 writers, so it never moves a file under a concurrent append. A level-3
-module: it inserts through `SessionDB.insert_encoded` (each backend's own
+module: it inserts through `StoreFace.insert_encoded` (each backend's own
 insert), so the store never imports it; the writing side's names are
 re-exported here for callers that know the spool as one module.
 """
@@ -32,7 +32,7 @@ from ..spool import (FORMAT_VERSION, IMPORTED_DIR, SPOOL_CAUSES, SPOOL_DIR, mess
                      reserve_for, spool_dir_for, spool_failed_write, spool_file, write_records)
 
 if TYPE_CHECKING:
-    from ..store import SessionDB
+    from ..face import StoreFace
 
 # -- import ---------------------------------------------------------------
 
@@ -164,7 +164,7 @@ def _present_uids(conn: apsw.Connection, session_id: str, uids: list[str]) -> se
     return messages.present_uids(conn, session_id, uids)  # (the stored uid form is theirs)
 
 
-def _store_records(db: "SessionDB", session_id: str, meta: dict[str, Any],
+def _store_records(db: "StoreFace", session_id: str, meta: dict[str, Any],
                    f: IO[bytes], dry_run: bool) -> int:
     """Insert what is missing (one transaction); returns how many were present."""
     if dry_run:
@@ -211,7 +211,7 @@ def _move_to_imported(path: Path) -> Path:
     return target
 
 
-def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
+def _import_file(db: "StoreFace", path: Path, dry_run: bool) -> SpoolFileResult:
     result = SpoolFileResult(file=str(path))
     try:  # O_NOFOLLOW: a symlink swapped in after the listing is refused, not followed
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -228,7 +228,7 @@ def _import_file(db: "SessionDB", path: Path, dry_run: bool) -> SpoolFileResult:
     return result
 
 
-def _import_locked(db: "SessionDB", path: Path, f: IO[bytes], result: SpoolFileResult,
+def _import_locked(db: "StoreFace", path: Path, f: IO[bytes], result: SpoolFileResult,
                    dry_run: bool) -> None:
     head, first_sid = _scan(f, result)
     session_id = head.get("session_id") or first_sid
@@ -254,7 +254,7 @@ def _import_locked(db: "SessionDB", path: Path, f: IO[bytes], result: SpoolFileR
         result.moved_to = str(_move_to_imported(path))
 
 
-def import_spool(db: "SessionDB", *, spool_dir: str | os.PathLike[str] | None = None,
+def import_spool(db: "StoreFace", *, spool_dir: str | os.PathLike[str] | None = None,
                  dry_run: bool = False) -> SpoolImportReport:
     """Re-import every spooled message into ``db`` (idempotent by uid).
 

@@ -111,7 +111,7 @@ class Indexer(ThreadOwner):
         self._start()
 
     def _start(self) -> None:
-        self._wake_thread(THREAD_NAME)
+        self._wake_thread(THREAD_NAME, self._run, self._new_process_state)
 
     def catch_up(self, max_rows: int | None = None) -> int:
         """Run batches in the caller's thread until the index is caught up

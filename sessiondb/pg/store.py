@@ -1,9 +1,10 @@
 """PgSessionDB: the store API on a PostgreSQL server.
 
-A `SessionDB` whose core is `PgCore` (a connection pool) instead of a
-SQLite file: every operation the feature modules implement (sessions,
-messages, leases, usage, compaction, transcripts, export and import) runs
-unchanged through the adapter (adapter.py). What differs is here:
+A `StoreFace` (sessiondb/face.py) over a `PgCore` (a connection pool), as
+`SessionDB` is one over a SQLite file: every operation the face and the
+feature modules share (sessions, messages, leases, usage, compaction,
+transcripts, export and import) runs unchanged through the adapter
+(adapter.py). What differs is here:
 
 - every write to a session locks its row (``SELECT ... FOR UPDATE``) before
   reading the next position or checking the lease, so writers on several
@@ -34,7 +35,7 @@ from ..spool import spool_write
 from ..rows import EncodedMessage
 from ..base import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound
 from ..search import Filters, SearchResults
-from ..store import DEFAULT_PATIENCE_S, SessionDB
+from ..face import DEFAULT_PATIENCE_S, SessionBody, StoreFace
 from . import append, migrations
 from .core import PgCore, lock_timeout_ms
 from .errors import NotOnPostgreSQL, redact
@@ -49,7 +50,7 @@ def is_url(target: object) -> bool:
     return isinstance(target, str) and target.split("://", 1)[0] in ("postgresql", "postgres")
 
 
-class PgSessionDB(SessionDB):
+class PgSessionDB(StoreFace):
     """A session store in a PostgreSQL database (see the module doc)."""
 
     backend = "postgresql"
@@ -72,12 +73,10 @@ class PgSessionDB(SessionDB):
         self.path = paths.profile_dir(root, profile) / ANCHOR_NAME
         self.patience = patience
         self.sqlite_version = ""
-        self.identity = None  # type: ignore[assignment]  # sqlitefile/identity.py reads SQLite files
+        self.identity = None  # sqlitefile/identity.py reads SQLite files
         self.search_rebuilt_on_open = None
-        self._tail = None
         self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,
                           clock=clock, relaxed=durability == "relaxed")
-        self._core = self._pg  # type: ignore[assignment]  # the base class's core slot
         try:
             self._prepare(create)
         except BaseException:
@@ -104,6 +103,11 @@ class PgSessionDB(SessionDB):
                 except Exception as e:
                     raise self._pg.error(e, "cannot prepare schema") from e
 
+    @property
+    def core(self) -> PgCore:
+        """The store core (see `StoreFace.core`): a connection pool."""
+        return self._pg
+
     # -- what a SQLite file has and a server does not ------------------------
 
     def _sqlite_only(self, what: str) -> NotOnPostgreSQL:
@@ -111,8 +115,12 @@ class PgSessionDB(SessionDB):
                                "PostgreSQL store (see docs/postgresql.md)", path=self.url)
 
     @property
-    def _writer(self) -> Any:
-        raise self._sqlite_only("the writer connection")
+    def checkpoint_stats(self) -> None:
+        return None  # no WAL file, no checkpointer
+
+    @property
+    def indexer_stats(self) -> None:
+        return None  # no indexer: the insert writes the index
 
     @property
     def quarantined(self) -> bool:
@@ -131,19 +139,14 @@ class PgSessionDB(SessionDB):
         with self._pg.read() as conn:
             return migrations.pending(conn.raw)
 
-    def _record_meta(self, key: str, value: str) -> None:
-        with self.atomic() as conn:
-            conn.execute("INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key)"
-                         " DO UPDATE SET value = excluded.value", (key, value))
-
     # -- search: tsvector and pg_trgm, indexed by the insert itself ---------
 
-    def search(self, query: str, *, session_id: str | None = None,  # type: ignore[override]
+    def search(self, query: str, *, session_id: str | None = None,
                role: str | None = None, source: str | None = None,
                since: float | None = None, until: float | None = None, limit: int = 20,
                offset: int = 0, order: str = "rank", include_archived: bool = False,
                raw: bool = False, archived_sessions: bool = True) -> SearchResults:
-        """`SessionDB.search` on PostgreSQL (sessiondb/pg/search.py; docs/search.md,
+        """`StoreFace.search` on PostgreSQL (sessiondb/pg/search.py; docs/search.md,
         "PostgreSQL"). ``raw=True`` takes tsquery syntax."""
         from . import search as pg_search
         with self._read() as conn:
@@ -186,7 +189,7 @@ class PgSessionDB(SessionDB):
 
     # -- writes that lock the session row first ------------------------------
 
-    def _locked_write(self, session_id: str, body: Callable[[Any], Any]) -> Any:
+    def locked_write(self, session_id: str, body: Callable[[Any], Any]) -> Any:
         """``body(conn)`` in one transaction that first locks the session's
         row (when it exists), re-run after a deadlock or serialization failure."""
         def attempt() -> Any:
@@ -195,17 +198,15 @@ class PgSessionDB(SessionDB):
                 return body(conn)
         return self._pg.run(attempt)
 
-    def session_write(self, session_id: str,
-                      body: Callable[[Any, int], tuple[Any, int]]) -> Any:
-        """See `SessionDB.session_write`; the position is read under the row lock."""
+    def session_write(self, session_id: str, body: SessionBody) -> Any:
+        """See `StoreFace.session_write`; the position is read under the row lock."""
         def attempt() -> Any:
             with self.atomic() as conn:
                 paths.validate_session_id(session_id)
-                return body(conn, self._start_position(conn, session_id))[0]
+                return body(conn, self.next_position(conn, session_id))[0]
         return self._pg.run(attempt)
 
-    @staticmethod
-    def _start_position(conn: Any, session_id: str) -> int:
+    def next_position(self, conn: Any, session_id: str) -> int:
         """Lock the session's row, then one past its highest position. Two
         statements: in READ COMMITTED the second sees what the previous lock
         holder committed while this one waited."""
@@ -216,12 +217,13 @@ class PgSessionDB(SessionDB):
                               (session_id,)).fetchone()
         return (top or 0) + 1
 
-    def _append_encoded(self, session_id: str, encoded: list[EncodedMessage],
-                        holder: str | None, fresh: bool) -> list[int]:
+    def append_encoded(self, session_id: str, encoded: list[EncodedMessage], *,
+                       holder: str | None = None, fresh: bool = False) -> list[int]:
         """`append_messages`' write as one `hermes_append` call (pg/append.py):
         outside a transaction a single statement, one round trip; inside
         the caller's, under a savepoint. Re-run after a deadlock or
-        serialization failure until the patience."""
+        serialization failure until the patience. ``fresh`` is not
+        used: the function skips known uids itself, in one indexed lookup."""
         paths.validate_session_id(session_id)
         pg = self._pg
 
@@ -238,40 +240,29 @@ class PgSessionDB(SessionDB):
             return ids
         if pg.depth:
             with self.atomic() as conn:
-                pgconn: Any = conn  # a PgConn (typed as the base class's apsw connection)
-                return call(pgconn.raw, None)
+                return call(conn.raw, None)
         return pg.run(lambda: pg.statement(lambda raw: call(raw, lock_timeout_ms(pg.patience))))
 
-    def _insert_rows(self, conn: Any, session_id: str, encoded: list[EncodedMessage],
-                     kind: str, position: int) -> tuple[list[int], int]:
-        """New uids from ``position`` on in one `hermes_insert_rows` call (any
-        batch size: the rows travel as 13 arrays); known uids keep their rows,
-        as SQLite's ON CONFLICT DO NOTHING does."""
+    def insert_encoded(self, conn: Any, session_id: str, encoded: list[EncodedMessage], *,
+                       holder: str | None = None, kind: str = "message") -> list[int]:
+        """Insert inside the caller's transaction, under the session's row
+        lock, after the lease check: new uids in one `hermes_insert_rows`
+        call (any batch size: the rows travel as 13 arrays); known uids keep
+        their rows, as SQLite's ON CONFLICT DO NOTHING does."""
+        paths.validate_session_id(session_id)
+        position = self.next_position(conn, session_id)
+        if holder is not None:
+            leases.check(conn, session_id, holder, self.now())
         if not encoded:
-            return [], position
+            return []
         return append.call_insert_rows(conn.raw, session_id, position, self.now(), kind,
-                                       encoded)
-
-    def acquire_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
-        return self._locked_write(session_id, lambda conn: leases.acquire(
-            conn, session_id, holder, ttl_s, self.now()))
-
-    def refresh_lease(self, session_id: str, holder: str, ttl_s: float) -> leases.Lease:
-        return self._locked_write(session_id, lambda conn: leases.refresh(
-            conn, session_id, holder, ttl_s, self.now()))
-
-    def release_lease(self, session_id: str, holder: str) -> bool:
-        return self._locked_write(session_id, lambda conn: leases.release(
-            conn, session_id, holder))
-
-    def delete_session(self, session_id: str) -> int:
-        return self._locked_write(session_id, lambda conn: sessions.delete(conn, session_id))
+                                       encoded)[0]
 
     def archive_and_compact(self, session_id: str, absorbed_ids: list[int],
                             summary_message: dict[str, Any], *, holder: str | None = None,
                             supersede_previous: bool = True) -> compaction.CompactionResult:
         """See `sessiondb.rows.compaction.archive_and_compact` (under the row lock)."""
-        return self._locked_write(session_id, lambda conn: compaction.archive_and_compact(
+        return self.locked_write(session_id, lambda conn: compaction.archive_and_compact(
             self._pg, session_id, absorbed_ids, summary_message, holder=holder,
             supersede_previous=supersede_previous))
 

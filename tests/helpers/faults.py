@@ -7,14 +7,14 @@ after it is the store's own rollback and error handling.
 """
 from __future__ import annotations
 
-from sessiondb import SessionDB
+from sessiondb import StoreFace
 
 
-def _is_pg(db: SessionDB) -> bool:
+def _is_pg(db: StoreFace) -> bool:
     return getattr(db, "backend", "sqlite") != "sqlite"
 
 
-def fail_writes(db: SessionDB, table: str = "messages", *, ops: tuple[str, ...] = ("INSERT",),
+def fail_writes(db: StoreFace, table: str = "messages", *, ops: tuple[str, ...] = ("INSERT",),
                 when_content: str | None = None, message: str = "injected") -> None:
     """Make ``ops`` on ``table`` fail with ``message`` (only rows whose
     content is ``when_content``, when given)."""
@@ -34,7 +34,7 @@ def fail_writes(db: SessionDB, table: str = "messages", *, ops: tuple[str, ...] 
                              f" BEGIN SELECT RAISE(ABORT, '{message}'); END")
 
 
-def heal(db: SessionDB, table: str = "messages", *, ops: tuple[str, ...] = ("INSERT",)) -> None:
+def heal(db: StoreFace, table: str = "messages", *, ops: tuple[str, ...] = ("INSERT",)) -> None:
     """Undo `fail_writes`."""
     with db.atomic() as conn:
         for op in ops:
