@@ -1,9 +1,9 @@
 """SessionDB: the public face of a store. Its connections, transactions and
 background threads belong to the store core (sessiondb/engine/core.py); this class
-delegates to it and holds the store's operations. Level 2 of
-docs/architecture.md: the feature modules it delegates to take the core,
-never this class, and the modules built on this class (importers, the
-spool's re-import, transcripts) are never imported here.
+delegates to it and holds the store's operations. In the order of units
+(docs/architecture.md) it is the face: the feature modules it delegates to
+take the core, never this class, and the modules built on this class
+(importers, the spool's re-import, transcripts) are never imported here.
 
 One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a
