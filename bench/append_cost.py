@@ -52,7 +52,7 @@ def measure(n: int) -> dict:
                "statements_per_append": len(statements) / n}
         if indexer is not None:
             seen: list[str] = []
-            # the indexer's own connection since issue #18 (the writer before)
+            # the indexer's own connection (or the writer, where the handle has none)
             conn = getattr(getattr(db, "_core", None), "index_conn", None) or db._writer
             conn.exec_trace = lambda _c, sql, _b: seen.append(sql) or True
             done = db.catch_up_index()

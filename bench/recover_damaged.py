@@ -1,4 +1,4 @@
-"""The 1%-damaged recover beside `.recover`, alternated in one run (issue 19).
+"""The 1%-damaged recover beside `.recover`, alternated in one run (scale.py's damaged half).
 
     python bench/recover_damaged.py --work DIR [--rounds 3] [--sqlite3 PATH]
                                     [--code LABEL=TREE ...] [--json OUT]

@@ -104,7 +104,7 @@ def search(quick: bool) -> dict[str, Any]:
     path = HERE / "search.py"
     if not path.exists():
         return {"status": "not present", "line": "B4 search | not present (bench/search.py "
-                "comes with the search branch)"}
+                "is missing from this checkout)"}
     # --quick: a 50,000-message corpus (the full run uses the script's 1,000,000)
     args = ["--messages", "50000"] if quick else []
     res = script("search.py", args, 900)

@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 19): a realistic store of N messages, and what costs what on it.
+"""Scale benchmark: a realistic store of N messages, and what costs what on it.
 
     python bench/scale.py [--messages 100000] [--long 100000] [--sqlite3 PATH]
                           [--skip-recover] [--only PARTS] [--json OUT] [--work DIR]
@@ -122,7 +122,7 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
 
 
 def inspect_phases(db: Path) -> dict[str, Any]:
-    """`hstate_recovery.inspection.examine` in-process with no quick_check deadline (the CLI's is
+    """`hstate_recovery.inspect` in-process with no quick_check deadline (the CLI's is
     20 s, which a loaded machine reaches at 100k), timing each phase."""
     code = ("import json, sys, time\nfrom hstate_recovery import inspect\n"
             "marks = []\nt = time.monotonic()\n"

@@ -3,7 +3,7 @@
 Builds a store of generated messages (words drawn from a Zipf distribution
 over a synthetic vocabulary, a few tool outputs and some Japanese text),
 then runs a fixed query set per class and prints p50/p95 latency of
-``SessionDB.search`` and of the raw FTS5 floor, and their ratio. Issue #12's
+``SessionDB.search`` and of the raw FTS5 floor, and their ratio. The search
 goal is ours p95 <= 2x the floor's p95 for every class.
 
 The floor (like-for-like) is the plainest raw-apsw FTS5 statement that
@@ -315,7 +315,7 @@ def print_table(rows: list[dict], title: str) -> None:
 
 
 def goal_line(rows: list[dict], order: str) -> str:
-    """Issue #12's search goal: p95 <= 2x the like-for-like floor, a real answer."""
+    """The search goal: p95 <= 2x the like-for-like floor, a real answer."""
     met = [r for r in rows if r["ratio_p95"] <= GOAL and not r["wrong"]]
     worst = max(rows, key=lambda r: r["ratio_p95"])
     missed = ", ".join(f"{r['class']} {r['ratio_p95']}x" + (" (wrong answer)" if r["wrong"] else "")

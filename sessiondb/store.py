@@ -5,10 +5,11 @@ this class adds what a SQLite file needs: opening and migrating it, the
 write transaction's position shortcut, the one-statement-loop insert of a
 fresh batch, FTS5 search and its index, WAL checkpoints and the file's
 checks. Its connections, transactions and background threads belong to the
-store core (sessiondb/engine/core.py). Level 2 of docs/architecture.md: the
-feature modules it delegates to take the core, never this class, and the
-modules built on the faces (importers, the spool's re-import, transcripts)
-are never imported here.
+store core (sessiondb/engine/core.py). In the order of units
+(docs/architecture.md) it comes after the features: the feature modules it
+delegates to take the core, never this class, and the modules built on the
+faces (importers, the spool's re-import, transcripts) are never imported
+here.
 
 One writer connection per store object; every write runs in `atomic()`
 (BEGIN IMMEDIATE, SAVEPOINT when nested) with lock errors retried under a

@@ -1,7 +1,7 @@
 """`hermes sessions recover`: inspect a damaged store or recover it into a new file.
 
 The command checks its options (usage errors exit 2 before anything is
-copied), calls `hstate_recovery.inspection.examine` or `hstate_recovery.salvage.pipeline`, and formats the
+copied), calls `hstate_recovery.inspect` or `hstate_recovery.recover`, and formats the
 result. Exit codes are documented in docs/state-db-recovery.md.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a feature module may use of a store core: the `Core` protocol.
 
-Level-1 feature modules (compaction, maintenance, export, stats, the spool's
-writing side; see docs/architecture.md) run on either backend, so they take
+Feature modules below the face (compaction, maintenance, export, stats, the
+spool's writing side; see docs/architecture.md) run on either backend, so they take
 this protocol, which both `StoreCore` (sessiondb/engine/core.py, one SQLite file)
 and `PgCore` (sessiondb/pg/core.py, a connection pool) satisfy, never
 `SessionDB`. SQLite-only features (search, search_maintenance) take
@@ -18,7 +18,7 @@ from typing import Any, Callable, Protocol
 
 class Core(Protocol):
     """One open store handle's connections, clock and transactions: only what
-    the level-1 modules and the shared face use, so a third backend knows
+    the feature modules and the shared face use, so a third backend knows
     what it must provide."""
 
     #: The store's file (SQLite) or its profile anchor (PostgreSQL): the

@@ -73,7 +73,8 @@ def set_page_size(conn: apsw.Connection) -> None:
 
     2 KiB. It was chosen while both FTS5 indexes were fed by triggers inside
     every commit (a one-message commit dirtied ~18 pages, so a smaller page
-    halved what each commit wrote). Since #18 the page size is a packing
+    halved what each commit wrote). With the index written after the commit
+    (sessiondb/index/indexer.py) the page size is a packing
     question, and it was measured again with m012's coded rows
     (docs/benchmarks.md, "B1 durable append"): 4 KiB pages bring the B1
     corpus (~240 characters a message) from ~515 to 492-498 B/msg, but the

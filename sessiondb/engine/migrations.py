@@ -131,10 +131,11 @@ def m007_usage_ledger(conn: apsw.Connection) -> None:
 
 
 def m008_session_flags(conn: apsw.Connection) -> None:
-    """Pinned and archived sessions (maintenance.py). A side table, not columns of
-    ``sessions``, so the session row, its export format and every reader of it
-    stay as they were; a session without a row here is neither. A rowid
-    table (not WITHOUT ROWID) so the page carver can map its rows."""
+    """Pinned and archived sessions (sessiondb/maintenance/lifecycle.py). A
+    side table, not columns of ``sessions``, so the session row, its export
+    format and every reader of it stay as they were; a session without a row
+    here is neither. A rowid table (not WITHOUT ROWID) so the page carver can
+    map its rows."""
     conn.execute("""
     CREATE TABLE session_flags (
         session_id  TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,

@@ -1,11 +1,11 @@
 """The JSONL spool's re-import: spooled messages back into a healthy store.
 
-`spool_write` (level 1) writes ``<store dir>/spool/<session_id>.jsonl``
+`spool_write` (sessiondb/spool/) writes ``<store dir>/spool/<session_id>.jsonl``
 when a write fails; `import_spool` brings them back into a healthy store
 idempotently (by uid) and moves each fully imported file to
 ``spool/imported/``. The importer takes the same exclusive `flock` as the
-writers, so it never moves a file under a concurrent append. A level-3
-module: it inserts through `StoreFace.insert_encoded` (each backend's own
+writers, so it never moves a file under a concurrent append. It is built
+on the face: it inserts through `StoreFace.insert_encoded` (each backend's own
 insert), so the store never imports it; the writing side's names are
 re-exported here for callers that know the spool as one module.
 """

@@ -102,7 +102,7 @@ def filters(*, source: str | None = None, since: float | None = None,
     """WHERE terms and their arguments for the filters every session listing takes.
 
     ``archived``: None for every session, False without archived ones, True
-    for archived ones only (see maintenance.py)."""
+    for archived ones only (see sessiondb/maintenance/lifecycle.py)."""
     where: list[str] = [] if archived is None else [_ARCHIVED if archived
                                                     else f"NOT {_ARCHIVED}"]
     args: list[Any] = []

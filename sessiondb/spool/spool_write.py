@@ -5,9 +5,10 @@ full, read-only or failing, the messages go to
 ``<store dir>/spool/<session_id>.jsonl`` (for a home's store that is
 ``<home>/spool/``): 0600, appended and fsynced, one JSON object per line,
 a session line first. Writers take an exclusive `flock` on the spool file,
-so an import (spool.py, which reads these files back through `SessionDB`)
-never moves a file under a concurrent append. A level-1 module: the store
-calls `spool_failed_write` with its core (docs/architecture.md).
+so an import (sessiondb/importers/spool_import.py, which reads these files
+back through `SessionDB`) never moves a file under a concurrent append. It
+sits below the face: the store calls `spool_failed_write` with its core
+(docs/architecture.md).
 """
 from __future__ import annotations
 

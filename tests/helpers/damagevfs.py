@@ -65,7 +65,7 @@ class FailingVFS(apsw.VFS):
 
 def recover_on_failing_disk(src: Path, out: Path, work_dir: Path, *, name: str,
                             after: int) -> StorageError:
-    """`hstate_recovery.salvage.pipeline` with its output on a disk whose writes fail after
+    """`hstate_recovery.recover` with its output on a disk whose writes fail after
     ``after`` of them; the StorageError it must raise (the caller asserts
     what it left behind)."""
     vfs = FailingVFS(name, after=after)

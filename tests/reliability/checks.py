@@ -20,7 +20,7 @@ def _conn(path: Path) -> apsw.Connection:
 
 
 def fts_tables(conn: apsw.Connection) -> list[str]:
-    """Full-text tables present (the search branch creates them)."""
+    """Full-text tables present (the search migrations create them)."""
     rows = conn.execute("SELECT name FROM sqlite_schema WHERE type='table' AND name IN "
                         f"({','.join('?' * len(FTS_TABLES))})", FTS_TABLES).fetchall()
     return [r[0] for r in rows]
@@ -34,7 +34,7 @@ def integrity(conn: apsw.Connection) -> list[str]:
 def fts_integrity(conn: apsw.Connection) -> list[str]:
     """FTS5's integrity-check of every full-text table present, and one
     indexed document per message row. (The rank-1 check against the content
-    cannot be used: the search branch's content is a view over json_each,
+    cannot be used: the index's content is a view over json_each,
     which FTS5 reads with virtual tables disabled.) The index is written
     after the commit: it must hold the rows up to the watermark that the
     change log does not name, plus the old text of logged rows it indexed;

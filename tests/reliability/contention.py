@@ -4,7 +4,7 @@ has search) on one store for a fixed duration, with PASSIVE checkpoints.
 Writers append singly and in batches to their own session and to a shared
 one, and checkpoint now and then; readers count and page every session and
 require counts never to go backwards; the searcher (``db.search``, when the
-search branch is present) queries throughout. At the end: every
+store has it) queries throughout. At the end: every
 acknowledged row present exactly once and nothing else, no error reaching a
 caller except `locked` after the full patience (counted and reported),
 integrity and counter checks clean.
@@ -89,7 +89,7 @@ def reader(path: str, r: int, ready: tuple[str, int], seconds: float,
             sid = SESSIONS[reads % len(SESSIONS)]
             try:
                 if search and hasattr(db, "search"):
-                    db.search("n1")  # the search branch's API: query first
+                    db.search("n1")  # the search API: query first
                 else:
                     n = db.count_messages([sid])
                     if n < last.get(sid, 0):

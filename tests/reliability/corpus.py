@@ -52,7 +52,7 @@ def build_ctx(directory: Path) -> Ctx:
                corpus_build.build_other(directory / "other"))
 
 
-# The page carver is recover's last lane once it is merged ("carve").
+# The page carver is recover's last lane ("carve") unless a run leaves it out.
 CARVER = "carve" in hstate_recovery.LANES
 
 

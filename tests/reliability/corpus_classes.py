@@ -5,7 +5,8 @@ and returns an `Expect`: the verdicts and outcomes allowed, ``expected``
 (the exact id -> text map the SQL lanes must write; None: no output) and
 ``truth`` (the rows still physically present, which a page carver could
 reach). A class where ``expected`` falls short of ``truth`` is
-carver-dependent: tighten it once the carver lane is merged.
+carver-dependent: with the carver lane it is held to ``truth`` instead
+(corpus.py, `tighten_for_carver`).
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ def test_four_writers_two_readers_lose_nothing(tmp_path: Path):
     assert summary["writes_locked"] == 0  # 3 s never exhausts the 10 s patience
     assert summary["checkpoints_busy"] == 0
     assert summary["checkpoints"] > 0 and summary["reads"] > 0
-    if summary["searcher"]:  # the search branch is present: it searched throughout
+    if summary["searcher"]:  # the store has search: it searched throughout
         assert summary["searches"] > 0
 
 

@@ -38,9 +38,8 @@ def test_every_cause_has_an_entry_and_a_stable_code() -> None:
 
 
 def test_every_emitted_command_parses() -> None:
-    """Runs each command through the real click parser. On the containment
-    branch alone this fails for `sessions recover` and `sessions reindex`,
-    which land from the recover and search branches."""
+    """Runs each command through the real click parser: a command the copy
+    table names that the CLI lacks (or spells differently) fails here."""
     problems = []
     for failure, *_ in every_failure():
         for action in failure.actions:
