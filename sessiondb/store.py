@@ -17,12 +17,14 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 import apsw
 
 from .rows import compaction, leases, messages, pages, sessions, usage
 from .maintenance import lifecycle as maintenance, stats
+from .maintenance import (ExportSummary, PruneFilter, PrunePlan, export_sessions, export_to_path,
+                          message_window as window_around)
 from .engine import migrations
 from .base import paths, policy
 from .search import hits as search, search_maintenance
@@ -119,9 +121,9 @@ class SessionDB:
     @property
     def core(self) -> StoreCore:
         """The store core. The package's feature modules take it, never this
-        class (docs/architecture.md); callers of those pass it on:
-        ``export_to_path(db.core, ...)``, ``maintenance.prune(db.core, ...)``,
-        ``spool_failed_write(db.core, ...)``."""
+        class (docs/architecture.md); this class's methods pass it on
+        (``prune_sessions``, ``export_to_path``, ...), as do the feature
+        functions' other callers: ``spool_failed_write(db.core, ...)``."""
         return self._core
 
     # -- the core's state, read-only views (tests and benches look at them) --
@@ -547,6 +549,13 @@ class SessionDB:
             return pages.window(conn, session_id, limit=limit, before=before, after=after,
                                 include_archived=include_archived)
 
+    def messages_around(self, session_id: str, message_id: int, *, context: int = 3,
+                        include_archived: bool = False) -> list[pages.StoredMessage]:
+        """A search hit in its place: message ``message_id`` with ``context``
+        messages either side (`sessiondb.maintenance.message_window`)."""
+        return window_around(self.core, session_id, message_id, context=context,
+                             include_archived=include_archived)
+
     def count_messages(self, session_ids: list[str] | None = None) -> int:
         """Message rows in these sessions (``None``: in the whole store)."""
         with self._read() as conn:
@@ -643,6 +652,44 @@ class SessionDB:
         """The store's usage by task, model and provider."""
         with self._read() as conn:
             return usage.totals(conn)
+
+    # -- keeping the store small, and export (sessiondb/maintenance/) ------------
+    # Each takes the core, whichever backend provides it.
+
+    def pin_sessions(self, session_ids: list[str]) -> list[str]:
+        """Pin sessions: prune never removes them. Returns the ids."""
+        return maintenance.pin(self.core, session_ids)
+
+    def unpin_sessions(self, session_ids: list[str]) -> list[str]:
+        return maintenance.unpin(self.core, session_ids)
+
+    def archive_sessions(self, session_ids: list[str]) -> list[str]:
+        """Hide sessions from listings and default search; every row stays."""
+        return maintenance.archive(self.core, session_ids)
+
+    def unarchive_sessions(self, session_ids: list[str]) -> list[str]:
+        return maintenance.unarchive(self.core, session_ids)
+
+    def prune_sessions(self, selection: PruneFilter, *, dry_run: bool = False,
+                       export_to: str | os.PathLike[str] | None = None,
+                       progress: Callable[[int], None] | None = None) -> PrunePlan:
+        """Delete whole sessions matching ``selection`` (see
+        `sessiondb.maintenance.lifecycle.prune`; refused while another
+        process holds the store)."""
+        return maintenance.prune(self.core, selection, dry_run=dry_run, export_to=export_to,
+                                 progress=progress)
+
+    def export_sessions(self, session_ids: list[str] | None, fmt: str, out: IO[str], *,
+                        progress: Callable[[int], None] | None = None) -> ExportSummary:
+        """Stream the named sessions (``None``: all) to ``out`` in ``fmt``."""
+        return export_sessions(self.core, session_ids, fmt, out, progress=progress)
+
+    def export_to_path(self, session_ids: list[str] | None, fmt: str,
+                       path: str | os.PathLike[str], *, force: bool = False,
+                       progress: Callable[[int], None] | None = None) -> ExportSummary:
+        """Export into a new private file at ``path`` (crash-safe)."""
+        return export_to_path(self.core, session_ids, fmt, path, force=force,
+                              progress=progress)
 
 
 __all__ = ["SessionDB", "new_uid"]
