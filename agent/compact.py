@@ -21,7 +21,7 @@ from sessiondb import UID_KEY, StorageError, strip_markers
 from .usage import Usage
 
 if TYPE_CHECKING:
-    from .loop import Agent
+    from .host import CompactionHost
 
 TASK = "compaction"  # the usage ledger's task for the summarizer's calls
 
@@ -97,7 +97,7 @@ def render_exchange(span: list[dict[str, Any]]) -> str:
 class MicroCompactor:
     """Runs micro-compaction for one agent after its completed turns."""
 
-    def __init__(self, agent: "Agent", policy: CompactionPolicy) -> None:
+    def __init__(self, agent: "CompactionHost", policy: CompactionPolicy) -> None:
         self.agent, self.policy = agent, policy
         self.skipped: set[str] = set()
         self.failures: dict[str, int] = {}

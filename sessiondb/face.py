@@ -21,14 +21,17 @@ migration to a server) takes `SessionDB`.
 from __future__ import annotations
 
 import logging
+import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Self
+from typing import IO, Any, Callable, ClassVar, Self
 
 from .base import Core, InvalidInput, InvalidMessage, SessionTooLong, StorageError, one
 from .engine import CheckpointStats
 from .index import IndexerStats, search_index
+from .maintenance import (ExportSummary, PruneFilter, PrunePlan, export_sessions, export_to_path,
+                          lifecycle, message_window)
 from .rows import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
                    new_uids)
 from .rows import compaction, leases, messages, pages, sessions, usage
@@ -418,6 +421,13 @@ class StoreFace(ABC):
             return pages.window(conn, session_id, limit=limit, before=before, after=after,
                                 include_archived=include_archived)
 
+    def messages_around(self, session_id: str, message_id: int, *, context: int = 3,
+                        include_archived: bool = False) -> list[pages.StoredMessage]:
+        """A search hit in its place: message ``message_id`` with ``context``
+        messages either side (`sessiondb.maintenance.message_window`)."""
+        return message_window(self.core, session_id, message_id, context=context,
+                              include_archived=include_archived)
+
     def count_messages(self, session_ids: list[str] | None = None) -> int:
         """Message rows in these sessions (``None``: in the whole store)."""
         with self._read() as conn:
@@ -453,6 +463,44 @@ class StoreFace(ABC):
         """The store's usage by task, model and provider."""
         with self._read() as conn:
             return usage.totals(conn)
+
+    # -- keeping the store small, and export (sessiondb/maintenance/) ------------
+    # Each takes the core, whichever backend provides it.
+
+    def pin_sessions(self, session_ids: list[str]) -> list[str]:
+        """Pin sessions: prune never removes them. Returns the ids."""
+        return lifecycle.pin(self.core, session_ids)
+
+    def unpin_sessions(self, session_ids: list[str]) -> list[str]:
+        return lifecycle.unpin(self.core, session_ids)
+
+    def archive_sessions(self, session_ids: list[str]) -> list[str]:
+        """Hide sessions from listings and default search; every row stays."""
+        return lifecycle.archive(self.core, session_ids)
+
+    def unarchive_sessions(self, session_ids: list[str]) -> list[str]:
+        return lifecycle.unarchive(self.core, session_ids)
+
+    def prune_sessions(self, selection: PruneFilter, *, dry_run: bool = False,
+                       export_to: str | os.PathLike[str] | None = None,
+                       progress: Callable[[int], None] | None = None) -> PrunePlan:
+        """Delete whole sessions matching ``selection`` (see
+        `sessiondb.maintenance.lifecycle.prune`; refused while another
+        process holds the store)."""
+        return lifecycle.prune(self.core, selection, dry_run=dry_run, export_to=export_to,
+                               progress=progress)
+
+    def export_sessions(self, session_ids: list[str] | None, fmt: str, out: IO[str], *,
+                        progress: Callable[[int], None] | None = None) -> ExportSummary:
+        """Stream the named sessions (``None``: all) to ``out`` in ``fmt``."""
+        return export_sessions(self.core, session_ids, fmt, out, progress=progress)
+
+    def export_to_path(self, session_ids: list[str] | None, fmt: str,
+                       path: str | os.PathLike[str], *, force: bool = False,
+                       progress: Callable[[int], None] | None = None) -> ExportSummary:
+        """Export into a new private file at ``path`` (crash-safe)."""
+        return export_to_path(self.core, session_ids, fmt, path, force=force,
+                              progress=progress)
 
 
 __all__ = ["StoreFace", "DEFAULT_PATIENCE_S"]

@@ -121,9 +121,9 @@ class SessionDB(StoreFace):
     @property
     def core(self) -> StoreCore:
         """The store core. The package's feature modules take it, never this
-        class (docs/architecture.md); callers of those pass it on:
-        ``export_to_path(db.core, ...)``, ``maintenance.prune(db.core, ...)``,
-        ``spool_failed_write(db.core, ...)``."""
+        class (docs/architecture.md); this class's methods pass it on
+        (``prune_sessions``, ``export_to_path``, ...), as do the feature
+        functions' other callers: ``spool_failed_write(db.core, ...)``."""
         return self._core
 
     # -- the core's state, read-only views (tests and benches look at them) --

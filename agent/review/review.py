@@ -23,7 +23,7 @@ from .review_config import ReviewConfig
 from .review_fork import ReviewCancelled, ReviewFork, ReviewResult, ReviewRun, ReviewStatus
 
 if TYPE_CHECKING:
-    from ..loop import Agent
+    from ..host import ReviewHost
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def format_summary(result: ReviewResult, mode: str) -> str | None:
 class Reviewer:
     """An agent's reviews: at most one in flight."""
 
-    def __init__(self, agent: "Agent", config: ReviewConfig,
+    def __init__(self, agent: "ReviewHost", config: ReviewConfig,
                  on_summary: Callable[[str], None] | None = None) -> None:
         self.agent, self.config, self.on_summary = agent, config, on_summary
         self._lock = threading.Lock()

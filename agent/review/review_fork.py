@@ -27,7 +27,7 @@ from ..tools import ToolOutcome, ToolRegistry
 from ..usage import Usage
 
 if TYPE_CHECKING:
-    from ..loop import Agent
+    from ..host import ReviewHost
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def deny(name: str) -> ToolOutcome:
 class ReviewFork:
     """Runs one review of ``snapshot`` for ``agent`` (in the caller's thread)."""
 
-    def __init__(self, agent: "Agent", snapshot: list[dict[str, Any]], run: ReviewRun, *,
+    def __init__(self, agent: "ReviewHost", snapshot: list[dict[str, Any]], run: ReviewRun, *,
                  focus: str | None, max_steps: int, max_input_tokens: int) -> None:
         self.agent, self.run, self.max_steps = agent, run, max_steps
         self.max_input_tokens = max_input_tokens

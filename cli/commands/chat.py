@@ -131,8 +131,8 @@ def chat(app: AppContext, query: str | None, resume: str | None, model: str | No
       hermes chat --no-compact --resume 20260101_120000_ab12cd34
       hermes chat --no-review --resume 20260101_120000_ab12cd34
     """
-    from hstate_agent import Agent, CompactionPolicy, MemoryConfig, load_memory_config
-    from hstate_agent.loop import DEFAULT_MODEL
+    from hstate_agent import (DEFAULT_MODEL, Agent, CompactionPolicy, MemoryConfig,
+                              load_memory_config)
     from hstate_agent.review import load_review_config
     _check_unsaved_to(unsaved_to)
     if compact is None:
@@ -164,7 +164,7 @@ REVIEW_EXIT_WAIT_S = 60.0
 
 def pending_notice(base: Any) -> None:
     """Say when reviews left memory changes waiting for the user."""
-    from hstate_agent.errors import AgentError
+    from hstate_agent import AgentError
     from hstate_agent.memory import MemoryStore
     from hstate_agent.memory import PendingChanges
     try:

@@ -8,9 +8,9 @@ import click
 
 from hstate_recovery.base import RecoveryError
 from hstate_recovery.repairs import optimize
-from sessiondb.maintenance import lifecycle as maintenance
+from sessiondb import StoreFace
 from sessiondb.base import InvalidInput
-from sessiondb.maintenance import PruneFilter, PrunePlan
+from sessiondb.maintenance import PruneFilter, PrunePlan, parse_age, parse_size
 
 from ..context import AppContext
 from ..groups import HermesCommand
@@ -20,14 +20,15 @@ from ..params import SessionId
 SHOWN = 20  # sessions listed by a human prune report
 
 
-def _flag_command(name: str, fn: Callable, done: str, doc: str) -> click.Command:
+def _flag_command(name: str, flag: Callable[[StoreFace, list[str]], list[str]], done: str,
+                  doc: str) -> click.Command:
     @click.command(name, cls=HermesCommand, help=doc)
     @click.argument("session_ids", nargs=-1, required=True, metavar="ID...", type=SessionId())
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
     @click.pass_obj
     def command(app: AppContext, session_ids: tuple[str, ...], as_json: bool) -> None:
         with app.open_store(create=False) as db:
-            ids = fn(db.core, list(dict.fromkeys(session_ids)))
+            ids = flag(db, list(dict.fromkeys(session_ids)))
         if as_json:
             emit_json({name: ids})
         else:
@@ -35,30 +36,38 @@ def _flag_command(name: str, fn: Callable, done: str, doc: str) -> click.Command
     return command
 
 
-pin_cmd = _flag_command("pin", maintenance.pin, "Pinned", """Pin sessions: prune never removes them.
+pin_cmd = _flag_command(
+    "pin", lambda db, ids: db.pin_sessions(ids), "Pinned",
+    """Pin sessions: prune never removes them.
 
     Safe while other processes use the store. JSON: {"pin": [ID, ...]}.
 
     \b
     Example:
       hermes sessions pin 20260101_120000_ab12cd34""")
-unpin_cmd = _flag_command("unpin", maintenance.unpin, "Unpinned", """Unpin sessions.
+unpin_cmd = _flag_command(
+    "unpin", lambda db, ids: db.unpin_sessions(ids), "Unpinned",
+    """Unpin sessions.
 
     JSON: {"unpin": [ID, ...]}.
 
     \b
     Example:
       hermes sessions unpin 20260101_120000_ab12cd34""")
-archive_cmd = _flag_command("archive", maintenance.archive, "Archived", """Archive sessions: hidden from
-    `list` and `search` (see their --archived-sessions/--all flags), every
-    message kept. Safe while other processes use the store.
+archive_cmd = _flag_command(
+    "archive", lambda db, ids: db.archive_sessions(ids), "Archived",
+    """Archive sessions: hidden from `list` and `search` (see their
+    --archived-sessions/--all flags), every message kept. Safe while other
+    processes use the store.
 
     JSON: {"archive": [ID, ...]}.
 
     \b
     Example:
       hermes sessions archive 20260101_120000_ab12cd34""")
-unarchive_cmd = _flag_command("unarchive", maintenance.unarchive, "Unarchived", """Unarchive sessions.
+unarchive_cmd = _flag_command(
+    "unarchive", lambda db, ids: db.unarchive_sessions(ids), "Unarchived",
+    """Unarchive sessions.
 
     JSON: {"unarchive": [ID, ...]}.
 
@@ -69,14 +78,14 @@ unarchive_cmd = _flag_command("unarchive", maintenance.unarchive, "Unarchived", 
 
 def _age(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     try:
-        return None if value is None else maintenance.parse_age(value)
+        return None if value is None else parse_age(value)
     except InvalidInput as e:
         raise click.BadParameter(str(e)) from e
 
 
 def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     try:
-        return None if value is None else maintenance.parse_size(value)
+        return None if value is None else parse_size(value)
     except InvalidInput as e:
         raise click.BadParameter(str(e)) from e
 
@@ -137,7 +146,7 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
     """
     f = PruneFilter(older_than, source, ended, never_active, larger_than, with_children)
     with app.open_store(create=False) as db:
-        plan = maintenance.prune(db.core, f, dry_run=dry_run, export_to=export_to)
+        plan = db.prune_sessions(f, dry_run=dry_run, export_to=export_to)
     if as_json:
         emit_json(plan.to_dict())
     else:

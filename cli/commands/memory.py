@@ -23,7 +23,7 @@ def _printable(line: str) -> str:
 
 def _call(fn: Callable[[], Any]) -> Any:
     """Run a library call; its typed errors become one `Error:` line (exit 1)."""
-    from hstate_agent.errors import AgentError
+    from hstate_agent import AgentError
     try:
         return fn()
     except AgentError as e:

@@ -6,7 +6,6 @@ from typing import Any
 import click
 
 from sessiondb import MessageState
-from sessiondb.maintenance import message_window
 from sessiondb.maintenance import render_text
 
 from ..context import AppContext
@@ -122,8 +121,8 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
             stored = page.rows
         else:
             page = None
-            stored = message_window(db.core, session_id, around, context=context,
-                                    include_archived=archived)
+            stored = db.messages_around(session_id, around, context=context,
+                                        include_archived=archived)
     if as_json:
         emit_json({"session": session.to_dict(), "messages": [m.message for m in stored],
                    "rows": [{"id": m.key[1], "uid": m.uid, "position": m.key[0],

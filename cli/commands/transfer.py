@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from sessiondb.maintenance import FORMATS, export_sessions, export_to_path
+from sessiondb import StoreFace
+from sessiondb.maintenance import FORMATS
 from sessiondb.importers import ImportResult, import_export_file
 from sessiondb.importers import import_hermes_agent
 from sessiondb.importers import import_llm_logs
@@ -72,7 +73,7 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
         if output is None or output == STDOUT:
             _export_to_stdout(db, ids, fmt, tick)
             return
-        summary = export_to_path(db.core, ids, fmt, output, force=force, progress=tick)
+        summary = db.export_to_path(ids, fmt, output, force=force, progress=tick)
     if as_json:
         emit_json(summary.to_dict())
     else:
@@ -80,9 +81,9 @@ def export_cmd(app: AppContext, session_ids: tuple[str, ...], all_: bool, fmt: s
                    f"({plural(summary.messages, 'message')}) to {summary.output}.")
 
 
-def _export_to_stdout(db: Any, ids: list[str] | None, fmt: str, tick: Any) -> None:
+def _export_to_stdout(db: StoreFace, ids: list[str] | None, fmt: str, tick: Any) -> None:
     try:
-        export_sessions(db.core, ids, fmt, sys.stdout, progress=tick)
+        db.export_sessions(ids, fmt, sys.stdout, progress=tick)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`). Point stdout at /dev/null so the

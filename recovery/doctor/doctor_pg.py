@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from sessiondb.recovery_api import PG_SEARCH_INDEXES as INDEXES
-from sessiondb.recovery_api import PG_TSV_COLUMN as TSV_COLUMN
-from sessiondb.recovery_api import (pg_applied_migrations, pg_pending_migrations,
-                                    pg_unknown_migrations, pg_url_label)
+from sessiondb.recovery_api import (TSV_COLUMN, pg_applied_migrations, pg_pending_migrations,
+                                    pg_unknown_migrations, url_label)
 
 from .model import Finding
 from ..base import Severity
@@ -117,7 +116,7 @@ PG_CHECKS: tuple[Callable[[Any], list[Finding]], ...] = (
 def run_pg_doctor(url: str) -> list[Finding]:
     """Every PostgreSQL check; a server that cannot be reached is one error."""
     import psycopg
-    label = pg_url_label(url)
+    label = url_label(url)
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
                                options="-c default_transaction_read_only=on")

@@ -2,15 +2,16 @@
 export to JSONL and Markdown.
 """
 from . import lifecycle, stats
-from .export import (EXPORT_FORMAT, EXPORT_VERSION, FORMATS, export_sessions, export_to_path,
-                     message_window)
-from .lifecycle import PruneFilter, PrunePlan, WHY, refuse_if_held
+from .export import (EXPORT_FORMAT, EXPORT_VERSION, FORMATS, ExportSummary, export_sessions,
+                     export_to_path, message_window)
+from .lifecycle import PruneFilter, PrunePlan, WHY, parse_age, parse_size, refuse_if_held
 from .render import render_text
 from .stats import STATES
 
 __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "ExportSummary",
     "FORMATS",
     "PruneFilter",
     "PrunePlan",
@@ -20,6 +21,8 @@ __all__ = [
     "export_to_path",
     "lifecycle",
     "message_window",
+    "parse_age",
+    "parse_size",
     "refuse_if_held",
     "render_text",
     "stats",

@@ -289,3 +289,51 @@ def test_no_surface_hides_one_of_its_modules(top: str) -> None:
         if getattr(importlib.import_module(parent), leaf, None) is not module:
             hidden.append(info.name)
     assert hidden == []
+
+
+def subfolder_violations(folder: Path, top: str) -> list[str]:
+    """For a package without an order of units (agent): imports from a
+    subfolder by a module outside it that go past the subfolder's
+    ``__init__`` or take a name it does not declare."""
+    edges = scan(folder, top)
+    packages = {unit(m) for m in edges if "." in m}
+    bad = []
+    for m, es in edges.items():
+        for e in es:
+            dst = unit(e.target)
+            if dst not in packages or unit(m) == dst:
+                continue
+            where = f"{top}.{m or '__init__'}:{e.line} imports {e.name or e.target}"
+            if e.target != dst:
+                bad.append(f"{where} from {e.target}, past the surface of {dst}")
+            elif e.name not in declared(folder, dst):
+                bad.append(f"{where}: not in {dst}.__all__")
+    return bad
+
+
+def test_agent_subfolders_declare_their_surface_and_are_reached_through_it() -> None:
+    import importlib
+    folder = ROOT / "agent"
+    subfolders = sorted(p.parent.name for p in folder.glob("*/__init__.py"))
+    assert subfolders, "no subfolder found in agent/ (scan broken?)"
+    for sub in subfolders:
+        names = declared(folder, sub)
+        assert names, f"hstate_agent.{sub} declares nothing"
+        mod = importlib.import_module(f"hstate_agent.{sub}")
+        assert not [n for n in names if not hasattr(mod, n)], f"hstate_agent.{sub}"
+    bad = subfolder_violations(folder, "hstate_agent")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_subfolder_scan_sees_a_module_past_the_surface(tmp_path: Path) -> None:
+    pkg = tmp_path / "demo"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .inner import Open\n__all__ = ['Open']\n")
+    (pkg / "sub" / "inner.py").write_text("class Open: ...\nclass Closed: ...\n")
+    (pkg / "top.py").write_text("from .sub import Open\nfrom .sub.inner import Closed\n"
+                                "def f():\n    from .sub import Closed\n")
+    assert subfolder_violations(pkg, "demo") == [
+        "demo.top:2 imports Closed from sub.inner, past the surface of sub",
+        "demo.top:4 imports Closed: not in sub.__all__",
+    ]
