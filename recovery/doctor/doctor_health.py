@@ -74,7 +74,7 @@ def write_lock_holder(db: Path) -> LockHolder | None:
             continue
         held = targets.get(ino)
         if held is not None and start <= held <= end and pid != os.getpid():
-            return LockHolder(pid, liveread._cmdline(pid))
+            return LockHolder(pid, liveread.cmdline_of(pid))
     return None
 
 
@@ -243,7 +243,7 @@ def deleted_wal_holders(db: Path, proc: Path = PROC) -> list[DeletedWal]:
             try:
                 if os.readlink(fd) == wanted:
                     found.append(DeletedWal(int(entry.name), int(fd.name),
-                                            liveread._cmdline(int(entry.name))))
+                                            liveread.cmdline_of(int(entry.name))))
             except (OSError, ValueError):
                 continue
     return sorted(found, key=lambda d: (d.pid, d.fd))

@@ -110,7 +110,7 @@ def _full(t: Target, size: int) -> list[Finding]:
             if FTS_TABLE in _tables(conn):
                 _note(t, f"search index check on a private copy (2/2), "
                          f"{time.monotonic() - started:.0f} s so far")
-                diag.search, diag.search_error = liveread._search_check(conn, t.db)
+                diag.search, diag.search_error = liveread.search_check(conn, t.db)
     except apsw.Error as e:
         return [_open_failed(t, e)]
     finally:

@@ -220,8 +220,8 @@ def _repair_now(db_path: Path, pdir: Path, *, backup: bool, keep: int,
             after_copy()
         try:
             _fix_copy(copy)
-            _verify_copy(copy, digest)
-            _promote(db_path, copy, digest)
+            verify_copy(copy, digest)
+            promote_copy(db_path, copy, digest)
         except (StorageError, RepairFailed, apsw.Error) as e:
             n = ledger.record_failure(fp, str(e))
             raise RepairFailed(f"repair failed (attempt {n} of {MAX_FAILURES} on this file); "
@@ -263,7 +263,7 @@ def _digest_of(path: Path) -> str:
         conn.close()
 
 
-def _verify_copy(copy: Path, digest: str) -> None:
+def verify_copy(copy: Path, digest: str) -> None:
     conn = apsw.Connection(str(copy))
     try:
         check = [r[0] for r in conn.execute("PRAGMA integrity_check")]
@@ -285,7 +285,7 @@ def _verify_copy(copy: Path, digest: str) -> None:
         conn.close()
 
 
-def _promote(db_path: Path, copy: Path, digest: str) -> None:
+def promote_copy(db_path: Path, copy: Path, digest: str) -> None:
     """Write the verified copy over the live store with the backup API, holding
     an exclusive lock taken first (locking_mode=EXCLUSIVE keeps it after the
     check transaction), and only if the store did not change meanwhile."""

@@ -38,7 +38,7 @@ from sessiondb.recovery_api import (INDEXES, STORE_NAME, WHY, StoreNotFound, che
 
 from ..source import liveread
 # repair's verification and promotion, reused as they are (one promotion path).
-from .inplace import _promote as promote_copy, _verify_copy as verify_copy
+from .inplace import promote_copy, verify_copy
 from ..source import check_space, source_bytes
 
 Seam = Callable[[str], None]

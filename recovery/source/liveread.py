@@ -187,11 +187,11 @@ def _diagnose(conn: apsw.Connection, db_path: Path, full: bool) -> Diagnosis:
     diag.pending = pending_migrations(conn)
     diag.unknown = unknown_migrations(conn)
     if FTS_TABLE in _tables(conn):
-        diag.search, diag.search_error = _search_check(conn, db_path)
+        diag.search, diag.search_error = search_check(conn, db_path)
     return diag
 
 
-def _search_check(conn: apsw.Connection,
+def search_check(conn: apsw.Connection,
                   db_path: Path) -> tuple[SearchHealth | None, str | None]:
     """The FTS checks on a private copy; (None, why) when the copy cannot be made."""
     try:
@@ -218,10 +218,10 @@ def holder_names(db_path: Path) -> list[str] | None:
     pids = other_holders(db_path)
     if pids is None:
         return None
-    return [f"{pid} ({_cmdline(pid)})" for pid in pids]
+    return [f"{pid} ({cmdline_of(pid)})" for pid in pids]
 
 
-def _cmdline(pid: int) -> str:
+def cmdline_of(pid: int) -> str:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

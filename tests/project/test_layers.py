@@ -207,7 +207,29 @@ def test_no_private_name_crosses_a_module_of_another_folder(top: str) -> None:
     bad = [f"{top}.{m}:{e.line} imports {e.name} from {e.target}"
            for m, es in scan(folder, top).items() for e in es
            if e.name.startswith("_") and m.rpartition(".")[0] != e.target.rpartition(".")[0]]
+    bad += private_attributes(folder, top)
     assert not bad, "\n".join(bad)
+
+
+def private_attributes(folder: Path, top: str) -> list[str]:
+    """``mod._name`` where ``mod`` is a module of another folder imported as a
+    namespace (``from ..source import liveread``; ``liveread._check``)."""
+    files = module_files(folder)
+    bad = []
+    for m, path in files.items():
+        here = m.rpartition(".")[0] if path.name != "__init__.py" else m
+        modules = {}
+        for e in edges_of(m, path, set(files), top):
+            sub = f"{e.target}.{e.name}" if e.target else e.name
+            if e.name and sub in files and sub.rpartition(".")[0] != here:
+                modules[e.name] = sub
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in modules and node.attr.startswith("_") \
+                    and not node.attr.startswith("__"):
+                bad.append(f"{top}.{m}:{node.lineno} uses {node.attr} of "
+                           f"{modules[node.value.id]}")
+    return bad
 
 
 @pytest.mark.parametrize("top", sorted(PACKAGES))
@@ -269,6 +291,8 @@ def test_the_scan_sees_surfaces_private_names_lazy_imports_and_cycles(tmp_path: 
     ])
     cycle = find_cycle(module_graph(scan(pkg, "demo")))
     assert cycle is not None and set(cycle) >= {"low.words", "high"}
+    (pkg / "high" / "use.py").write_text("from ..low import words\nx = words._secret\n")
+    assert private_attributes(pkg, "demo") == ["demo.high.use:2 uses _secret of low.words"]
     lazy = [e for e in scan(pkg, "demo")["high.face"] if e.lazy]
     assert [e.name for e in lazy] == ["Missing"]
 
