@@ -3,10 +3,9 @@ from .compact import CompactionPolicy
 from .errors import AgentError
 from .failure import TurnFailure
 from .localmodel import LABEL, LocalModelServer, Reply, rule_based
-from .loop import DEFAULT_MODEL, Agent, TurnResult, Usage
+from .loop import Agent, DEFAULT_MODEL, TurnResult, Usage
 from .memory import MemoryConfig, load_memory_config
-from .review import ReviewConfig, load_review_config
-from .review import ReviewResult
+from .review import ReviewConfig, ReviewResult, load_review_config
 from .tools import Tool, ToolOutcome, ToolRegistry
 
 __all__ = ["Agent", "DEFAULT_MODEL", "AgentError", "TurnResult", "TurnFailure", "Usage",

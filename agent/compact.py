@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sessiondb import UID_KEY, StorageError, strip_markers
+from sessiondb import StorageError, UID_KEY, strip_markers
 
 from .usage import Usage
 

@@ -19,17 +19,14 @@ from typing import Any, Callable
 
 import anthropic
 
-from sessiondb import StoreFace, StorageError
+from sessiondb import StorageError, StoreFace
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
 from .failure import NO_CREDENTIALS, NO_CREDENTIALS_FAILURE, TurnFailure, has_credentials
 from .memory import MemoryConfig, load_memory_config, take_snapshot, with_snapshot
 from .persist import PersistenceFailed, TurnPersistence
-from .review import Reviewer
-from .review import ReviewConfig
-from .review import ReviewResult
-from .review import strip_harness
+from .review import ReviewConfig, ReviewResult, Reviewer, strip_harness
 from .tools import ToolRegistry
 from .usage import Usage
 

@@ -11,8 +11,8 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import (MARKER_KEY, SPOOL_CAUSES, UID_KEY, Cause, StoreFace, SessionTooLong,
-                       StorageError, StorageFailure, TranscriptWriter, describe_error,
+from sessiondb import (Cause, MARKER_KEY, SPOOL_CAUSES, SessionTooLong, StorageError,
+                       StorageFailure, StoreFace, TranscriptWriter, UID_KEY, describe_error,
                        spool_failed_write)
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,7 @@ import click
 
 import sessiondb
 from sessiondb import StorageError
-from sessiondb.base import Cause, InvalidInput
-from sessiondb.base import describe_error
+from sessiondb.base import Cause, InvalidInput, describe_error
 
 from .context import AppContext
 from .groups import LEAF_KEY, SectionedGroup

@@ -8,8 +8,7 @@ from typing import Any
 
 import click
 
-from sessiondb.base import InvalidInput
-from sessiondb.base import validate_session_id
+from sessiondb.base import InvalidInput, validate_session_id
 
 _AGE = re.compile(r"^(\d+)([mhdw])$")
 _UNIT_S = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

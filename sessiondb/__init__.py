@@ -1,28 +1,20 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
-from .rows import (CompactionError, CompactionNotFound, CompactionResult, RestoreResult,
-                   apply_compaction)
-from .base import classify
-from .rows import MARKER_KEY, UID_KEY, Persisted, strip_markers
-from .base import (Cause, DiskFull, InvalidInput, InvalidMessage, InvalidQuery, LeaseLost,
-                   SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused, SessionNotFound,
-                   SessionTooLong, StorageError, StoreCorrupt, StoreIOError, StoreLocked,
-                   StoreNotFound, StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion)
-from .base import ForeignStore
-from .base import StorageFailure, describe, describe_error
-from .sqlitefile import Identity
-from .rows import Lease
-from .base import private_output
-from .base import FILE_MODE, ensure_private_dir, resolve_home, store_path
-from .search import SearchHit
-from .search import SearchHealth
-from .rows import Session
-from .importers import import_spool
-from .spool import SPOOL_CAUSES, spool_failed_write
+from .base import (Cause, DiskFull, FILE_MODE, ForeignStore, InvalidInput, InvalidMessage,
+                   InvalidQuery, LeaseLost, MessageState, SchemaTooNew, SearchIndexCorrupt,
+                   SearchRebuildRefused, SessionNotFound, SessionTooLong, StorageError,
+                   StorageFailure, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound,
+                   StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion, classify, describe,
+                   describe_error, ensure_private_dir, private_output, resolve_home, store_path)
 from .face import StoreFace
+from .importers import import_spool
+from .rows import (CompactionError, CompactionNotFound, CompactionResult, Lease, MARKER_KEY,
+                   Persisted, RestoreResult, Session, UID_KEY, UsageRow, apply_compaction,
+                   strip_markers)
+from .search import SearchHealth, SearchHit
+from .spool import SPOOL_CAUSES, spool_failed_write
+from .sqlitefile import Identity
 from .store import SessionDB
 from .transcript import FlushResult, TranscriptWriter
-from .rows import UsageRow
-from .base import MessageState
 
 __version__ = "0.1.0"
 

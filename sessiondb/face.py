@@ -32,9 +32,8 @@ from .engine import CheckpointStats
 from .index import IndexerStats, search_index
 from .maintenance import (ExportSummary, PruneFilter, PrunePlan, export_sessions, export_to_path,
                           lifecycle, message_window)
-from .rows import (MARKER_KEY, UID_KEY, EncodedMessage, Persisted, checked_time, encode,
-                   new_uids)
-from .rows import compaction, leases, messages, pages, sessions, usage
+from .rows import (EncodedMessage, MARKER_KEY, Persisted, UID_KEY, checked_time, compaction,
+                   encode, leases, messages, new_uids, pages, sessions, usage)
 from .search import SearchResults
 from .spool import spool_failed_write
 

@@ -26,21 +26,15 @@ from typing import Any, Callable
 
 import apsw
 
-from .rows import compaction, leases, messages, sessions
-from .maintenance import lifecycle as maintenance, stats
-from .engine import migrations
-from .base import paths, policy
-from .search import hits as search, search_maintenance
-from .index import search_index
-from .spool import spool_write
-from .engine import checkpointer
-from .sqlitefile import check_before_open
-from .engine import CheckpointStats
-from .rows import EncodedMessage, new_uid
-from .engine import StoreCore
-from .base import InvalidInput, SchemaTooNew, from_apsw
-from .index import IndexerStats
+from .base import InvalidInput, SchemaTooNew, from_apsw, paths, policy
+from .engine import CheckpointStats, StoreCore, checkpointer, migrations
 from .face import DEFAULT_PATIENCE_S, SessionBody, StoreFace
+from .index import IndexerStats, search_index
+from .maintenance import lifecycle as maintenance, stats
+from .rows import EncodedMessage, compaction, leases, messages, new_uid, sessions
+from .search import hits as search, search_maintenance
+from .spool import spool_write
+from .sqlitefile import check_before_open
 
 
 class SessionDB(StoreFace):

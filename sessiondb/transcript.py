@@ -14,14 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from .rows import compaction, leases, sessions
-from .rows import messages as rows
-from .rows import MARKER_KEY, PRIVATE_PREFIX, UID_KEY, EncodedMessage, Persisted, encode
-from .rows import public_fields
-from .base import InvalidInput, InvalidMessage, StorageError
-from .base import validate_session_id
+from .base import InvalidInput, InvalidMessage, MessageState, StorageError, validate_session_id
+from .rows import (EncodedMessage, MARKER_KEY, PRIVATE_PREFIX, Persisted, UID_KEY, compaction,
+                   encode, leases, messages as rows, public_fields, sessions)
 from .spool import spool_failed_write
-from .base import MessageState
 
 if TYPE_CHECKING:
     from .face import StoreFace

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..compact import SUMMARY_SYSTEM
-from .server import Reply, last_tool_results, last_user_text
 from ..tools import ToolRegistry
+from .server import Reply, last_tool_results, last_user_text
 
 FILLER = ("The measurements agree with the earlier run; the variance stays small and the "
           "remaining differences come from warm-up effects. ") * 4

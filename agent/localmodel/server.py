@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
-from .localmodel_http import MessagesHandler
 from ..review import REVIEW_OPENING, is_review_request
+from .localmodel_http import MessagesHandler
 
 LABEL = "local scripted model (offline, not a language model)"
 

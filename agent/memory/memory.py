@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import homefiles
 from ..errors import MemoryEditError, MemoryFull
+from . import homefiles
 
 ORIGINS = ("assistant_tool", "background_review", "refine_review", "user")
 UNATTENDED = ("background_review",)

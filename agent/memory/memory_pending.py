@@ -13,9 +13,9 @@ import secrets
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import homefiles
 from ..errors import MemoryEditError
-from .memory import PENDING_NAME, MemoryStore, Provenance, clean_text
+from . import homefiles
+from .memory import MemoryStore, PENDING_NAME, Provenance, clean_text
 
 ACTIONS = ("replace", "remove")
 

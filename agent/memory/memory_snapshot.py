@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import AgentError
-from .memory import TARGETS, Entry, MemoryStore
+from .memory import Entry, MemoryStore, TARGETS
 from .skills import SkillInfo, SkillStore
 
 log = logging.getLogger(__name__)

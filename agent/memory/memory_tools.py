@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MemoryEditError, SkillError
-from .memory import TARGETS, MemoryStore, Provenance
+from ..tools import Tool
+from .memory import MemoryStore, Provenance, TARGETS
 from .memory_pending import PendingChanges
 from .skills import SkillStore
-from ..tools import Tool
 
 WRITE_TOOLS = ("memory", "skill_manage")
 READ_TOOLS = ("skills_list", "skill_view")

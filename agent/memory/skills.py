@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import homefiles
 from ..errors import SkillError
+from . import homefiles
 from .memory import Provenance
 
 SKILL_FILE = "SKILL.md"

@@ -20,11 +20,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .. import wire
-from ..memory import READ_TOOLS, WRITE_TOOLS, HomeTools
-from .review_prompt import review_prompt
+from ..memory import HomeTools, READ_TOOLS, WRITE_TOOLS
 from ..silence import silenced
 from ..tools import ToolOutcome, ToolRegistry
 from ..usage import Usage
+from .review_prompt import review_prompt
 
 if TYPE_CHECKING:
     from ..host import ReviewHost

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import click
 
-from hstate_recovery.doctor import Finding, run_doctor, worst
-from hstate_recovery.doctor import fix
-from hstate_recovery.doctor import run_pg_doctor
-from hstate_recovery.base import RecoveryError
-from hstate_recovery.base import Severity
+from hstate_recovery.base import RecoveryError, Severity
+from hstate_recovery.doctor import Finding, fix, run_doctor, run_pg_doctor, worst
 
 from ..context import AppContext
 from ..groups import HermesCommand

@@ -5,14 +5,13 @@ from pathlib import Path
 
 import click
 
-from hstate_recovery.base import RecoveryError
+from hstate_recovery.base import RecoveryError, Severity
 from hstate_recovery.salvage import InstallReport, install_recovered
-from hstate_recovery.base import Severity
 
 from ..context import AppContext
-from .doctor import EXIT_BY_SEVERITY
 from ..groups import HermesCommand
 from ..output import emit_json
+from .doctor import EXIT_BY_SEVERITY
 
 
 def _print(r: InstallReport) -> None:

@@ -12,13 +12,11 @@ from typing import Any
 
 import click
 
-from hstate_recovery import LANES, InspectReport, RecoveryReport, check_options, inspect, recover
+from hstate_recovery import InspectReport, LANES, RecoveryReport, check_options, inspect, recover
 
 
-from hstate_recovery.base import RecoveryError, RecoveryUsageError
+from hstate_recovery.base import INSPECT_EXIT, Outcome, RecoveryError, RecoveryUsageError
 from hstate_recovery.salvage import next_after_recover
-from hstate_recovery.base import INSPECT_EXIT
-from hstate_recovery.base import Outcome
 
 from ..groups import HermesCommand
 from ..output import emit_json, human_bytes, table

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import click
 
-from hstate_recovery.base import RecoveryError
+from hstate_recovery.base import RecoveryError, RepairStatus
 from hstate_recovery.repairs import RepairReport, repair
-from hstate_recovery.base import RepairStatus
 
 from ..context import AppContext
 from ..groups import HermesCommand

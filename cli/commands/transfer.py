@@ -10,10 +10,9 @@ from typing import Any
 import click
 
 from sessiondb import StoreFace
+from sessiondb.importers import (ImportResult, import_export_file, import_hermes_agent,
+                                 import_llm_logs)
 from sessiondb.maintenance import FORMATS
-from sessiondb.importers import ImportResult, import_export_file
-from sessiondb.importers import import_hermes_agent
-from sessiondb.importers import import_llm_logs
 
 from ..context import AppContext
 from ..groups import HermesCommand

@@ -7,9 +7,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from sessiondb.recovery_api import (LEGAL_PAGE_SIZES, TABLE_LEAF, FormatError, content_accounted,
-                                    parse_page_header)
-from sessiondb.recovery_api import DatabaseImage
+from sessiondb.recovery_api import (DatabaseImage, FormatError, LEGAL_PAGE_SIZES, TABLE_LEAF,
+                                    content_accounted, parse_page_header)
 
 BAD_BYTES = (FormatError, struct.error, IndexError, ValueError, OverflowError)
 _SCHEMA_TYPES = ("table", "index", "view", "trigger")

@@ -23,9 +23,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
-from sessiondb.recovery_api import (MAX_ROWID, MIN_ROWID, TABLE_INTERIOR, TABLE_LEAF, BTreePage,
-                                    parse_page_header, table_cell_keys)
-from sessiondb.recovery_api import DatabaseImage
+from sessiondb.recovery_api import (BTreePage, DatabaseImage, MAX_ROWID, MIN_ROWID, TABLE_INTERIOR,
+                                    TABLE_LEAF, parse_page_header, table_cell_keys)
 
 log = logging.getLogger(__name__)
 

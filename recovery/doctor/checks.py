@@ -9,15 +9,14 @@ import stat
 import time
 from pathlib import Path
 
-from sessiondb.recovery_api import (RECOVERED_NAME, SIDECARS, Cause, StorageError,
-                                    classify, in_wal_reset_band,
-                                    own_entries, spool_dir_for,
+from sessiondb.recovery_api import (Cause, RECOVERED_NAME, SIDECARS, StorageError, classify,
+                                    in_wal_reset_band, own_entries, spool_dir_for,
                                     sqlite_library_version)
 
-from ..repairs import backups
-from . import doctor_health
-from ..source import liveread
 from ..base import Severity
+from ..repairs import backups
+from ..source import liveread
+from . import doctor_health
 from .model import Finding, Target
 
 WAL_WARN_BYTES = 64 << 20

@@ -18,13 +18,12 @@ from typing import Any
 from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, SearchIndexCorrupt, SessionDB,
                                     import_spool)
 
+from ..base import RecoveryError, RepairStatus, Severity
+from ..repairs import repair
+from ..source import liveread
 from . import checks
 from .model import Finding, Target
 from .run import run_doctor, target
-from ..source import liveread
-from ..repairs import repair
-from ..base import RepairStatus, Severity
-from ..base import RecoveryError
 
 STORE_FIXES = {"search_index", "fts_stale", "wal_size", "spool"}
 

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from sessiondb.recovery_api import (PROC, PROC_LOCKS, Cause, StorageError, from_apsw,
+from sessiondb.recovery_api import (Cause, PROC, PROC_LOCKS, StorageError, from_apsw,
                                     on_readonly_mount)
 
-from ..source import liveread
 from ..base import Severity
+from ..source import liveread
 
 if TYPE_CHECKING:
     from .model import Finding, Target

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from sessiondb.recovery_api import Cause, Identity, StorageError, identify
 
-from .model import Finding, Target
 from ..base import Severity
+from .model import Finding, Target
 
 
 def identity_of(t: Target) -> Identity | None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from sessiondb.recovery_api import PG_SEARCH_INDEXES as INDEXES
-from sessiondb.recovery_api import (TSV_COLUMN, pg_applied_migrations, pg_pending_migrations,
+from sessiondb.recovery_api import (PG_SEARCH_INDEXES as INDEXES, TSV_COLUMN,
+                                    pg_applied_migrations, pg_pending_migrations,
                                     pg_unknown_migrations, url_label)
 
-from .model import Finding
 from ..base import Severity
+from .model import Finding
 
 #: A transaction open longer than this while holding locks is reported.
 LONG_LOCK_S = 60.0

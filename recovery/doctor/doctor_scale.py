@@ -30,18 +30,17 @@ from typing import Any
 
 import apsw
 
-from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE, Cause,
-                                    StorageError, classify, one, pending_migrations, stale_marker,
+from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, StorageError, TEXT_VIEW,
+                                    TRIGRAM_TABLE, classify, one, pending_migrations, stale_marker,
                                     triggers_attached, unknown_migrations)
 
-from . import doctor_health
-from ..source import liveread
-from .model import Finding, Target
-from .checks import (journal_finding, quick_check_finding, schema_findings, search_findings, check_store,
-                  liveread_bundle)
-from ..source import read_db_header
-from ..schema import is_without_rowid
 from ..base import Severity
+from ..schema import is_without_rowid
+from ..source import liveread, read_db_header
+from . import doctor_health
+from .checks import (check_store, journal_finding, liveread_bundle, quick_check_finding,
+                     schema_findings, search_findings)
+from .model import Finding, Target
 
 SMALL_STORE_BYTES = 128 << 20
 SAMPLE_ROWS = 64           # random seeks per canonical table

@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from sessiondb.recovery_api import (STORE_NAME, profile_dir, resolve_home)
+from sessiondb.recovery_api import STORE_NAME, profile_dir, resolve_home
 
-from . import doctor_health
 from ..base import Severity
+from . import doctor_health
 
+from .checks import (check_backups, check_disk, check_holders, check_permissions, check_quarantine,
+                     check_sidecars, check_spool, check_sqlite, check_temp)
 from .doctor_identity import check_identity, identity_of
 from .doctor_scale import check_size, check_store_scaled
-from .checks import check_backups, check_disk, check_holders, check_permissions, check_quarantine, check_sidecars, check_spool, check_sqlite, check_temp
 from .model import Finding, SEVERITIES, Target
 
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (

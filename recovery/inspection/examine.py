@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (STORE_NAME, Cause, InvalidInput, applied_migrations, describe,
+from sessiondb.recovery_api import (Cause, InvalidInput, STORE_NAME, applied_migrations, describe,
                                     explain_commands, pending_migrations, unknown_migrations,
                                     validate_profile)
 
@@ -25,7 +25,6 @@ from .schema_source import guess, survey
 from ..schema import READ_ERRORS, Catalog, quote, read_catalog
 from ..base import RecoveryIOError, SourceChanging
 from .inspect_fts import FULL_CHECK_BYTES, FtsHealth, check_fts
-from .inspect_fts import fts_health  # verify.py's full check, by its old name
 from ..source import Snapshot, take_snapshot
 from ..base import Verdict
 

@@ -16,14 +16,12 @@ from typing import Any, Sequence
 
 import apsw
 
-from ..carve import CarveError
-from ..carve import estimate
-from ..schema import Catalog, read_catalog, reference_catalog
 from ..base import RecoveryUsageError
-from ..schema import (FORMATS, GENERIC, LLM_RESPONSES, LLM_THREADS, OUR_STORE, OURS, Format,
-                      Identification, all_layouts, format_named, parse_columns, registry_layout,
-                      registry_statements)
-from ..schema import KNOWN_LAYOUTS, Layout, layout_for_schema
+from ..carve import CarveError, estimate
+from ..schema import (Catalog, FORMATS, Format, GENERIC, Identification, KNOWN_LAYOUTS,
+                      LLM_RESPONSES, LLM_THREADS, Layout, OURS, OUR_STORE, all_layouts,
+                      format_named, layout_for_schema, parse_columns, read_catalog,
+                      reference_catalog, registry_layout, registry_statements)
 
 _ORDER = {"table": 0, "index": 1, "view": 2, "trigger": 3}
 

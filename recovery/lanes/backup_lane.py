@@ -22,7 +22,7 @@ from sessiondb.recovery_api import create_private_file
 from ..schema import READ_ERRORS, TableSpec, quote
 from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 from .context import (BATCH_BYTES, BATCH_ROWS, Batch, ImageRows, LaneContext, LaneResult, LaneRun,
-                    batches, read_whole)
+                      batches, read_whole)
 
 
 BACKUP_IMAGE = "backup.db"  # in the work dir

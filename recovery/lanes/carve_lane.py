@@ -26,13 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generator
 
+from ..carve import CarveError, CarveResult, CarveStats, LostRecord, Resolver, RowOrigin
+from ..schema import (Catalog, Layout, ORIGIN_KEY, READ_ERRORS, ROWID_KEY, format_layouts,
+                      format_named, layout_from_sql, parse_columns, quote, registry_layout)
 from .carve_stream import carve_stream
-from ..carve import CarveError, CarveResult, CarveStats, LostRecord, RowOrigin
-from ..carve import Resolver
-from ..schema import ORIGIN_KEY, READ_ERRORS, ROWID_KEY, Catalog, quote
-from ..schema import format_layouts, format_named, parse_columns, registry_layout
-from ..schema import Layout, layout_from_sql
-from .context import LOST, Batch, LaneContext, LaneResult, LaneRun, Range, TableState, runs
+from .context import Batch, LOST, LaneContext, LaneResult, LaneRun, Range, TableState, runs
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,9 @@ import os
 import time
 from typing import Any, Generator
 
-from ..carve import CarveStats, LostRecord, RowOrigin
-from ..carve import Carver, Resolver, Want, WantSpan, open_source
-from .context import BATCH_BYTES, row_size
+from ..carve import CarveStats, Carver, LostRecord, Resolver, RowOrigin, Want, WantSpan, open_source
 from ..schema import Layout
+from .context import BATCH_BYTES, row_size
 
 Found = tuple[str, dict[str, Any], RowOrigin]  # (table, row, origin) as carve_stream yields
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, cast
 import apsw
 
 
-from ..schema import READ_ERRORS, Catalog, TableSpec
+from ..schema import Catalog, READ_ERRORS, TableSpec
 from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from ..carve import tree_map
 from ..schema import READ_ERRORS, ROWID_KEY, TableSpec, quote
 from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 from ..carve import TreeMap
-from .context import (Batch, Budget, EVERYTHING, LaneContext, LaneResult, LaneRun, Range, SINGLES_BELOW, TableState, batches, merge_ranges, read_whole, runs)
+from .context import (Batch, Budget, EVERYTHING, LaneContext, LaneResult, LaneRun, Range,
+                      SINGLES_BELOW, TableState, batches, merge_ranges, read_whole, runs)
 
 log = logging.getLogger(__name__)
 

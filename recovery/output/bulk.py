@@ -36,12 +36,12 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (FTS_TABLE, INDEXES, TEXT_VIEW, TRIGRAM_TABLE, ParallelBuild,
+from sessiondb.recovery_api import (FTS_TABLE, INDEXES, ParallelBuild, TEXT_VIEW, TRIGRAM_TABLE,
                                     attach_triggers, compact_legacy_rows, cores, drop_triggers,
                                     one, set_watermark)
 
-from . import search_reuse
 from ..schema import quote
+from . import search_reuse
 from .write_stats import PLACEHOLDER_SOURCE, PLACEHOLDER_TITLE, WriteStats
 
 FTS_BATCH = 10000  # messages indexed per transaction

@@ -26,9 +26,9 @@ from typing import Any, Callable
 
 import apsw
 
-from ..schema import (BAD_TEXT_KEY, ORIGIN_KEY, PARTIAL_KEY, READ_ERRORS, ROWID_KEY, Catalog,
-                      is_shadow, quote)
 from ..lanes import TableState
+from ..schema import (BAD_TEXT_KEY, Catalog, ORIGIN_KEY, PARTIAL_KEY, READ_ERRORS, ROWID_KEY,
+                      is_shadow, quote)
 from .sink import DUPLICATE, NEW, QUARANTINED, RowSink, output_errors
 
 LOST_SUFFIX = ".lost-and-found"

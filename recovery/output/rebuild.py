@@ -26,9 +26,9 @@ import apsw
 
 from sessiondb.recovery_api import ParallelBuild, SessionDB
 
-from . import bulk, image_copy
-from ..schema import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
 from ..lanes import ImageRows, TableState
+from ..schema import BAD_TEXT_KEY, ROWID_KEY, TableSpec, quote
+from . import bulk, image_copy
 from .sink import DUPLICATE, NEW, QUARANTINED, RowSink, output_errors
 from .write_stats import (LOST_AND_FOUND, MARKED, NOT_COPIED, PLACEHOLDER_SOURCE,
                           PLACEHOLDER_TITLE, QUARANTINE, TableWrite, WriteStats)

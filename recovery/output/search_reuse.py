@@ -37,8 +37,8 @@ import apsw
 from sessiondb.recovery_api import (CHANGES, INDEXES, IndexNotCopyable, attach_readonly,
                                     copy_search_index, index_batch, one, set_watermark)
 
-from ..schema import READ_ERRORS, quote
 from ..inspection import sampled_health
+from ..schema import READ_ERRORS, quote
 from .write_stats import WriteStats
 
 SQL_LANES = frozenset({"backup", "rows", "bisect"})  # lanes that read rows through SQLite

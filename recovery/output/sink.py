@@ -24,10 +24,10 @@ import apsw
 
 from sessiondb.recovery_api import from_apsw
 
-from ..carve import FREELIST, UNCOMMITTED
-from ..schema import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, quote
 from ..base import OutputUnreadable
-from ..lanes import PRESENT_CHUNK, ImageRows, TableState
+from ..carve import FREELIST, UNCOMMITTED
+from ..lanes import ImageRows, PRESENT_CHUNK, TableState
+from ..schema import ORIGIN_KEY, PARTIAL_KEY, ROWID_KEY, quote
 
 NEW, DUPLICATE, QUARANTINED = "new", "duplicate", "quarantined"
 MARKED_LANES = (FREELIST, UNCOMMITTED)  # carved rows that were not live data

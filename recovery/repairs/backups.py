@@ -19,8 +19,7 @@ import apsw
 
 from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
 
-from ..source import copy_live
-from ..source import check_space, source_bytes
+from ..source import check_space, copy_live, source_bytes
 
 BACKUP_DIR = "backups"
 DEFAULT_KEEP = 5

@@ -28,16 +28,14 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (STORE_NAME, Cause, SearchIndexCorrupt, SessionDB, StorageError,
+from sessiondb.recovery_api import (Cause, STORE_NAME, SearchIndexCorrupt, SessionDB, StorageError,
                                     StoreCorrupt, StoreNotFound, check_before_open, describe,
                                     ensure_private_dir, health_on, pending_migrations,
                                     private_output, profile_dir, resolve_home)
 
+from ..base import RecoveryError, RepairStatus
+from ..source import check_space, liveread, source_bytes
 from . import backups, fts_rebuild
-from ..source import liveread
-from ..base import RecoveryError
-from ..source import check_space, source_bytes
-from ..base import RepairStatus
 
 LEDGER_NAME = "repair-ledger.json"
 MAX_FAILURES = 2

@@ -33,13 +33,13 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (INDEXES, STORE_NAME, WHY, StoreNotFound, check_before_open,
+from sessiondb.recovery_api import (INDEXES, STORE_NAME, StoreNotFound, WHY, check_before_open,
                                     one, profile_dir, refuse_if_held, resolve_home)
 
 from ..source import liveread
 # repair's verification and promotion, reused as they are (one promotion path).
-from .inplace import promote_copy, verify_copy
 from ..source import check_space, source_bytes
+from .inplace import promote_copy, verify_copy
 
 Seam = Callable[[str], None]
 

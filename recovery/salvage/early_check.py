@@ -20,11 +20,11 @@ from typing import Any
 
 import apsw
 
+from ..base import RecoveryReport
+from ..inspection import (InspectReport, QUICK_CHECK_SECONDS, bounded_quick_check,
+                          complete_quick_check, open_copy)
 from ..lanes import BACKUP_IMAGE
 from ..schema import Catalog
-from ..inspection import (QUICK_CHECK_SECONDS, InspectReport, bounded_quick_check,
-                          complete_quick_check, open_copy)
-from ..base import RecoveryReport
 from ..source import Snapshot
 
 THREAD_STEPS = 100_000  # SQLite steps between deadline looks (each takes the GIL)

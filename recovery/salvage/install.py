@@ -20,15 +20,14 @@ from typing import Any
 
 import apsw
 
-from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, ForeignStore,
+from sessiondb.recovery_api import (FILE_MODE, ForeignStore, HOME_MODE, SIDECARS, STORE_NAME,
                                     SessionDB, StorageError, check_before_open, fsync_dir,
                                     import_spool, lock_holders, open_holders, profile_dir,
                                     resolve_home, unknown_migrations)
 
+from ..base import Outcome, RecoveryError, Severity
 from ..doctor import run_doctor, worst
 from ..source import liveread
-from ..base import RecoveryError
-from ..base import Outcome, Severity
 
 ASIDE_PREFIX = "replaced-"
 OUR_TABLES = {"sessions", "messages", "migrations"}

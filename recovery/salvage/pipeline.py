@@ -25,24 +25,18 @@ import apsw
 
 from sessiondb.recovery_api import SIDECARS, fsync_dir
 
-from ..schema import PARTIAL_KEY, ROWID_KEY, Catalog
-from . import recover_foreign
-from ..output import search_reuse
-from ..output import LOST_SUFFIX
-from ..inspection import fallback_catalog
-from ..base import (OutputUnreadable, RecoveryError, RecoveryIOError, RecoveryUsageError,
-                    SourceChanging, SourceMissing)
-from .early_check import QuickCheck, Unsound, forget_lanes, settle
-from ..inspection import InspectReport, inspect_snapshot, open_copy
-from ..lanes import (DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, LANES, LOST, Budget, ImageRows,
+from ..base import (Outcome, OutputUnreadable, RecoveryError, RecoveryIOError, RecoveryReport,
+                    RecoveryUsageError, SourceChanging, SourceMissing, TableReport, Verdict,
+                    write_json_exclusive)
+from ..inspection import InspectReport, fallback_catalog, inspect_snapshot, open_copy
+from ..lanes import (Budget, DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, ImageRows, LANES, LOST,
                      LaneContext, LaneResult, Progress, TableState, subtract_rowids)
-from ..output import StoreSink, WriteStats
-from ..output import fill_search
-from ..output import RowSink
-from ..base import RecoveryReport, TableReport, write_json_exclusive
+from ..output import LOST_SUFFIX, RowSink, StoreSink, WriteStats, fill_search, search_reuse
+from ..schema import Catalog, PARTIAL_KEY, ROWID_KEY
 from ..source import DEFAULT_HEADROOM, Snapshot, source_bytes, take_snapshot
+from . import recover_foreign
+from .early_check import QuickCheck, Unsound, forget_lanes, settle
 from .verify import Verification, verify_output
-from ..base import Outcome, Verdict
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 import apsw
 
-from ..schema import READ_ERRORS, ROWID_KEY, Catalog, quote
-from ..output import ForeignSink, ForeignWrite, HeaderValues
-from ..source import read_db_header
 from ..lanes import Progress, TableState
+from ..output import ForeignSink, ForeignWrite, HeaderValues
+from ..schema import Catalog, READ_ERRORS
+from ..source import read_db_header
 from .verify import Verification, verify_foreign
 
 

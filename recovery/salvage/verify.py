@@ -16,10 +16,8 @@ import apsw
 
 from sessiondb.recovery_api import applied_migrations, one, pending_migrations, unknown_migrations
 
+from ..inspection import fts_health, integrity_lines, match_probe, virtual_tables
 from ..schema import quote, read_catalog
-from ..inspection import fts_health
-from ..inspection import integrity_lines, virtual_tables
-from ..inspection import match_probe
 
 
 @dataclass

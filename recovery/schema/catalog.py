@@ -12,7 +12,7 @@ from typing import Any
 
 import apsw
 
-from .formats import EMPTY, OURS, Identification, identify, parse_columns, schema_version
+from .formats import EMPTY, Identification, OURS, identify, parse_columns, schema_version
 from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")

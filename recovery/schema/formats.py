@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import apsw
 
-from .layouts import (ANY, INT, REAL, TEXT, Column, Layout, default_literal, json_shape, non_empty,
+from .layouts import (ANY, Column, INT, Layout, REAL, TEXT, default_literal, json_shape, non_empty,
                       non_negative, one_of, timestamp_shape)
 
 Check = Callable[[Any], bool]

@@ -22,7 +22,7 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (ROLE_CODES, ROLES, MessageState, fingerprint_of,
+from sessiondb.recovery_api import (MessageState, ROLES, ROLE_CODES, fingerprint_of,
                                     fingerprint_text, logical_meta, role_text)
 
 from sessiondb.recovery_api import MISSING

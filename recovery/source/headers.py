@@ -15,11 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sessiondb.recovery_api import (HEADER_SIZE, LEGAL_PAGE_SIZES, MAGIC, TABLE_INTERIOR,
-                                    TABLE_LEAF, TEXT_ENCODINGS, DatabaseHeader, FormatError,
-                                    parse_header)
-from sessiondb.recovery_api import (FRAME_HEADER_SIZE, UNCOMMITTED, WAL_HEADER_SIZE, WalHeader,
-                                    parse_wal_header, scan_wal)
+from sessiondb.recovery_api import (DatabaseHeader, FRAME_HEADER_SIZE, FormatError, HEADER_SIZE,
+                                    LEGAL_PAGE_SIZES, MAGIC, TABLE_INTERIOR, TABLE_LEAF,
+                                    TEXT_ENCODINGS, UNCOMMITTED, WAL_HEADER_SIZE, WalHeader,
+                                    parse_header, parse_wal_header, scan_wal)
 
 FRACTIONS = b"\x40\x20\x20"  # max/min/leaf payload fractions 64/32/32, fixed by the format
 

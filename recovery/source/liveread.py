@@ -19,7 +19,7 @@ from typing import Any
 
 import apsw
 
-from sessiondb.recovery_api import (FTS_TABLE, INDEXES, Cause, SearchHealth, StorageError,
+from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, SearchHealth, StorageError,
                                     classify_text, connection_errno, corruption_is_index_only,
                                     from_apsw, health_on, other_holders, pending_migrations,
                                     unknown_migrations)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb.recovery_api import SIDECARS, Holder, open_holders
+from sessiondb.recovery_api import Holder, SIDECARS, open_holders
 
 from ..base import InsufficientSpace, SourceChanging, SourceMissing
 

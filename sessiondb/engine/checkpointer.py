@@ -49,10 +49,8 @@ from typing import Callable
 
 import apsw
 
-from ..base import policy
+from ..base import ForkRegistry, InvalidInput, ThreadOwner, policy
 from .containment import Guard
-from ..base import InvalidInput
-from ..base import ForkRegistry, ThreadOwner
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,9 @@ from typing import Callable, ContextManager, Iterable, Iterator
 
 import apsw
 
-from ..base import Cause, SearchIndexCorrupt, StorageError, StoreCorrupt, StoreReplaced, from_apsw
-from ..base import OutputError, publish, temp_name
-from ..base import FILE_MODE, create_private_file
+from ..base import (Cause, FILE_MODE, OutputError, SearchIndexCorrupt, StorageError, StoreCorrupt,
+                    StoreReplaced, create_private_file, from_apsw, one, publish, temp_name)
 from ..index import corruption_is_index_only, fts_structures_damaged
-from ..base import one
 
 log = logging.getLogger(__name__)
 

@@ -35,15 +35,12 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import apsw
 
-from . import checkpointer
-from ..base import paths, policy
-from ..index import search_index
-from .checkpointer import Checkpointer
+from ..base import (InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw, paths, policy)
+from ..index import Indexer, search_index
 from ..rows import checked_time
+from . import checkpointer
+from .checkpointer import Checkpointer
 from .containment import Guard
-from ..base import InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw
-from ..index import Indexer
-from ..base import one
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from typing import Callable
 
 import apsw
 
-from ..rows import messages, usage
-from ..index import search_index
 from ..base import one
+from ..index import search_index
+from ..rows import messages, usage
 
 log = logging.getLogger(__name__)
 

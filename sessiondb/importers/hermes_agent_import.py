@@ -37,14 +37,12 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..rows import usage
-from ..rows import ROLES, encode
-from ..base import InvalidMessage
-from .foreign_copy import connect_copy, foreign_copy, identify_source
+from ..base import InvalidMessage, MessageState
+from ..rows import ROLES, encode, usage
 from ..sqlitefile import HERMES_AGENT, SHADOW_SUFFIXES
+from .foreign_copy import connect_copy, foreign_copy, identify_source
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
-from ..base import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from ..face import StoreFace

@@ -46,13 +46,9 @@ from typing import TYPE_CHECKING, Callable
 
 import apsw
 
-from ..base import policy
-from ..index import search_index
+from ..base import StorageError, one, policy
 from ..engine import BUSY, StoreCore, begin_immediate, retry_busy, transaction
-from ..base import StorageError
-from ..index import ParallelBuild, cores
-from ..base import one
-from ..index import index_shadows
+from ..index import ParallelBuild, cores, index_shadows, search_index
 
 if TYPE_CHECKING:  # for type hints only
     from ..face import StoreFace

@@ -40,19 +40,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple
 
 import apsw
 
-from . import import_index
-from ..rows import messages as rows
-from ..rows import sessions as session_rows
-from ..rows import usage
-from ..rows import MAX_COLUMN_INT, TIME_RANGE_TEXT, EncodedMessage, encode, time_in_range
-from ..rows import uid_text
-from ..rows import key_for
-from ..base import Cause, InvalidInput, InvalidMessage, StorageError
+from ..base import (Cause, InvalidInput, InvalidMessage, MessageState, StorageError,
+                    validate_session_id)
 from ..maintenance import EXPORT_FORMAT, EXPORT_VERSION
+from ..rows import (EncodedMessage, MAX_COLUMN_INT, Session, TIME_RANGE_TEXT, encode, key_for,
+                    messages as rows, sessions as session_rows, time_in_range, uid_text, usage)
+from . import import_index
 from .import_spill import Spill, SpillWriter, encoded_from
-from ..base import validate_session_id
-from ..rows import Session
-from ..base import MessageState
 
 if TYPE_CHECKING:  # for type hints only
     from ..face import StoreFace

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import sqlite_utils
 
-from . import llm_threads
-from .llm_threads import session_id_for
-from .foreign_copy import connect_copy, foreign_copy, identify_source
+from ..base import MessageState
 from ..sqlitefile import LLM
+from . import llm_threads
+from .foreign_copy import connect_copy, foreign_copy, identify_source
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
-from ..base import MessageState
+from .llm_threads import session_id_for
 
 if TYPE_CHECKING:  # for type hints only
     from ..face import StoreFace

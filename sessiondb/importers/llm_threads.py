@@ -25,9 +25,9 @@ import sqlite3
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
+from ..base import MessageState
 from ..rows import ROLES
 from .importer import MessageIn, Record, SessionIn
-from ..base import MessageState
 
 SOURCE = "llm"
 _MAX_CHAIN = 1_000_000

@@ -22,14 +22,11 @@ from typing import IO, TYPE_CHECKING, Any, Iterator
 
 import apsw
 
-from ..rows import messages, sessions
-from ..base import paths
-from ..spool import spool_reserve
-from ..rows import EncodedMessage, checked_time, encode
-from ..base import InvalidInput, InvalidMessage, StorageError
-from ..base import fsync_dir
+from ..base import InvalidInput, InvalidMessage, StorageError, fsync_dir, paths
+from ..rows import EncodedMessage, checked_time, encode, messages, sessions
 from ..spool import (FORMAT_VERSION, IMPORTED_DIR, SPOOL_CAUSES, SPOOL_DIR, message_records,
-                     reserve_for, spool_dir_for, spool_failed_write, spool_file, write_records)
+                     reserve_for, spool_dir_for, spool_failed_write, spool_file, spool_reserve,
+                     write_records)
 
 if TYPE_CHECKING:
     from ..face import StoreFace

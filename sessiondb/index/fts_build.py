@@ -66,10 +66,8 @@ from typing import Any, Iterator
 
 import apsw
 
-from ..base import policy
+from ..base import create_private_file, one, policy
 from . import search_index
-from ..base import one
-from ..base import create_private_file
 from .search_copy import attach_readonly, copy_index_tables
 
 log = logging.getLogger(__name__)

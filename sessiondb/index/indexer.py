@@ -37,9 +37,8 @@ from typing import Callable, ContextManager
 
 import apsw
 
+from ..base import Cause, ForkRegistry, StorageError, StoreLocked, ThreadOwner
 from . import reclaim, search_index
-from ..base import Cause, StorageError, StoreLocked
-from ..base import ForkRegistry, ThreadOwner
 
 log = logging.getLogger(__name__)
 

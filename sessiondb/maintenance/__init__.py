@@ -2,7 +2,7 @@
 export to JSONL and Markdown.
 """
 from . import lifecycle, stats
-from .export import (EXPORT_FORMAT, EXPORT_VERSION, FORMATS, ExportSummary, export_sessions,
+from .export import (EXPORT_FORMAT, EXPORT_VERSION, ExportSummary, FORMATS, export_sessions,
                      export_to_path, message_window)
 from .lifecycle import PruneFilter, PrunePlan, WHY, parse_age, parse_size, refuse_if_held
 from .render import render_text

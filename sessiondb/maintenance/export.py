@@ -26,13 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
-from ..rows import pages, sessions, usage
-from ..base import InvalidInput, SessionNotFound
-from ..base import check_output, private_output
-from ..rows import StoredMessage
-from ..base import validate_session_id
+from ..base import InvalidInput, SessionNotFound, check_output, private_output, validate_session_id
+from ..rows import Session, StoredMessage, pages, sessions, usage
 from .render import markdown_message, markdown_session_header
-from ..rows import Session
 
 if TYPE_CHECKING:  # for type hints only
     from ..base import Core

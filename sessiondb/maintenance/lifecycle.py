@@ -31,10 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import apsw
 
-from ..sqlitefile import holders
+from ..base import Cause, InvalidInput, StorageError, one
 from ..rows import sessions
-from ..base import Cause, InvalidInput, StorageError
-from ..base import one
+from ..sqlitefile import holders
 
 if TYPE_CHECKING:  # for type hints only
     from ..base import Core

@@ -10,9 +10,8 @@ import json
 import time
 from typing import Any
 
-from ..rows import StoredMessage
-from ..rows import Session
 from ..base import MessageState
+from ..rows import Session, StoredMessage
 
 ARGUMENT_WIDTH = 120
 

@@ -15,10 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ..rows import usage
+from ..base import MessageState, one
 from ..index import INDEXES
-from ..base import one
-from ..base import MessageState
+from ..rows import usage
 
 if TYPE_CHECKING:  # for type hints only
     from ..engine import StoreCore

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..rows import checked_time
-from ..engine import retry_busy
 from ..base import StorageError, StoreIOError
+from ..engine import retry_busy
+from ..rows import checked_time
 from .adapter import PgConn, register_numeric_loader, register_text_codec
 from .errors import from_pg, is_retryable, redact
 

@@ -28,9 +28,9 @@ from typing import Any
 import psycopg
 
 from ..base import InvalidQuery
-from ..search import (MARK_CLOSE, MARK_OPEN, RANK_WINDOW, SCAN_BUDGET_S, SCAN_WINDOW,
-                      SNIPPET_TOKENS, Filters, SearchHit, SearchResults, check_args, scan_snippet)
-from ..search import Plan, clean, plan as make_plan, split_terms
+from ..search import (Filters, MARK_CLOSE, MARK_OPEN, Plan, RANK_WINDOW, SCAN_BUDGET_S,
+                      SCAN_WINDOW, SNIPPET_TOKENS, SearchHit, SearchResults, check_args, clean,
+                      plan as make_plan, scan_snippet, split_terms)
 from .search_schema import CONFIG, TSV_COLUMN, text_expr
 
 #: ts_headline reads at most this many characters of a message: its cost

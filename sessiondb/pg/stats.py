@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..rows import usage
 from ..maintenance import STATES
+from ..rows import usage
 
 if TYPE_CHECKING:
     from .core import PgCore

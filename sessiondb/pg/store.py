@@ -28,14 +28,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from ..rows import compaction, leases, sessions
-from ..maintenance import lifecycle as maintenance
-from ..base import paths
-from ..spool import spool_write
-from ..rows import EncodedMessage
-from ..base import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound
-from ..search import Filters, SearchResults
+from ..base import InvalidInput, LeaseLost, SchemaTooNew, SessionNotFound, StoreNotFound, paths
 from ..face import DEFAULT_PATIENCE_S, SessionBody, StoreFace
+from ..maintenance import lifecycle as maintenance
+from ..rows import EncodedMessage, compaction, leases, sessions
+from ..search import Filters, SearchResults
+from ..spool import spool_write
 from . import append, migrations
 from .core import PgCore, lock_timeout_ms
 from .errors import NotOnPostgreSQL, redact

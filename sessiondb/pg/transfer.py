@@ -30,9 +30,9 @@ from typing import Any, Callable, Iterator, Protocol
 
 import apsw
 
+from ..base import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..rows import (fingerprint_key, fingerprint_text, kind_key, kind_text, logical_meta, role_key,
                     role_text, stored_meta, uid_key, uid_text)
-from ..base import ForeignStore, InvalidInput, StoreIOError, StoreNotFound
 from ..sqlitefile import EMPTY, OURS, identify
 from ..store import SessionDB
 from . import bulk

@@ -15,11 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from . import leases, sessions
-from . import messages as rows
-from .codec import MARKER_KEY, UID_KEY, Persisted, encode, new_uid
-from ..base import Cause, InvalidInput, StorageError
-from ..base import MessageState
+from ..base import Cause, InvalidInput, MessageState, StorageError
+from . import leases, messages as rows, sessions
+from .codec import MARKER_KEY, Persisted, UID_KEY, encode, new_uid
 
 if TYPE_CHECKING:
     from ..base import Core

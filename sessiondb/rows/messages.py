@@ -8,12 +8,11 @@ from typing import Any, Iterable, NamedTuple
 
 import apsw
 
-from .codec import (MARKER_KEY, MESSAGE_KIND, ROLE_CODES, ROLE_NAMES, UID_KEY, EncodedMessage,
-                    Persisted, decode, fingerprint_key, fingerprint_text, kind_key, kind_text,
-                    role_key, stored_meta, uid_key, uid_text)
+from ..base import InvalidMessage, one
 from ..index import search_index
-from ..base import InvalidMessage
-from ..base import one
+from .codec import (EncodedMessage, MARKER_KEY, MESSAGE_KIND, Persisted, ROLE_CODES, ROLE_NAMES,
+                    UID_KEY, decode, fingerprint_key, fingerprint_text, kind_key, kind_text,
+                    role_key, stored_meta, uid_key, uid_text)
 
 STATE_KEY = "_db_state"
 

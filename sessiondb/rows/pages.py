@@ -14,10 +14,10 @@ from typing import Any
 
 import apsw
 
-from .codec import decode, kind_text, uid_text
-from . import sessions
-from .sessions import Session
 from ..base import one
+from . import sessions
+from .codec import decode, kind_text, uid_text
+from .sessions import Session
 
 SessionKey = tuple[float, str]
 MessageKey = tuple[int, int]

@@ -12,9 +12,7 @@ from typing import Any
 
 import apsw
 
-from ..base import SessionNotFound
-from ..base import validate_session_id
-from ..base import one
+from ..base import SessionNotFound, one, validate_session_id
 
 _COLUMNS = ("id", "parent_session_id", "source", "model", "title", "started_at",
             "updated_at", "ended_at", "end_reason", "message_count", "tool_call_count",

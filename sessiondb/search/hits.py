@@ -25,13 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from ..base import InvalidInput, InvalidQuery, MessageState, SearchIndexCorrupt, StorageError, one
 from ..index import search_index
-from . import search_tail
 from ..rows import ROLE_CODES, role_key, role_text
-from ..base import InvalidInput, InvalidQuery, SearchIndexCorrupt, StorageError
+from . import search_tail
 from .search_query import Plan, like_pattern, plan as make_plan
-from ..base import one
-from ..base import MessageState
 
 if TYPE_CHECKING:
     from ..engine import StoreCore

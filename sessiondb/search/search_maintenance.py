@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ..sqlitefile import holders
+from ..base import SearchIndexCorrupt, SearchRebuildRefused, StorageError, one
 from ..index import search_index
-from ..base import SearchIndexCorrupt, SearchRebuildRefused, StorageError
-from ..base import one
+from ..sqlitefile import holders
 
 if TYPE_CHECKING:
     from ..engine import StoreCore

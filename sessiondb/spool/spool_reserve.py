@@ -21,8 +21,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..base import paths
-from ..base import StorageError
+from ..base import StorageError, paths
 
 log = logging.getLogger(__name__)
 

@@ -24,12 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ..base import paths
-from ..rows import sessions
+from ..base import Cause, StorageError, fsync_dir, paths
+from ..rows import EncodedMessage, UID_KEY, encode, public_fields, sessions
 from . import spool_reserve
-from ..rows import UID_KEY, EncodedMessage, encode, public_fields
-from ..base import Cause, StorageError
-from ..base import fsync_dir
 
 if TYPE_CHECKING:
     from ..base import Core
