@@ -32,8 +32,8 @@ def is_package(place: Path) -> bool:
 def surface(package: Path) -> tuple[set[str], set[str]]:
     """The ``__all__`` of a package, read from its ``__init__``, and which of
     its names are submodules (``from . import mod``, or a submodule the
-    ``__init__`` binds to nothing else: ``from .transfer import transfer``
-    makes ``transfer`` a function)."""
+    ``__init__`` binds to nothing else; a name bound to something else, as
+    ``from .x import x`` would, is not a module)."""
     tree = ast.parse((package / "__init__.py").read_text())
     names: set[str] = set()
     modules: set[str] = set()
