@@ -7,8 +7,12 @@ read from tables of (name, offset, size, decoder) into dataclasses.
 
 Every offset, length and pointer read here may be garbage: functions raise
 `FormatError` (never anything else on bad bytes) and every loop is bounded,
-so a caller can skip one bad page and carry on. Reference: the "Database
-File Format" page of sqlite.org (sections 1.3, 1.5, 1.6, 2.1, 2.3).
+so a caller can skip one bad page and carry on. Both readers of a file
+parse it here: the page carver (recovery), which skips what fails, and
+identification (rawfile.py), which stops at the first failure. The carver
+calls these functions once per page and cell of multi-GB files: keep their
+per-call cost down. Reference: the "Database File Format" page of
+sqlite.org (sections 1.3, 1.5, 1.6, 2.1, 2.3).
 """
 from __future__ import annotations
 
@@ -163,6 +167,17 @@ class DatabaseHeader:
     def page_count_trusted(self) -> bool:
         return self.page_count > 0 and self.version_valid_for == self.change_counter
 
+    @property
+    def wal_mode(self) -> bool:
+        """Both version bytes 2: SQLite sets them when the journal mode is WAL."""
+        return self.write_version == 2 and self.read_version == 2
+
+    @property
+    def signed_application_id(self) -> int:
+        """application_id as ``PRAGMA application_id`` reports it: the field
+        is a big-endian two's-complement 32-bit integer."""
+        return signed32(self.application_id)
+
     def problems(self) -> list[str]:
         """Why this header cannot be trusted; empty when it looks sane."""
         out = []
@@ -206,6 +221,11 @@ def read_varint(buf: bytes, pos: int, end: int | None = None) -> tuple[int, int]
 def signed64(value: int) -> int:
     """Reinterpret an unsigned 64-bit varint as SQLite's signed integer."""
     return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def signed32(value: int) -> int:
+    """Reinterpret an unsigned 32-bit header field as a signed integer."""
+    return value - (1 << 32) if value >= (1 << 31) else value
 
 
 def encode_varint(value: int) -> bytes:
@@ -368,10 +388,14 @@ _PAGE_HEAD = struct.Struct(">BHHHB")  # PAGE_HEADER_FIELDS, unpacked at once
 _U32 = struct.Struct(">I")
 
 
-def parse_page_header(data: bytes, pgno: int, usable: int) -> BTreePage:
+def parse_page_header(data: bytes, pgno: int, usable: int, *,
+                      free_space_checked: bool = True) -> BTreePage:
     """Parse and sanity-check a b-tree page header and cell pointer array.
     (The fields of PAGE_HEADER_FIELDS, read with one struct: the carver
-    parses every page of a file, and field-by-field decoding was most of it.)"""
+    parses every page of a file, and field-by-field decoding was most of it.)
+    ``free_space_checked=False`` leaves out the checks of the free-space
+    fields (first freeblock, fragmented bytes): a reader of cells does not use
+    them, and SQLite still reads a page whose free-space accounting is off."""
     base = HEADER_SIZE if pgno == 1 else 0
     if base + 8 > len(data):
         raise FormatError("page header lies past the end of the buffer")
@@ -391,10 +415,11 @@ def parse_page_header(data: bytes, pgno: int, usable: int) -> BTreePage:
     if ptr_end > usable or ptr_end > len(data) or (
             cell_count and not ptr_end <= content <= usable):
         raise FormatError("cell count or content area does not fit the page")
-    if first_freeblock and not content <= first_freeblock < usable:
-        raise FormatError("first freeblock lies outside the content area")
-    if fragmented > 60:
-        raise FormatError("too many fragmented bytes")
+    if free_space_checked:
+        if first_freeblock and not content <= first_freeblock < usable:
+            raise FormatError("first freeblock lies outside the content area")
+        if fragmented > 60:
+            raise FormatError("too many fragmented bytes")
     if not leaf and right_child < 1:
         raise FormatError("interior page without a right child")
     limit = usable - 3

@@ -134,8 +134,8 @@ def _identify_pages(path: Path, pages: Pages) -> Identity:
     tables = {e.name: e for e in entries if e.type == "table"}
     listed = _user_tables(entries)
     h = pages.header
-    base: dict[str, Any] = {"path": str(path), "tables": tuple(listed), "application_id": h.application_id,
-            "wal": h.wal_mode}
+    base: dict[str, Any] = {"path": str(path), "tables": tuple(listed),
+                            "application_id": h.signed_application_id, "wal": h.wal_mode}
     if not entries:
         if h.application_id == 0 and h.user_version == 0:
             return Identity(kind=EMPTY, label="an SQLite database with no tables", **base)
