@@ -7,7 +7,7 @@ and a protocol says exactly which parts of the agent each one touches."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type hints only
     import anthropic

@@ -13,8 +13,8 @@ import os
 import threading
 import time
 import uuid
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import anthropic

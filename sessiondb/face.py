@@ -25,7 +25,7 @@ import os
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import IO, Any, Callable, ClassVar, Self
+from typing import Any, Callable, ClassVar, IO, Self
 
 from .base import Core, InvalidInput, InvalidMessage, SessionTooLong, StorageError, one
 from .engine import CheckpointStats

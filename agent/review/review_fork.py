@@ -17,7 +17,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 from .. import wire
 from ..memory import HomeTools, READ_TOOLS, WRITE_TOOLS

@@ -13,8 +13,6 @@ from typing import Any
 import click
 
 from hstate_recovery import InspectReport, LANES, RecoveryReport, check_options, inspect, recover
-
-
 from hstate_recovery.base import INSPECT_EXIT, Outcome, RecoveryError, RecoveryUsageError
 from hstate_recovery.salvage import next_after_recover
 

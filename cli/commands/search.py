@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import click
 
-from ..context import AppContext
-from ..groups import HermesCommand
 from sessiondb import MessageState
 from sessiondb.search import MARK_CLOSE, MARK_OPEN
 
+from ..context import AppContext
+from ..groups import HermesCommand
 from ..output import emit_json, fmt_time, plural, table
 from ..params import When
 from ..terminal import highlight

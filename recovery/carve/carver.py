@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from .carve_types import (CarveError, CarveEstimate, CarveResult, CarveStats, FREELIST, LostRecord,
-                          ORPHAN, PageSet, RowOrigin, TREE, UNCOMMITTED)
-from sessiondb.recovery_api import (BTreePage, FormatError, INDEX_INTERIOR, INDEX_LEAF, MAX_ROWID,
-                                    MIN_ROWID, MISSING, TABLE_INTERIOR, TABLE_LEAF, decode_record,
-                                    lock_byte_page, parse_cell, parse_page_header, parse_ptrmap,
-                                    parse_trunk, read_overflow, table_cell_keys, walk_freelist)
+from sessiondb.recovery_api import (BTreePage, DatabaseImage, FormatError, INDEX_INTERIOR,
+                                    INDEX_LEAF, MAX_ROWID, MIN_ROWID, MISSING, TABLE_INTERIOR,
+                                    TABLE_LEAF, decode_record, lock_byte_page, parse_cell,
+                                    parse_page_header, parse_ptrmap, parse_trunk, read_overflow,
+                                    table_cell_keys, walk_freelist)
+
 from ..schema import (FTS_SHADOW, KNOWN_LAYOUTS, Layout, SQLITE_SCHEMA, is_derived,
                       is_without_rowid, layout_for_schema)
 from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
-from sessiondb.recovery_api import DatabaseImage
+from .carve_types import (CarveError, CarveEstimate, CarveResult, CarveStats, FREELIST, LostRecord,
+                          ORPHAN, PageSet, RowOrigin, TREE, UNCOMMITTED)
 
 __all__ = ["FREELIST", "ORPHAN", "TREE", "UNCOMMITTED", "CarveError", "CarveEstimate",
            "CarveResult", "CarveStats", "LostRecord", "RowOrigin", "Carver", "carve",

@@ -17,7 +17,6 @@ from sessiondb.recovery_api import STORE_NAME, profile_dir, resolve_home
 
 from ..base import Severity
 from . import doctor_health
-
 from .checks import (check_backups, check_disk, check_holders, check_permissions, check_quarantine,
                      check_sidecars, check_spool, check_sqlite, check_temp)
 from .doctor_identity import check_identity, identity_of

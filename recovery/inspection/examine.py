@@ -19,14 +19,12 @@ from sessiondb.recovery_api import (Cause, InvalidInput, STORE_NAME, applied_mig
                                     explain_commands, pending_migrations, unknown_migrations,
                                     validate_profile)
 
-from ..source import headers
+from ..base import RecoveryIOError, SourceChanging, Verdict
 from ..carve import CarveError
-from .schema_source import guess, survey
-from ..schema import READ_ERRORS, Catalog, quote, read_catalog
-from ..base import RecoveryIOError, SourceChanging
+from ..schema import Catalog, READ_ERRORS, quote, read_catalog
+from ..source import Snapshot, headers, take_snapshot
 from .inspect_fts import FULL_CHECK_BYTES, FtsHealth, check_fts
-from ..source import Snapshot, take_snapshot
-from ..base import Verdict
+from .schema_source import guess, survey
 
 QUICK_CHECK_SECONDS = 20.0
 SOUND = (Verdict.HEALTHY, Verdict.FTS_ONLY)  # the b-trees are sound: a backup reads them

@@ -17,10 +17,9 @@ from typing import Iterator, cast
 
 import apsw
 
-from sessiondb.recovery_api import create_private_file
+from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID, create_private_file
 
 from ..schema import READ_ERRORS, TableSpec, quote
-from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 from .context import (BATCH_BYTES, BATCH_ROWS, Batch, ImageRows, LaneContext, LaneResult, LaneRun,
                       batches, read_whole)
 

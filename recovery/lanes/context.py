@@ -22,9 +22,9 @@ from typing import Any, Callable, Generator, Iterable, Iterator, Protocol, cast
 
 import apsw
 
+from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 
 from ..schema import Catalog, READ_ERRORS, TableSpec
-from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
 
 log = logging.getLogger(__name__)
 

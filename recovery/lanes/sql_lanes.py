@@ -7,12 +7,10 @@ import logging
 from array import array
 from typing import Any, Generator, Iterable
 
-
-
-from ..carve import tree_map
-from ..schema import READ_ERRORS, ROWID_KEY, TableSpec, quote
 from sessiondb.recovery_api import MAX_ROWID, MIN_ROWID
-from ..carve import TreeMap
+
+from ..carve import TreeMap, tree_map
+from ..schema import READ_ERRORS, ROWID_KEY, TableSpec, quote
 from .context import (Batch, Budget, EVERYTHING, LaneContext, LaneResult, LaneRun, Range,
                       SINGLES_BELOW, TableState, batches, merge_ranges, read_whole, runs)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
 import apsw
 
 from ..lanes import Progress, TableState

@@ -22,10 +22,8 @@ from typing import AbstractSet, Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (MessageState, ROLES, ROLE_CODES, fingerprint_of,
+from sessiondb.recovery_api import (MISSING, MessageState, ROLES, ROLE_CODES, fingerprint_of,
                                     fingerprint_text, logical_meta, role_text)
-
-from sessiondb.recovery_api import MISSING
 
 Check = Callable[[Any], bool]
 

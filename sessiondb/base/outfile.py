@@ -31,7 +31,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import Any, IO, Iterable, Iterator
 
 from .errors import Cause, StorageError
 from .paths import FILE_MODE

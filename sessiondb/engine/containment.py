@@ -23,9 +23,9 @@ import os
 import secrets
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import contextmanager
 from typing import Callable, ContextManager, Iterable, Iterator
 
 import apsw

@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import apsw
 
-from ..base import (InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw, paths, policy)
+from ..base import (InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw, paths,
+                    policy)
 from ..index import Indexer, search_index
 from ..rows import checked_time
 from . import checkpointer

@@ -14,7 +14,7 @@ import sqlite3
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator, TYPE_CHECKING
 from urllib.parse import quote
 
 from ..base import Cause, StorageError

@@ -35,7 +35,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TYPE_CHECKING
 
 from ..base import InvalidMessage, MessageState
 from ..rows import ROLES, encode, usage

@@ -12,11 +12,11 @@ removed), deleted when the import ends however it ends.
 from __future__ import annotations
 
 import marshal
-import struct
 import shutil
+import struct
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import Any, Callable, IO, Iterator
 
 from ..rows import EncodedMessage
 

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterator
+from typing import Any, IO, Iterator, TYPE_CHECKING
 
 import apsw
 

@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, IO, Iterator, TYPE_CHECKING
 
 from ..base import InvalidInput, SessionNotFound, check_output, private_output, validate_session_id
 from ..rows import Session, StoredMessage, pages, sessions, usage

@@ -7,7 +7,7 @@ says no index exists yet (search on PostgreSQL is built separately);
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 from ..maintenance import STATES
 from ..rows import usage

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 import apsw
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from typing import Literal
 import errno
 import logging
 import os
 from pathlib import Path
+from typing import Literal
 
 from ..base import StorageError, paths
 

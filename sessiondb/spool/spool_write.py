@@ -20,7 +20,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TYPE_CHECKING
 
 import apsw
 
