@@ -10,15 +10,14 @@ provably wrong fields of our private copy, never the user's file
 from __future__ import annotations
 
 import os
-import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sessiondb.recovery_api import (DatabaseHeader, FRAME_HEADER_SIZE, FormatError, HEADER_SIZE,
-                                    LEGAL_PAGE_SIZES, MAGIC, TABLE_INTERIOR, TABLE_LEAF,
-                                    TEXT_ENCODINGS, UNCOMMITTED, WAL_HEADER_SIZE, WalHeader,
-                                    parse_header, parse_wal_header, scan_wal)
+                                    LEGAL_PAGE_SIZES, MAGIC, TEXT_ENCODINGS, UNCOMMITTED,
+                                    WAL_HEADER_SIZE, WalHeader, parse_header, parse_page_header,
+                                    parse_wal_header, scan_wal)
 
 FRACTIONS = b"\x40\x20\x20"  # max/min/leaf payload fractions 64/32/32, fixed by the format
 
@@ -96,14 +95,13 @@ def header_problems(h: DatabaseHeader, file_size: int) -> list[str]:
 
 
 def _page1_fits(data: bytes, size: int) -> bool:
-    """Whether page 1's b-tree header and cell pointers fit a page of ``size``."""
-    if len(data) < 112 or data[100] not in (TABLE_INTERIOR, TABLE_LEAF):
+    """Whether page 1's b-tree header and cell pointers fit a page of ``size``
+    (its free-space fields are not asked: they do not depend on the size)."""
+    try:
+        page = parse_page_header(data[:size], 1, size, free_space_checked=False)
+    except FormatError:
         return False
-    hdr = 12 if data[100] == TABLE_INTERIOR else 8
-    (cells,) = struct.unpack(">H", data[103:105])
-    start = HEADER_SIZE + hdr
-    pointers = struct.unpack(f">{cells}H", data[start:start + 2 * cells]) if cells else ()
-    return all(start + 2 * cells <= p < size for p in pointers)
+    return page.is_table and None not in page.cell_pointers
 
 
 def infer_page_size(path: Path, wal_page_size: int | None) -> int | None:
