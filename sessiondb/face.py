@@ -66,8 +66,10 @@ class StoreFace(ABC):
     @property
     @abstractmethod
     def core(self) -> Core:
-        """The store core the feature modules take (docs/architecture.md):
-        ``export_to_path(db.core, ...)``, ``spool_failed_write(db.core, ...)``."""
+        """The store core the feature modules take (docs/architecture.md);
+        this class's methods pass it on (``prune_sessions``,
+        ``export_to_path``, ...), as the agent does to
+        ``spool_failed_write(db.core, ...)``."""
 
     @property
     @abstractmethod
