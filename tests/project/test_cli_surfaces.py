@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.helpers.layout import INSTALLED
+
 ROOT = Path(__file__).resolve().parents[2]
-#: Installed name -> the folder it installs from.
-TARGETS = {"sessiondb": ROOT / "sessiondb", "hstate_recovery": ROOT / "recovery",
-           "hstate_agent": ROOT / "agent"}
+#: Installed name -> the folder it installs from (the CLI's own aside).
+TARGETS = {name: ROOT / folder for folder, name in INSTALLED.items() if folder != "cli"}
 
 
 def folder_of(dotted: str, targets: dict[str, Path]) -> Path | None:

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.layout import INSTALLED
+
 ROOT = Path(__file__).resolve().parents[2]
-#: folder in the checkout -> the name it installs under
-INSTALLED = {"sessiondb": "sessiondb", "recovery": "hstate_recovery", "agent": "hstate_agent",
-             "cli": "hstate_cli"}
 #: The Hermes Agent release the coexistence test installs beside ours.
 HERMES_AGENT = "hermes-agent==0.19.0"
 

@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.layout import INSTALLED
+
 ROOT = Path(__file__).resolve().parents[2]
-INSTALLED = {"sessiondb": "sessiondb", "recovery": "hstate_recovery", "agent": "hstate_agent",
-             "cli": "hstate_cli"}
 
 
 def test_mypy_reports_no_errors(tmp_path: Path) -> None:
