@@ -3,11 +3,10 @@ checkpointer and the migrations.
 """
 from . import checkpointer, containment, migrations
 from .checkpointer import CheckpointStats
-from .core import Atomic, BUSY, StoreCore, begin_immediate, retry_busy, transaction
+from .core import BUSY, StoreCore, begin_immediate, retry_busy, transaction
 from .migrations import applied, apply_pending, pending, unknown
 
 __all__ = [
-    "Atomic",
     "BUSY",
     "CheckpointStats",
     "StoreCore",
