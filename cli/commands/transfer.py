@@ -10,14 +10,15 @@ from typing import Any
 import click
 
 from sessiondb import StoreFace
-from sessiondb.importers import (ImportResult, import_export_file, import_hermes_agent,
-                                 import_llm_logs)
+from sessiondb.importers import (ImportResult, LOG_FORMATS, import_export_file,
+                                 import_hermes_agent, import_llm_logs)
 from sessiondb.maintenance import FORMATS
 
 from ..context import AppContext
 from ..groups import HermesCommand
 from ..output import emit_json, plural, progress, stderr_is_tty, table
 from ..params import SessionId
+from .transcripts import import_logs_cmd
 
 
 def _check_export_args(ids: tuple[str, ...], all_: bool, output: Path | None, force: bool,
@@ -118,15 +119,18 @@ _IMPORTERS = {"hermes": import_export_file, "hermes-agent": import_hermes_agent,
 
 
 @click.command("import", cls=HermesCommand)
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--from", "source", type=click.Choice(sorted(_IMPORTERS)), default="hermes",
-              show_default=True,
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...",
+                type=click.Path(exists=True, path_type=Path))
+@click.option("--from", "source", type=click.Choice(sorted([*_IMPORTERS, *LOG_FORMATS])),
+              default="hermes", show_default=True,
               help="hermes: a JSONL file from `sessions export`; hermes-agent: Hermes "
-                   "Agent's state.db; llm: llm's logs.db.")
+                   "Agent's state.db; llm: llm's logs.db; claude-code, codex: those tools' "
+                   "transcripts (files, or directories to walk).")
 @click.option("--dry-run", is_flag=True, help="Check the file and count; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json: bool) -> None:
+def import_cmd(app: AppContext, paths: tuple[Path, ...], source: str, dry_run: bool,
+               as_json: bool) -> None:
     """Import sessions; messages already present (same uid) are skipped.
 
     The whole file is checked before anything is written, so a malformed or
@@ -137,12 +141,25 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
     messages_added, messages_skipped, search_index, index_backlog,
     usage_rows_in_file, usage_rows_added, tables, not_carried.
 
+    Claude Code and Codex transcripts (--from claude-code, --from codex)
+    take several files and directories (~/.claude/projects,
+    ~/.codex/sessions). A line that is not JSON or not a known shape is
+    named (file and line) and skipped, the rest of its file imported, and
+    the command exits 1; JSON: {"source_format", "dry_run", "totals",
+    "files": [per-file counts, "skipped", "not_messages", "unknown_types"]}.
+
     \b
     Example:
       hermes --home ~/new-home sessions import backup.jsonl --dry-run
       hermes sessions import --from llm ~/.config/io.datasette.llm/logs.db
       hermes --home ~/.hermes-state sessions import --from hermes-agent ~/.hermes/state.db
+      hermes sessions import --from claude-code ~/.claude/projects
+      hermes sessions import --from codex ~/.codex/sessions --json
     """
+    if source in LOG_FORMATS:
+        return import_logs_cmd(app, source, list(paths), dry_run, as_json)
+    if len(paths) != 1 or paths[0].is_dir():
+        raise click.UsageError(f"--from {source} imports one file")
     run = _IMPORTERS[source]
     # No background indexer: the import drives the index itself once its rows
     # are in (sessiondb/importers/import_index.py), instead of a thread interleaving batches.
@@ -151,7 +168,7 @@ def import_cmd(app: AppContext, path: Path, source: str, dry_run: bool, as_json:
         def bar(total: int, label: str = "importing") -> Any:
             bars.close()  # one bar at a time: the rows', then the index's
             return bars.enter_context(progress(total, label))
-        result = run(db, path, dry_run=dry_run, progress_for=bar)
+        result = run(db, paths[0], dry_run=dry_run, progress_for=bar)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -124,9 +124,10 @@ def test_unknown_session_in_export_writes_nothing(filled, tmp_path):
      "Error: Invalid value for '--format': 'xml' is not one of 'jsonl', 'json', 'markdown'."),
     (("sessions", "export", "--all", "--bogus"), "Error: No such option '--bogus'."),
     (("sessions", "import", "/nonexistent/x.jsonl"),
-     "Error: Invalid value for 'PATH': File '/nonexistent/x.jsonl' does not exist."),
+     "Error: Invalid value for 'PATH...': Path '/nonexistent/x.jsonl' does not exist."),
     (("sessions", "import", "x", "--from", "chatgpt"),
-     "Error: Invalid value for '--from': 'chatgpt' is not one of 'hermes', 'hermes-agent', 'llm'."),
+     "Error: Invalid value for '--from': 'chatgpt' is not one of 'claude-code', 'codex', "
+     "'hermes', 'hermes-agent', 'llm'."),
     (("sessions", "export", "bad/../id"),
      "Error: Invalid value for '[ID]...': invalid session id 'bad/../id': 1-128 characters "
      "from letters, digits and . _ : @ + = -, starting with a letter or digit, without '..'"),

@@ -1,0 +1,165 @@
+"""Reading the JSONL logs other agent tools leave on disk, one line at a time.
+
+Claude Code and Codex CLI append one JSON object a line to their transcript
+files. The readers here never hold a file in memory: lines are read one at
+a time from a binary handle (a line's byte offset is kept so a second pass
+can seek back to it), and a line that is not JSON, or not an object with a
+``type``, is named (file and line number) and skipped, never fatal. Files
+are opened for reading only.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+from ..rows import time_in_range
+
+#: a title is the first line of the summary or prompt, cut to this many characters
+TITLE_CHARS = 120
+#: a line longer than this is skipped unread (no transcript line comes near it)
+MAX_LINE_BYTES = 256 * 1024 * 1024
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
+
+
+@dataclass
+class LineReport:
+    """What a reader left out of one file: skipped lines (named) and lines
+    that are not messages, counted by their type."""
+
+    path: str
+    lines: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    not_messages: Counter[str] = field(default_factory=Counter)
+    unknown_types: Counter[str] = field(default_factory=Counter)
+
+    def skip(self, line: int, why: str) -> None:
+        self.skipped.append({"path": self.path, "line": line, "why": why})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lines": self.lines, "skipped": list(self.skipped),
+                "not_messages": dict(sorted(self.not_messages.items())),
+                "unknown_types": dict(sorted(self.unknown_types.items()))}
+
+
+class Line:
+    """One parsed line: its number, byte offset and object."""
+
+    __slots__ = ("number", "offset", "obj")
+
+    def __init__(self, number: int, offset: int, obj: dict[str, Any]) -> None:
+        self.number, self.offset, self.obj = number, offset, obj
+
+
+def _parse(raw: bytes, number: int, report: LineReport) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(raw)
+    except RecursionError:
+        report.skip(number, "not readable: JSON nested too deeply")
+        return None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, the int-digit limit
+        report.skip(number, f"not JSON ({getattr(e, 'msg', None) or e})")
+        return None
+    if not isinstance(obj, dict):
+        report.skip(number, f"not a JSON object (a {type(obj).__name__})")
+        return None
+    return obj
+
+
+def read_lines(f: BinaryIO, report: LineReport | None) -> Iterator[Line]:
+    """Each non-blank line of ``f`` that is a JSON object. With a ``report``
+    (the first pass) bad lines are named in it; the second pass passes None."""
+    sink = report if report is not None else LineReport("")
+    offset, number = f.tell(), 0
+    for raw in f:
+        number += 1
+        start, offset = offset, offset + len(raw)
+        if report is not None:
+            report.lines = number
+        if not raw.strip():
+            continue
+        if len(raw) > MAX_LINE_BYTES:
+            sink.skip(number, f"line of {len(raw)} bytes is too long")
+            continue
+        obj = _parse(raw, number, sink)
+        if obj is not None:
+            yield Line(number, start, obj)
+
+
+def line_at(f: BinaryIO, offset: int) -> dict[str, Any] | None:
+    """The object of the line starting at ``offset`` (checked by the first pass)."""
+    f.seek(offset)
+    obj = _parse(f.readline(), 0, LineReport(""))
+    return obj
+
+
+def open_log(path: Path) -> BinaryIO:
+    """``path`` opened for reading (a directory or a missing file raises OSError)."""
+    return open(path, "rb")
+
+
+def iso_time(value: Any) -> float | None:
+    """An ISO 8601 time (``Z`` or an offset; naive is UTC) as epoch seconds,
+    or None when it is not one we can store."""
+    if not isinstance(value, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    t = dt.timestamp()
+    return t if time_in_range(t) else None
+
+
+def file_time(path: Path) -> float:
+    """The file's modification time: the time of lines that carry none."""
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+def safe_id(raw: str) -> str:
+    """``raw`` as a session id of ours (safe characters, at most 128)."""
+    cleaned = _UNSAFE.sub("_", raw).lstrip("_.:@+=-")
+    return cleaned[:128] or "imported"
+
+
+def title_from(text: Any) -> str | None:
+    """The first non-blank line of ``text``, cut to TITLE_CHARS."""
+    if not isinstance(text, str):
+        return None
+    for line in text.splitlines():
+        line = " ".join(line.split())
+        if line:
+            return line if len(line) <= TITLE_CHARS else line[:TITLE_CHARS - 1] + "…"
+    return None
+
+
+def text_of(blocks: Any, kinds: tuple[str, ...] = ("text",)) -> str | None:
+    """The text of a content value: a string, or the joined ``text`` of the
+    blocks of the given types (None when there is none)."""
+    if isinstance(blocks, str):
+        return blocks
+    if not isinstance(blocks, list):
+        return None
+    parts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") in kinds
+             and isinstance(b.get("text"), str)]
+    return "\n".join(parts) if parts else None
+
+
+def walk(root: Path, match: re.Pattern[str]) -> list[Path]:
+    """The files under ``root`` whose name matches, sorted; symlinked
+    directories are not followed (a walk stays inside what was named)."""
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        found.extend(Path(dirpath) / n for n in sorted(filenames) if match.fullmatch(n))
+    return found
