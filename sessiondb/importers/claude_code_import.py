@@ -164,6 +164,11 @@ class ClaudeCodeReader:
         return [(g.id, g.parent) for g in self.groups.values()
                 if g.parent is not None and g.messages]
 
+    def conversations(self) -> list[str]:
+        """The file's own conversation (not a sidechain), if it has one."""
+        main = self.groups.get("")
+        return [main.id] if main is not None and main.messages else []
+
     # -- first pass -----------------------------------------------------------
 
     def _scan(self, f: BinaryIO) -> None:

@@ -118,6 +118,9 @@ class CodexReader:
     def lineage(self) -> list[tuple[str, str]]:
         return []  # a rollout is one session
 
+    def conversations(self) -> list[str]:
+        return [self.session_id] if self.scan.messages else []
+
     # -- first pass -----------------------------------------------------------
 
     def _scan(self, f: BinaryIO) -> None:

@@ -40,6 +40,7 @@ class _Reader(Protocol):
     def records(self) -> Iterator[Record]: ...
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]: ...
     def lineage(self) -> list[tuple[str, str]]: ...
+    def conversations(self) -> list[str]: ...
 
 
 _READERS: dict[str, tuple[Callable[[Path], _Reader], Any]] = {
@@ -115,15 +116,17 @@ def import_logs(db: StoreFace, fmt: str, paths: list[Path], *, dry_run: bool = F
         raise ImportFileError(f"no {fmt} transcripts under {', '.join(map(str, paths))}")
     report = LogImportReport(fmt, dry_run)
     children: list[tuple[str, str]] = []
+    conversations: list[str] = []
     for path in files:
         reader = _READERS[fmt][0](path)
         report.files.append(_import_file(db, fmt, path, reader, dry_run))
         if not dry_run:
             children += _write_meta(db, fmt, reader)
+            conversations += reader.conversations()
         if progress is not None:
             progress(1)
-    if not dry_run:
-        _link(db, children)
+    if not dry_run and fmt == "claude-code":
+        _link(db, children, conversations)
     return report
 
 
@@ -163,13 +166,19 @@ def _write_meta(db: StoreFace, fmt: str, reader: _Reader) -> list[tuple[str, str
     return reader.lineage()
 
 
-def _link(db: StoreFace, children: list[tuple[str, str]]) -> None:
+def _link(db: StoreFace, children: list[tuple[str, str]], sessions: list[str]) -> None:
     """Sidechains imported before (or without) their conversation get it as parent once
-    it is in the store (a session never names a parent the store lacks)."""
-    if not children:
-        return
+    it is in the store (a session never names a parent the store lacks): those of
+    this run, and those of earlier runs named ``<conversation>-agent-...``."""
     with db.atomic() as conn:
         for child, parent in children:
             conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ? AND"
                          " parent_session_id IS NULL AND EXISTS (SELECT 1 FROM sessions"
                          " WHERE id = ?)", (parent, child, parent))
+        for parent in sessions:
+            for infix in ("-agent-", "-sidechain-"):
+                prefix = parent + infix
+                conn.execute("UPDATE sessions SET parent_session_id = ? WHERE"
+                             " parent_session_id IS NULL AND substr(id, 1, ?) = ? AND"
+                             " EXISTS (SELECT 1 FROM sessions WHERE id = ?)",
+                             (parent, len(prefix), prefix, parent))
