@@ -1,7 +1,9 @@
 """`hermes sessions import --from claude-code|codex`: other tools' transcripts."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,9 +21,14 @@ def import_logs_cmd(app: AppContext, fmt: str, paths: list[Path], dry_run: bool,
     """Import the transcripts; exit 1 when a line was skipped."""
     walked = any(p.is_dir() for p in paths)
     total = len(log_files(fmt, paths)) if walked else 0
+    # As `sessions import`: no background indexer, the import drives the index.
     with app.open_store(create=not dry_run, background_index=False) as db, \
-            progress(total, "files") as tick:
-        report = import_logs(db, fmt, paths, dry_run=dry_run, progress=tick)
+            ExitStack() as bars:
+        def bar(n: int, label: str = "writing") -> Any:
+            bars.close()  # one bar at a time: files read, rows written, index
+            return bars.enter_context(progress(n, label))
+        report = import_logs(db, fmt, paths, dry_run=dry_run, progress=bar(total, "reading"),
+                             progress_for=bar)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, Iterator
 from ..base import MessageState
 from ..rows import usage as ledger
 from .importer import MessageIn, Record, SessionIn
-from .log_lines import (LineReport, file_time, iso_time, line_at, open_log, read_lines,
+from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
                         safe_id, text_of, title_from)
 
 SOURCE = "claude-code"
@@ -59,8 +59,8 @@ class _Group:
 
     id: str
     parent: str | None = None
-    #: sidechains only: (byte offset, line number) of their lines
-    offsets: list[tuple[int, int]] = field(default_factory=list)
+    #: sidechains only: where their messages are in the spill
+    offsets: list[int] = field(default_factory=list)
     messages: int = 0
     first: float | None = None
     last: float | None = None
@@ -145,13 +145,16 @@ class ClaudeCodeReader:
         self.refused: set[int] = set()
 
     def records(self) -> Iterator[Record]:
-        """Two passes over the file: the first learns each session's row
-        (title, model, times, usage), the second yields the messages."""
+        """One pass over the file learns each session's row (title, model,
+        times, usage) and spills its messages, already mapped, to private
+        temporary files (marshal; the file's bulk, such as ``toolUseResult``,
+        is left behind); then each session's row and its messages are
+        yielded, the conversation first."""
         self.report, self.groups, self.title, self._side_roots = (
             LineReport(str(self.path)), {}, None, {})
-        with open_log(self.path) as f:
-            self._scan(f)
-            yield from self._emit(f)
+        with open_log(self.path) as f, RecordFile() as main, RecordFile() as sides:
+            self._scan(f, main, sides)
+            yield from self._emit(main, sides)
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(session id, working directory, branch, client version, file) per session."""
@@ -171,7 +174,7 @@ class ClaudeCodeReader:
 
     # -- first pass -----------------------------------------------------------
 
-    def _scan(self, f: BinaryIO) -> None:
+    def _scan(self, f: BinaryIO, main: RecordFile, sides: RecordFile) -> None:
         summaries: dict[str, str] = {}
         when = file_time(self.path)
         for line in read_lines(f, self.report):
@@ -182,9 +185,12 @@ class ClaudeCodeReader:
                     continue
                 when = iso_time(obj.get("timestamp")) or when
                 group = self._group_of(obj)
-                if group.parent is not None:
-                    group.offsets.append((line.offset, line.number))
                 group.saw(obj, when)
+                for rec in messages_of(group.id, obj, when, line.number):
+                    if group.parent is None:
+                        main.write(tuple(rec[:8]))
+                    else:
+                        group.offsets.append(sides.write(tuple(rec[:8])))
                 if self.title is None and obj["uuid"] in summaries:
                     self.title = summaries[obj["uuid"]]
             elif kind == "summary" and isinstance(obj.get("summary"), str):
@@ -198,9 +204,12 @@ class ClaudeCodeReader:
                 self.report.skip(line.number, "not a known shape (no 'type')")
 
     def _group_of(self, obj: dict[str, Any]) -> _Group:
-        main = f"claude-code-{self.stem}"
         if not obj.get("isSidechain"):
-            return self.groups.setdefault("", _Group(main))
+            group = self.groups.get("")
+            if group is None:
+                group = self.groups[""] = _Group(f"claude-code-{self.stem}")
+            return group
+        main = f"claude-code-{self.stem}"
         conversation = obj.get("sessionId")
         parent = (f"claude-code-{safe_id(conversation)}" if isinstance(conversation, str)
                   and conversation else main)
@@ -216,27 +225,21 @@ class ClaudeCodeReader:
 
     # -- second pass ----------------------------------------------------------
 
-    def _emit(self, f: BinaryIO) -> Iterator[Record]:
-        main = self.groups.get("")
-        when = file_time(self.path)
-        if main is not None:
-            yield main.session(SOURCE, self.title)
-            f.seek(0)
-            for line in read_lines(f, None):
-                obj = line.obj
-                if obj.get("type") in ("user", "assistant") and not obj.get("isSidechain") \
-                        and _message_line(obj) and line.number not in self.refused:
-                    when = iso_time(obj.get("timestamp")) or when
-                    yield from messages_of(main.id, obj, when, line.number)
+    def _emit(self, main: RecordFile, sides: RecordFile) -> Iterator[Record]:
+        conversation = self.groups.get("")
+        if conversation is not None:
+            yield conversation.session(SOURCE, self.title)
+            for rec in main:
+                if rec[7] not in self.refused:
+                    yield MessageIn(*rec)
         for key, group in self.groups.items():
             if not key:
                 continue
             yield group.session(SOURCE, None)
-            for offset, number in group.offsets:
-                side = line_at(f, offset)
-                if side is not None and number not in self.refused:
-                    when = iso_time(side.get("timestamp")) or when
-                    yield from messages_of(group.id, side, when, number)
+            for offset in group.offsets:
+                rec = sides.at(offset)
+                if rec[7] not in self.refused:
+                    yield MessageIn(*rec)
 
 
 # -- one line as our messages ---------------------------------------------------

@@ -36,8 +36,8 @@ from ..base import MessageState
 from ..rows import ROLES
 from ..rows import usage as ledger
 from .importer import MessageIn, Record, SessionIn
-from .log_lines import (LineReport, file_time, iso_time, open_log, read_lines, safe_id,
-                        text_of, title_from)
+from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
+                        safe_id, text_of, title_from)
 
 SOURCE = "codex"
 FILES = re.compile(r"rollout-.*\.jsonl")
@@ -97,12 +97,15 @@ class CodexReader:
         return safe_id(f"codex-{raw if isinstance(raw, str) and raw else self.path.stem}")
 
     def records(self) -> Iterator[Record]:
+        """One pass over the file learns the session's row and spills its
+        messages, already mapped, to a private temporary file (marshal); then
+        the row and the messages are yielded."""
         self.report, self.scan = LineReport(str(self.path)), _Scan()
-        with open_log(self.path) as f:
-            self._scan(f)
+        with open_log(self.path) as f, RecordFile() as spill:
+            self._scan(f, spill)
             if self.scan.messages:
                 yield self._session()
-                yield from self._emit(f)
+                yield from self._emit(spill)
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         if not self.scan.messages:
@@ -123,16 +126,20 @@ class CodexReader:
 
     # -- first pass -----------------------------------------------------------
 
-    def _scan(self, f: BinaryIO) -> None:
+    def _scan(self, f: BinaryIO, spill: RecordFile) -> None:
         scan, when = self.scan, file_time(self.path)
         for line in read_lines(f, self.report):
             obj = line.obj
             when = iso_time(obj.get("timestamp")) or when
             item = _item(obj)
             if item is not None:
-                if message_of(self.session_id, line.number, item, when) is None:
+                msg = message_dict(item)
+                if msg is None:
                     self._unknown(line.number, item)
                     continue
+                # without the session id: the meta line naming it may come later
+                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message", msg,
+                             line.number))
                 scan.messages += 1
                 scan.saw(when)
                 if scan.prompt is None and item.get("type") == "message" \
@@ -209,15 +216,11 @@ class CodexReader:
                           "ended_at": None, "end_reason": None, "message_count": None,
                           "tool_call_count": None, **counters}, usage=ledger)
 
-    def _emit(self, f: BinaryIO) -> Iterator[Record]:
-        f.seek(0)
-        sid, when = self.session_id, file_time(self.path)
-        for line in read_lines(f, None):
-            when = iso_time(line.obj.get("timestamp")) or when
-            item = _item(line.obj)
-            msg = message_of(sid, line.number, item, when) if item is not None else None
-            if msg is not None and line.number not in self.refused:
-                yield msg
+    def _emit(self, spill: RecordFile) -> Iterator[Record]:
+        sid = self.session_id
+        for rec in spill:
+            if rec[6] not in self.refused:
+                yield MessageIn(sid, *rec)
 
 
 def _prompt(content: Any) -> str | None:
@@ -268,10 +271,3 @@ def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
         return {"role": "tool", "content": _output(item.get("output")),
                 "tool_call_id": str(item.get("call_id") or "")}
     return None
-
-
-def message_of(sid: str, number: int, item: dict[str, Any], when: float) -> MessageIn | None:
-    msg = message_dict(item)
-    if msg is None:
-        return None
-    return MessageIn(sid, f"codex:{number}", when, _ACTIVE, None, "message", msg, number)

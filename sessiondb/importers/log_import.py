@@ -2,17 +2,19 @@
 
 ``import_logs(db, "claude-code", paths)`` takes files and directories (a
 directory is walked for the tool's files, symlinked directories not
-followed) and imports each file through `import_records`, so each file is
-checked whole before it is written and a re-import adds nothing. A line
-the reader cannot use is named in the file's report and skipped, and so is
-a line whose message the store refuses (the file is then read again
-without it); the rest of the file is imported. Unknown line types are
-counted, never fatal. Files are only read.
+followed) and imports every file through one `import_records` run: all of
+it is checked before anything is written, the index is brought to date
+once (built beside the store when the store is empty), and a re-import adds
+nothing. A line the reader cannot use is named in its file's report and
+skipped, and so is a line whose message the store refuses (the check pass
+is then run again without it); the rest is imported. Unknown line types
+are counted, never fatal. Files are only read. Per-file counts come from
+the store's counts of each file's sessions before and after.
 
-The phases, per file: read (two passes, see the readers), import, then the
-session's context (working directory, branch, client version) into
-``state_meta``. After the last file, sidechain sessions imported before
-their conversation are linked to it.
+The phases: read and check (two passes over each file, see the readers),
+write, then each session's context (working directory, branch, client
+version) into ``state_meta``, then sidechain sessions imported before their
+conversation are linked to it. A dry run checks file by file.
 """
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from typing import Any, Callable, Iterator, Protocol, TYPE_CHECKING
 
 from .claude_code_import import ClaudeCodeReader, FILES as CLAUDE_FILES
 from .codex_import import CodexReader, FILES as CODEX_FILES
-from .importer import ImportFileError, ImportResult, Record, import_records
+from ..base import SessionNotFound
+from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
+                       import_records)
 from .log_lines import LineReport, walk
 
 if TYPE_CHECKING:  # for type hints only
@@ -72,13 +76,19 @@ class LogImportReport:
     source_format: str
     dry_run: bool
     files: list[LogFileResult] = field(default_factory=list)
+    #: the one import of every file (None for a dry run, checked file by file)
+    run: ImportResult | None = None
 
     @property
     def skipped_lines(self) -> int:
         return sum(len(f.lines.skipped) for f in self.files)
 
-    def totals(self) -> dict[str, int]:
-        out = {k: sum(getattr(f.result, k) for f in self.files) for k in _TOTALS}
+    def totals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: sum(getattr(f.result, k) for f in self.files)
+                               for k in _TOTALS}
+        if self.run is not None:  # the import's own counts (a session in two files: once)
+            out.update({k: getattr(self.run, k) for k in _TOTALS})
+            out["search_index"], out["index_build"] = self.run.search_index, self.run.index_build
         out["files"] = len(self.files)
         out["lines"] = sum(f.lines.lines for f in self.files)
         out["skipped_lines"] = self.skipped_lines
@@ -106,50 +116,141 @@ def log_files(fmt: str, paths: list[Path]) -> list[Path]:
 
 
 def import_logs(db: StoreFace, fmt: str, paths: list[Path], *, dry_run: bool = False,
-                progress: Callable[[int], None] | None = None) -> LogImportReport:
+                progress: Callable[[int], None] | None = None,
+                progress_for: ProgressFor | None = None) -> LogImportReport:
     """Import Claude Code (``fmt="claude-code"``) or Codex (``"codex"``)
-    transcripts; ``progress`` is told of each file done."""
+    transcripts. ``progress`` is told of each file read; ``progress_for`` is
+    `import_records`'s (the rows written, then the index)."""
     if fmt not in _READERS:
         raise ImportFileError(f"unknown transcript format {fmt!r}")
     files = log_files(fmt, paths)
     if not files:
         raise ImportFileError(f"no {fmt} transcripts under {', '.join(map(str, paths))}")
+    readers = [_READERS[fmt][0](path) for path in files]
     report = LogImportReport(fmt, dry_run)
-    children: list[tuple[str, str]] = []
-    conversations: list[str] = []
-    for path in files:
-        reader = _READERS[fmt][0](path)
-        report.files.append(_import_file(db, fmt, path, reader, dry_run))
-        if not dry_run:
-            children += _write_meta(db, fmt, reader)
-            conversations += reader.conversations()
-        if progress is not None:
-            progress(1)
-    if not dry_run and fmt == "claude-code":
-        _link(db, children, conversations)
+    if dry_run:  # nothing is written: each file on its own gives exact counts
+        for reader in readers:
+            report.files.append(_dry_file(db, fmt, reader))
+            if progress is not None:
+                progress(1)
+        return report
+    stream = _Stream(db, readers, progress)
+    report.run = _import_all(db, fmt, stream, progress_for)
+    report.files = stream.results(db, report.run)
+    children = [pair for r in readers for pair in _write_meta(db, fmt, r)]
+    if fmt == "claude-code":
+        _link(db, children, [sid for r in readers for sid in r.conversations()])
     return report
 
 
-def _import_file(db: StoreFace, fmt: str, path: Path, reader: _Reader,
-                 dry_run: bool) -> LogFileResult:
-    """One file, read again without each line whose message the store refused."""
-    refused: dict[int, str] = {}
+def _dry_file(db: StoreFace, fmt: str, reader: _Reader) -> LogFileResult:
+    stream = _Stream(db, [reader], None)
+    result = _retrying(stream, lambda: import_records(
+        db, stream, source_format=fmt, path=str(reader.report.path), dry_run=True,
+        require_end=False))
+    return LogFileResult(result, reader.report)
+
+
+def _import_all(db: StoreFace, fmt: str, stream: "_Stream",
+                progress_for: ProgressFor | None) -> ImportResult:
+    """Every file in one import (one check pass, one write pass, the index
+    brought to date once, built beside an empty store)."""
+    return _retrying(stream, lambda: import_records(
+        db, stream, source_format=fmt, path=", ".join(r.report.path for r in stream.readers),
+        require_end=False, progress_for=progress_for))
+
+
+def _retrying(stream: "_Stream", run: Callable[[], ImportResult]) -> ImportResult:
+    """``run()``, again without each line whose message the store refused (the
+    check pass refuses it before anything is written); the lines are named."""
+    refused = 0
     while True:
         try:
-            result = import_records(db, reader.records, source_format=fmt, path=str(path),
-                                    dry_run=dry_run, require_end=False)
+            result = run()
             break
         except ImportFileError as e:
-            if e.line is None or e.line in refused or len(refused) >= MAX_REFUSED:
+            at = stream.current
+            if e.line is None or at is None or e.line in stream.readers[at].refused \
+                    or refused >= MAX_REFUSED:
                 raise
-            refused[e.line] = str(e).split(": ", 1)[-1]
-            reader.refused.add(e.line)
-        except (OSError, UnicodeDecodeError) as e:
-            reader.report.skip(0, f"cannot read the file: {getattr(e, 'strerror', None) or e}")
-            return LogFileResult(ImportResult(fmt, str(path), dry_run), reader.report)
-    for line, why in sorted(refused.items()):
-        reader.report.skip(line, f"the store refused its message: {why}")
-    return LogFileResult(result, reader.report)
+            refused += 1
+            stream.readers[at].refused.add(e.line)
+            stream.why[(at, e.line)] = str(e).split(": ", 1)[-1]
+    for (i, line), why in sorted(stream.why.items()):
+        stream.readers[i].report.skip(line, f"the store refused its message: {why}")
+    return result
+
+
+@dataclass
+class _FileCount:
+    """One file's records, and its sessions' counts before anything was written."""
+
+    sessions: list[str] = field(default_factory=list)
+    messages: int = 0
+    usage_rows: int = 0
+    before: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+
+
+class _Stream:
+    """The records of every file, one file after another, counted per file.
+    Called once per pass of `import_records`; the check pass reads it before
+    the write pass writes anything, so the counts it takes of each file's
+    sessions at the end of the file are the store's before the import."""
+
+    def __init__(self, db: StoreFace, readers: list[_Reader],
+                 progress: Callable[[int], None] | None) -> None:
+        self.db, self.readers, self.progress = db, readers, progress
+        self.current: int | None = None  # the file of the record yielded last
+        self.counts: list[_FileCount] = []
+        self.why: dict[tuple[int, int], str] = {}
+
+    def __call__(self) -> Iterator[Record]:
+        self.counts = []
+        for i, reader in enumerate(self.readers):
+            self.current, count = i, _FileCount()
+            self.counts.append(count)
+            try:
+                for rec in reader.records():
+                    if isinstance(rec, SessionIn):
+                        count.sessions.append(rec.id)
+                        count.usage_rows += len(rec.usage)
+                    elif isinstance(rec, MessageIn):
+                        count.messages += 1
+                    yield rec
+            except (OSError, UnicodeDecodeError) as e:
+                reader.report.skip(0, "cannot read the file: "
+                                      f"{getattr(e, 'strerror', None) or e}")
+            count.before = {sid: _counts(self.db, sid) for sid in count.sessions}
+            if self.progress is not None:
+                self.progress(1)
+
+    def results(self, db: StoreFace, run: ImportResult) -> list[LogFileResult]:
+        """Per file: what its sessions gained, from the store's counts before and after."""
+        out = []
+        for reader, count in zip(self.readers, self.counts):
+            r = ImportResult(run.source_format, reader.report.path, False,
+                             sessions_in_file=len(count.sessions),
+                             messages_in_file=count.messages,
+                             usage_rows_in_file=count.usage_rows,
+                             search_index=run.search_index, index_backlog=run.index_backlog,
+                             index_build=run.index_build)
+            for sid, before in count.before.items():
+                after = _counts(db, sid) or (0, 0)
+                r.sessions_created += before is None
+                r.sessions_existing += before is not None
+                r.messages_added += after[0] - (before or (0, 0))[0]
+                r.usage_rows_added += after[1] - (before or (0, 0))[1]
+            r.messages_skipped = r.messages_in_file - r.messages_added
+            out.append(LogFileResult(r, reader.report))
+        return out
+
+
+def _counts(db: StoreFace, sid: str) -> tuple[int, int] | None:
+    """A session's message count and usage ledger rows (None: not in the store)."""
+    try:
+        return db.get_session(sid).message_count, len(db.session_usage(sid))
+    except SessionNotFound:
+        return None
 
 
 def _write_meta(db: StoreFace, fmt: str, reader: _Reader) -> list[tuple[str, str]]:

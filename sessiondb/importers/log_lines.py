@@ -2,16 +2,18 @@
 
 Claude Code and Codex CLI append one JSON object a line to their transcript
 files. The readers here never hold a file in memory: lines are read one at
-a time from a binary handle (a line's byte offset is kept so a second pass
-can seek back to it), and a line that is not JSON, or not an object with a
-``type``, is named (file and line number) and skipped, never fatal. Files
-are opened for reading only.
+a time from a binary handle, and a line that is not JSON, or not an object
+with a ``type``, is named (file and line number) and skipped, never fatal.
+Files are opened for reading only.
 """
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
+import struct
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -56,9 +58,12 @@ class Line:
         self.number, self.offset, self.obj = number, offset, obj
 
 
+_DECODE = json.JSONDecoder().decode  # json.loads on bytes detects the encoding each call
+
+
 def _parse(raw: bytes, number: int, report: LineReport) -> dict[str, Any] | None:
     try:
-        obj = json.loads(raw)
+        obj = _DECODE(raw.decode("utf-8"))
     except RecursionError:
         report.skip(number, "not readable: JSON nested too deeply")
         return None
@@ -71,36 +76,62 @@ def _parse(raw: bytes, number: int, report: LineReport) -> dict[str, Any] | None
     return obj
 
 
-def read_lines(f: BinaryIO, report: LineReport | None) -> Iterator[Line]:
-    """Each non-blank line of ``f`` that is a JSON object. With a ``report``
-    (the first pass) bad lines are named in it; the second pass passes None."""
-    sink = report if report is not None else LineReport("")
+def read_lines(f: BinaryIO, report: LineReport) -> Iterator[Line]:
+    """Each non-blank line of ``f`` that is a JSON object; bad lines are named
+    in ``report``."""
     offset, number = f.tell(), 0
     for raw in f:
         number += 1
         start, offset = offset, offset + len(raw)
-        if report is not None:
-            report.lines = number
+        report.lines = number
         if not raw.strip():
             continue
         if len(raw) > MAX_LINE_BYTES:
-            sink.skip(number, f"line of {len(raw)} bytes is too long")
+            report.skip(number, f"line of {len(raw)} bytes is too long")
             continue
-        obj = _parse(raw, number, sink)
+        obj = _parse(raw, number, report)
         if obj is not None:
             yield Line(number, start, obj)
-
-
-def line_at(f: BinaryIO, offset: int) -> dict[str, Any] | None:
-    """The object of the line starting at ``offset`` (checked by the first pass)."""
-    f.seek(offset)
-    obj = _parse(f.readline(), 0, LineReport(""))
-    return obj
 
 
 def open_log(path: Path) -> BinaryIO:
     """``path`` opened for reading (a directory or a missing file raises OSError)."""
     return open(path, "rb")
+
+
+class RecordFile:
+    """Mapped records between a reader's pass over a file and its yielding
+    them: length-prefixed ``marshal`` in an unlinked, private temporary file
+    (reading back costs a fraction of parsing the line's JSON again)."""
+
+    _LENGTH = struct.Struct("<I")
+
+    def __init__(self) -> None:
+        self._f = tempfile.TemporaryFile(buffering=1 << 20)
+
+    def write(self, record: tuple[Any, ...]) -> int:
+        """Append ``record``; returns where it starts (for `at`)."""
+        offset = self._f.tell()
+        data = marshal.dumps(record)
+        self._f.write(self._LENGTH.pack(len(data)))
+        self._f.write(data)
+        return offset
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        self._f.seek(0)
+        read = self._f.read
+        while head := read(4):
+            yield marshal.loads(read(self._LENGTH.unpack(head)[0]))
+
+    def at(self, offset: int) -> tuple[Any, ...]:
+        self._f.seek(offset)
+        return marshal.loads(self._f.read(self._LENGTH.unpack(self._f.read(4))[0]))
+
+    def __enter__(self) -> "RecordFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
 
 
 def iso_time(value: Any) -> float | None:
