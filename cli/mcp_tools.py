@@ -294,7 +294,10 @@ def call(app: AppContext, name: str, arguments: Any, *, max_bytes: int = MAX_BYT
         raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS)}")
     args = check_args(tool.schema, arguments)
     try:
-        with app.open_store(create=False) as db:
+        # Opened per call, as a reading command opens it (never created), so a
+        # long-lived server holds no handle between calls; no background
+        # indexer thread: a call is short and only reads.
+        with app.open_store(create=False, background_index=False) as db:
             doc = tool.run(db, args)
     except InvalidInput as e:
         raise ToolError(" ".join(str(e).split())) from None
