@@ -10,6 +10,7 @@ crash. (The PostgreSQL backend: test_mcp_server_pg.py.)
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -62,6 +63,9 @@ def filled(tmp_path: Path, hermes_home: Path) -> Path:
         db.append_messages(LONG, [{"role": "user" if i % 2 else "assistant",
                                    "content": f"step {i} " + "padding words " * 80}
                                   for i in range(300)])
+        db.create_session("wide", source="agent", title="One long tool output")
+        db.append_message("wide", {"role": "tool", "tool_call_id": "c1",
+                                   "content": "0123456789" * 500})
     return hermes_home
 
 
@@ -73,6 +77,7 @@ def test_tools_search_read_pages_and_bounds(filled):
                            ("newest", {"session_id": LONG, "limit": 5}),
                            ("before", {"session_id": LONG, "limit": 5, "before_position": 296}),
                            ("big", {"session_id": LONG, "limit": 100}),
+                           ("wide", {"session_id": "wide"}),
                            ("stats", {})):
             tool = {"search": "search_sessions", "list": "list_sessions",
                     "stats": "session_stats"}.get(name, "read_session")
@@ -105,8 +110,11 @@ def test_tools_search_read_pages_and_bounds(filled):
     assert big["truncated"] is True and big["omitted"] + len(big["messages"]) == 100
     assert len(json.dumps(big).encode()) <= 8192
     assert big["next_page"]["after_position"] == big["messages"][-1]["position"]
+    [wide] = out["wide"][1]["messages"]
+    assert wide["text_truncated"] is True and len(wide["text"]) == 2001
+    assert wide["tool_call_id"] == "c1"
     stats = out["stats"][1]
-    assert (stats["sessions"], stats["messages"]) == (5, 315)
+    assert (stats["sessions"], stats["messages"]) == (6, 316)
 
 
 BAD = [
@@ -136,6 +144,15 @@ BAD = [
     ("drop_sessions", {}, "no tool 'drop_sessions'; the tools are search_sessions, "
                           "list_sessions, read_session, session_stats"),
 ]
+
+
+def test_the_cli_and_the_tools_load_without_the_sdk():
+    """`hermes` starts without importing the MCP SDK; only `mcp serve` does."""
+    code = ("import sys, hstate_cli.main, hstate_cli.mcp_tools; "
+            "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_every_tool_refuses_bad_arguments_with_a_tool_error(filled):
