@@ -154,7 +154,10 @@ class ClaudeCodeReader:
             LineReport(str(self.path)), {}, None, {})
         with open_log(self.path) as f, RecordFile() as main, RecordFile() as sides:
             self._scan(f, main, sides)
+            self._side_roots = {}
             yield from self._emit(main, sides)
+        for g in self.groups.values():  # a run of many files keeps only the rows' facts
+            g.offsets, g.responses = [], set()
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(session id, working directory, branch, client version, file) per session."""
