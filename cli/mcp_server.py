@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 INSTRUCTIONS = ("Read-only access to the agent sessions in a hermes-state store: search "
                 "their messages, list sessions, read a session a page at a time, count "
-                "what the store holds. Nothing here changes the store.")
+                "what the store holds. No tool changes a session or message.")
 
 
 def build_server(app: AppContext, max_bytes: int) -> Any:

@@ -26,9 +26,9 @@ def serve_cmd(app: AppContext, max_bytes: int) -> None:
     """Serve read-only tools over MCP's stdio transport until the client leaves.
 
     Tools: search_sessions, list_sessions, read_session, session_stats
-    (docs/cli.md). They read the store of --home/--profile (or --store-url)
-    and never change it; no tool takes a path. Needs the mcp extra:
-    pip install 'hermes-state[mcp]'.
+    (docs/cli.md). They read the store of --home/--profile (or --store-url),
+    opened as reading commands open it, and change no session or message;
+    no tool takes a path. Needs the mcp extra: pip install 'hermes-state[mcp]'.
 
     \b
     Example:
