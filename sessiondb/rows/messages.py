@@ -450,3 +450,10 @@ def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> i
     if attached:
         search_index.attach_triggers(conn)
     return changed
+
+
+def rewind_all(conn: apsw.Connection, session_id: str) -> int:
+    """Mark every live row of the session rewound (one UPDATE); returns how many."""
+    conn.execute("UPDATE messages SET state = 'rewound' WHERE session_id = ? AND state = 'active'",
+                 (session_id,))
+    return conn.changes()
