@@ -1,7 +1,7 @@
 """The store's rows: how messages, sessions, leases and usage are coded,
 written and read, and micro-compaction's archive.
 """
-from . import compaction, leases, messages, pages, sessions, usage
+from . import checkpoints, compaction, leases, messages, pages, sessions, usage
 from .codec import (EncodedMessage, MARKER_KEY, MAX_COLUMN_INT, PRIVATE_PREFIX, Persisted, ROLES,
                     ROLE_CODES, TIME_RANGE_TEXT, UID_KEY, checked_time, encode, fingerprint_key,
                     fingerprint_of, fingerprint_text, kind_key, kind_text, logical_meta, new_uid,
@@ -36,6 +36,7 @@ __all__ = [
     "UsageRow",
     "apply_compaction",
     "checked_time",
+    "checkpoints",
     "compact_legacy_rows",
     "compaction",
     "encode",

@@ -1,0 +1,159 @@
+"""HermesSaver: LangGraph's conformance suite, a real graph, prune, recover,
+on both backends."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from click.testing import CliRunner
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.conformance.report import ProgressCallbacks
+from langgraph.graph import START, MessagesState, StateGraph
+
+import hstate_recovery
+from hstate_cli.main import cli
+from sessiondb import SessionDB, StoreFace
+from sessiondb.integrations.langgraph import HermesSaver
+from tests.helpers import damage
+
+pytestmark = pytest.mark.both_backends
+
+
+@pytest.fixture
+def store(open_store: Callable[..., StoreFace]) -> StoreFace:
+    """The home's store: the CLI in a test reaches it (a file, or the server's URL)."""
+    return open_store()
+
+
+def test_the_conformance_suite_passes_every_capability(store: StoreFace) -> None:
+    """Every base capability and every extended one (all are implemented)."""
+    @checkpointer_test(name="HermesSaver")
+    async def saver() -> Any:
+        yield HermesSaver(store)
+    failures: list[str] = []
+
+    def seen(capability: str, test: str, passed: bool, error: str | None) -> None:
+        if not passed:
+            failures.append(f"{capability}/{test}: {(error or '')[-600:]}")
+    report = asyncio.run(validate(saver, progress=ProgressCallbacks(on_test_result=seen)))
+    assert failures == []
+    assert {name for name, r in report.results.items() if r.detected and r.passed} == {
+        c.value for c in ALL_CAPABILITIES}
+
+
+def _echo(state: MessagesState) -> dict[str, Any]:
+    said = state["messages"][-1].content
+    return {"messages": [AIMessage(content=f"echo of {said}")]}
+
+
+def _graph(saver: HermesSaver) -> Any:
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", _echo)
+    builder.add_edge(START, "echo")
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_messages_graph_is_a_searchable_session(store: StoreFace) -> None:
+    saver = HermesSaver(store)
+    graph = _graph(saver)
+    config = {"configurable": {"thread_id": "chat-7"}}
+    for word in ("albatross", "binnacle", "capstan"):
+        graph.invoke({"messages": [{"role": "user", "content": f"tell me about {word}"}]},
+                     config)
+    state = graph.get_state(config)
+    assert [m.content for m in state.values["messages"]][-2:] == [
+        "tell me about capstan", "echo of tell me about capstan"]
+    transcript = store.get_messages("chat-7")
+    assert [(m["role"], m["content"]) for m in transcript] == [
+        (role, text) for word in ("albatross", "binnacle", "capstan")
+        for role, text in (("user", f"tell me about {word}"),
+                           ("assistant", f"echo of tell me about {word}"))]
+    assert store.get_session("chat-7").source == "langgraph"
+    store.catch_up_index()
+    hits = CliRunner().invoke(cli, ["sessions", "search", "binnacle", "--json"],
+                              catch_exceptions=False)
+    assert hits.exit_code == 0, hits.output
+    found = json.loads(hits.output)
+    rows = found["hits"] if isinstance(found, dict) else found
+    assert {(h["session_id"], h["role"]) for h in rows} == {("chat-7", "user"),
+                                                            ("chat-7", "assistant")}
+    listed = CliRunner().invoke(cli, ["sessions", "list", "--json"], catch_exceptions=False)
+    assert "chat-7" in listed.output
+
+
+def test_prune_of_a_thousand_checkpoints_keeps_the_newest(store: StoreFace) -> None:
+    saver = HermesSaver(store, mirror_messages=False)
+    graph = _graph(saver)
+    config = {"configurable": {"thread_id": "long-thread"}}
+    config = saver.put(config, *_checkpoint(saver, 0))
+    for step in range(1, 1000):
+        config = saver.put(config, *_checkpoint(saver, step))
+    assert len(list(saver.list({"configurable": {"thread_id": "long-thread"}}))) == 1000
+    newest = saver.get_tuple({"configurable": {"thread_id": "long-thread"}})
+    saver.prune(["long-thread"])
+    kept = list(saver.list({"configurable": {"thread_id": "long-thread"}}))
+    assert [k.config for k in kept] == [newest.config]
+    assert kept[0].checkpoint["channel_values"] == {"count": 999, "label": "fixed"}
+    with store.core.read() as conn:
+        (blobs,) = conn.execute("SELECT count(*) FROM graph_blobs").fetchone()
+    assert blobs == 2  # the values the newest checkpoint points at, nothing else
+    assert graph is not None
+
+
+def _checkpoint(saver: HermesSaver, step: int) -> tuple[Any, Any, dict[str, str]]:
+    from langgraph.checkpoint.base import empty_checkpoint
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"count": step, "label": "fixed"}
+    version = saver.get_next_version(None if step == 0 else f"{step}.0", None)
+    cp["channel_versions"] = {"count": version, "label": "1.0"}
+    new = {"count": version, **({"label": "1.0"} if step == 0 else {})}
+    return cp, {"source": "loop", "step": step}, new
+
+
+@pytest.mark.sqlite_only(reason="recover works on the SQLite file")
+def test_recover_of_a_damaged_store_brings_the_checkpoints_back(store: StoreFace,
+                                                                tmp_path: Path) -> None:
+    saver = HermesSaver(store)
+    graph = _graph(saver)
+    for n in range(4):
+        graph.invoke({"messages": [{"role": "user", "content": f"turn {n}"}]},
+                     {"configurable": {"thread_id": "kept-thread"}})
+    before = [t.checkpoint["channel_values"] for t in
+              saver.list({"configurable": {"thread_id": "kept-thread"}})]
+    store.close()
+    src = Path(store.path)
+    leaf = damage.pages_of(src, "messages_in_order", "leaf")
+    damage.smash_page(src, (leaf or damage.pages_of(src, "messages_in_order"))[0])
+    out = tmp_path / "recovered.db"
+    report = hstate_recovery.recover(src, out, allow_partial=True)
+    assert out.exists(), report
+    with SessionDB(out) as again:
+        restored = [t.checkpoint["channel_values"] for t in HermesSaver(again).list(
+            {"configurable": {"thread_id": "kept-thread"}})]
+        assert restored == before
+        assert len(restored) == 4 * 3  # input, loop and end of each of four turns
+
+
+def test_delete_thread_keeps_the_transcript(store: StoreFace) -> None:
+    saver = HermesSaver(store)
+    _graph(saver).invoke({"messages": [{"role": "user", "content": "hello"}]},
+                         {"configurable": {"thread_id": "t-del"}})
+    saver.delete_thread("t-del")
+    assert saver.get_tuple({"configurable": {"thread_id": "t-del"}}) is None
+    assert [m["content"] for m in store.get_messages("t-del")] == ["hello", "echo of hello"]
+
+
+def test_deleting_the_session_takes_its_checkpoints(store: StoreFace) -> None:
+    saver = HermesSaver(store)
+    _graph(saver).invoke({"messages": [{"role": "user", "content": "bye"}]},
+                         {"configurable": {"thread_id": "t-gone"}})
+    store.delete_session("t-gone")
+    assert saver.get_tuple({"configurable": {"thread_id": "t-gone"}}) is None
+    with store.core.read() as conn:
+        for table in ("graph_checkpoints", "graph_blobs", "graph_writes"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
