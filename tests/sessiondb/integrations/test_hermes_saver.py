@@ -157,3 +157,28 @@ def test_deleting_the_session_takes_its_checkpoints(store: StoreFace) -> None:
     with store.core.read() as conn:
         for table in ("graph_checkpoints", "graph_blobs", "graph_writes"):
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+
+
+@pytest.mark.sqlite_only(reason="the migrate goes from the home's file to a server and back")
+def test_migrate_carries_checkpoints_to_a_server_and_back(store: StoreFace, hermes_home: Path,
+                                                          pg_db_url: str,
+                                                          tmp_path: Path) -> None:
+    saver = HermesSaver(store)
+    _graph(saver).invoke({"messages": [{"role": "user", "content": "moored"}]},
+                         {"configurable": {"thread_id": "moving"}})
+    before = [t.checkpoint for t in saver.list({"configurable": {"thread_id": "moving"}})]
+    store.close()
+    out = CliRunner().invoke(cli, ["sessions", "migrate", "--to", pg_db_url, "--json"])
+    assert out.exit_code == 0, out.output
+    counts = json.loads(out.output)
+    assert counts["verified"] and counts["source_counts"]["graph_checkpoints"] == len(before)
+    with SessionDB.open(url=pg_db_url) as server:
+        assert [t.checkpoint for t in HermesSaver(server).list(
+            {"configurable": {"thread_id": "moving"}})] == before
+    back = tmp_path / "back"
+    res = CliRunner().invoke(cli, ["--home", str(back), "sessions", "migrate", "--from",
+                                   pg_db_url, "--json"])
+    assert res.exit_code == 0, res.output
+    with SessionDB.open(back) as again:
+        assert [t.checkpoint for t in HermesSaver(again).list(
+            {"configurable": {"thread_id": "moving"}})] == before
