@@ -126,15 +126,28 @@ def replaced(value: Any, path: Path, new: Any) -> Any:
     return copy
 
 
-def from_message(message: dict[str, Any]) -> Any:
-    """The item a stored message dict holds (store markers are dropped)."""
+def from_message(message: dict[str, Any], *, owned: bool = False) -> Any:
+    """The item a stored message dict holds (store markers are dropped).
+    ``owned``: the dict was just decoded for this call and has no markers,
+    so it may be returned, or changed in place, rather than copied."""
     if ITEM_KEY not in message:
+        if owned:
+            return message
         return {k: v for k, v in message.items() if not k.startswith(PRIVATE_PREFIX)}
     item = message[ITEM_KEY]
     path = message.get(TEXT_AT_KEY)
     if isinstance(path, list):
-        item = replaced(item, path, message.get("content"))
+        if owned and path:
+            _set_in_place(item, path, message.get("content"))
+        else:
+            item = replaced(item, path, message.get("content"))
     return item
+
+
+def _set_in_place(value: Any, path: Path, new: Any) -> None:
+    for step in path[:-1]:
+        value = value[step]
+    value[path[-1]] = new
 
 
 __all__ = ["ITEM_KEY", "TEXT_AT_KEY", "TEXT_KEYS", "to_message", "from_message", "role_for",

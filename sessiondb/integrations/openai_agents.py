@@ -30,7 +30,7 @@ import asyncio
 import os
 from typing import Any, Awaitable, TypeVar
 
-from ..base import SessionNotFound, SessionTooLong
+from ..base import SessionNotFound
 from ..face import StoreFace
 from ..rows import UID_KEY, messages
 from .items import from_message, to_message
@@ -46,8 +46,6 @@ T = TypeVar("T")
 
 #: The ``source`` of a session HermesSession creates.
 SOURCE = "openai-agents"
-#: Rows a whole read takes per page once a session is past the store's load limit.
-_PAGE = 5000
 
 
 class HermesSession:
@@ -118,29 +116,10 @@ class HermesSession:
     def _get_items(self, limit: int | None) -> list[Any]:
         if limit == 0:
             return []
-        sid = self.store_session_id
-        try:
-            if limit is not None and limit > 0:
-                rows = self.db.get_messages(sid, tail=limit)
-            else:
-                rows = self._whole(sid)
-        except SessionNotFound:
-            return []
-        return [from_message(row) for row in rows]
-
-    def _whole(self, sid: str) -> list[dict[str, Any]]:
-        try:
-            return self.db.get_messages(sid)
-        except SessionTooLong:
-            pass  # past the store's whole-load limit: page through it
-        out: list[dict[str, Any]] = []
-        after: int | None = None
-        while True:
-            page = self.db.get_messages(sid, limit=_PAGE, after=after)
-            out.extend(page)
-            if len(page) < _PAGE:
-                return out
-            after = page[-1][messages.POSITION_KEY]
+        tail = limit if limit is not None and limit > 0 else None
+        with self.db.core.snapshot() as conn:  # one read: the rows of one commit
+            rows = messages.load_plain(conn, self.store_session_id, tail=tail)
+        return [from_message(row, owned=True) for row in rows]
 
     def _append(self, batch: list[dict[str, Any]]) -> None:
         sid = self.store_session_id
