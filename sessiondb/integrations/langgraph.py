@@ -22,10 +22,11 @@ The async methods run the sync ones in a worker thread. Needs the
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from ..base import InvalidMessage
 from ..face import StoreFace
@@ -92,7 +93,7 @@ class HermesSaver(BaseCheckpointSaver[str]):
                 conn, session_id=store_session_id(thread, "lg") if thread else None,
                 ns=conf.get("checkpoint_ns"), checkpoint_id=get_checkpoint_id(config)
                 if config else None, before=get_checkpoint_id(before) if before else None)
-            out = []
+            out: builtins.list[CheckpointTuple] = []
             for row in found:
                 if limit is not None and len(out) >= limit:
                     break
@@ -105,20 +106,20 @@ class HermesSaver(BaseCheckpointSaver[str]):
     def _tuple(self, conn: Any, row: rows.CheckpointRow,
                metadata: CheckpointMetadata | None = None) -> CheckpointTuple:
         checkpoint = self.serde.loads_typed((row.type, row.checkpoint))
-        values = {channel: self.serde.loads_typed((kind, value))
+        values = {channel: self.serde.loads_typed((kind, value or b""))
                   for channel, kind, value in rows.blobs_for(
                       conn, row.session_id, row.checkpoint_ns, checkpoint["channel_versions"])
                   if kind != "empty"}
         writes = rows.writes_for(conn, row.session_id, row.checkpoint_ns, row.checkpoint_id)
         return CheckpointTuple(
             config=_config(row.thread, row.checkpoint_ns, row.checkpoint_id),
-            checkpoint={**checkpoint, "channel_values": values},
+            checkpoint=cast(Checkpoint, {**checkpoint, "channel_values": values}),
             metadata=metadata if metadata is not None else self.serde.loads_typed(
                 (row.metadata_type, row.metadata)),
             parent_config=_config(row.thread, row.checkpoint_ns, row.parent_checkpoint_id)
             if row.parent_checkpoint_id else None,
-            pending_writes=[(w.task_id, w.channel, self.serde.loads_typed((w.type, w.value)))
-                            for w in writes])
+            pending_writes=[(w.task_id, w.channel,
+                             self.serde.loads_typed((w.type, w.value or b""))) for w in writes])
 
     # -- writing -----------------------------------------------------------------
 
@@ -292,7 +293,7 @@ def _config(thread: str, ns: str, checkpoint_id: str | None) -> RunnableConfig:
                              "checkpoint_id": checkpoint_id}}
 
 
-def _run_id(metadata: dict[str, Any]) -> str | None:
+def _run_id(metadata: Mapping[str, Any]) -> str | None:
     run_id = metadata.get("run_id")
     return None if run_id is None else str(run_id)
 

@@ -25,8 +25,9 @@ SUITE = ("tests/memory/test_session.py", "tests/memory/test_session_limit.py")
 
 _CONNECTIONS = "SQLiteSession's per-thread sqlite3 connections (its _connections set)"
 _CORRUPT = ("rows of invalid JSON written with sqlite3 into SQLiteSession's own table; a "
-            "store row is checked when written (tests/sessiondb/integrations/test_hermes_session.py)")
-_SDK_TABLES = "drops or probes SQLiteSession's own tables (agent_sessions, agent_messages) with sqlite3"
+            "store row is checked when written (test_hermes_session.py)")
+_SDK_TABLES = ("drops or probes SQLiteSession's own tables (agent_sessions, agent_messages) "
+               "with sqlite3")
 _FAKE_CONNECTION = "swaps a fake sqlite3 connection into SQLiteSession's _get_connection"
 #: SDK test -> why it does not apply to a store of ours.
 NOT_APPLICABLE = {
