@@ -182,3 +182,18 @@ def test_migrate_carries_checkpoints_to_a_server_and_back(store: StoreFace, herm
     with SessionDB.open(back) as again:
         assert [t.checkpoint for t in HermesSaver(again).list(
             {"configurable": {"thread_id": "moving"}})] == before
+
+
+@pytest.mark.sqlite_only(reason="the README's example uses the home's file")
+def test_the_readme_example_runs_as_written(store: StoreFace) -> None:
+    import re
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme.split("### Agents on other frameworks", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", _echo)
+    builder.add_edge(START, "echo")
+    scope: dict[str, Any] = {"builder": builder}
+    exec(blocks[1], scope)  # noqa: S102 - the documented example, as written
+    scope["graph"].checkpointer.close()
+    assert [m["content"] for m in store.get_messages("chat-7")] == ["Hello", "echo of Hello"]
