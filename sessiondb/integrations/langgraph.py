@@ -142,7 +142,8 @@ class HermesSaver(BaseCheckpointSaver[str]):
         with self.db.atomic() as conn:
             self._ensure_session(conn, sid, thread)
             rows.put_blobs(conn, sid, ns, blobs)
-            rows.put_checkpoint(conn, row, _run_id(meta), self.db.now())
+            rows.put_checkpoint(conn, row, _run_id(meta), self.db.now(),
+                                checkpoint["channel_versions"])
             if mirror:
                 self._mirror(conn, sid, values.get("messages"))
         return _config(thread, ns, checkpoint["id"])
@@ -198,7 +199,7 @@ class HermesSaver(BaseCheckpointSaver[str]):
             for sid, ns, cid in found:
                 rows.delete_checkpoints(conn, sid, ns, [cid])
             for sid in {f[0] for f in found}:
-                self._drop_unused_blobs(conn, sid)
+                rows.drop_unused_values(conn, sid)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, value and write of one thread to another."""
@@ -220,28 +221,7 @@ class HermesSaver(BaseCheckpointSaver[str]):
         for thread in thread_ids:
             sid = store_session_id(thread, "lg")
             with self.db.atomic() as conn:
-                if strategy == "delete":
-                    rows.delete_thread(conn, sid)
-                    continue
-                seen: set[str] = set()
-                old: dict[str, list[str]] = {}
-                for ns, cid in rows.checkpoint_keys(conn, sid):
-                    if ns in seen:
-                        old.setdefault(ns, []).append(cid)
-                    seen.add(ns)
-                for ns, ids in old.items():
-                    rows.delete_checkpoints(conn, sid, ns, ids)
-                self._drop_unused_blobs(conn, sid)
-
-    def _drop_unused_blobs(self, conn: Any, sid: str) -> None:
-        """Delete the session's channel values no remaining checkpoint points at."""
-        used: set[tuple[str, str, str]] = set()
-        for row in rows.list_checkpoints(conn, session_id=sid, ns=None, checkpoint_id=None,
-                                         before=None):
-            versions = self.serde.loads_typed((row.type, row.checkpoint))["channel_versions"]
-            used |= {(row.checkpoint_ns, ch, str(v)) for ch, v in versions.items()}
-        rows.delete_blobs(conn, [rid for rid, ns, ch, v in rows.blob_keys(conn, sid)
-                                 if (ns, ch, v) not in used])
+                rows.prune_thread(conn, sid, 1 if strategy == "keep_latest" else 0)
 
     # -- versions, and the async face -------------------------------------------------
 

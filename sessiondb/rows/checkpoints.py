@@ -5,14 +5,17 @@ A thread is a session; its checkpoints, the channel values they point at
 value that did not change is stored once) and the pending writes of its
 tasks are rows of three tables that name the session, so deleting or
 pruning a session takes them with it (``ON DELETE CASCADE``). Values are
-kept as the saver's serializer wrote them: a type tag and bytes. The tables
-are rowid tables (the carver maps their rows, recovery copies them).
+kept as the saver's serializer wrote them: a type tag and bytes; a
+checkpoint's channel versions are also kept as JSON, so the values no
+checkpoint points at can be found (and pruned) without the framework. The
+tables are rowid tables (recovery copies them as it copies every table).
 
 Functions take a connection already in the right transaction and speak the
 ``?`` SQL both backends run (sessiondb/pg/adapter.py).
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, NamedTuple, Sequence
 
 _DDL = """
@@ -29,6 +32,7 @@ CREATE TABLE graph_checkpoints (
     checkpoint           {blob} NOT NULL,
     metadata_type        TEXT NOT NULL,
     metadata             {blob} NOT NULL,
+    channel_versions     TEXT NOT NULL DEFAULT '{{}}',
     UNIQUE (session_id, checkpoint_ns, checkpoint_id)
 );
 CREATE INDEX graph_checkpoints_by_run ON graph_checkpoints(run_id) WHERE run_id IS NOT NULL;
@@ -108,16 +112,20 @@ _CHECKPOINT_COLUMNS = ("session_id, thread_id, checkpoint_ns, checkpoint_id, "
                        "parent_checkpoint_id, type, checkpoint, metadata_type, metadata")
 
 
-def put_checkpoint(conn: Any, row: CheckpointRow, run_id: str | None, now: float) -> None:
-    """Store a checkpoint; one already stored under its id is replaced."""
+def put_checkpoint(conn: Any, row: CheckpointRow, run_id: str | None, now: float,
+                   versions: dict[str, Any]) -> None:
+    """Store a checkpoint (``versions``: its channel versions); one already
+    stored under its id is replaced."""
     conn.execute(
-        f"INSERT INTO graph_checkpoints({_CHECKPOINT_COLUMNS}, run_id, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        f"INSERT INTO graph_checkpoints({_CHECKPOINT_COLUMNS}, run_id, created_at,"
+        " channel_versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT(session_id, checkpoint_ns, checkpoint_id) DO UPDATE SET"
         " parent_checkpoint_id = excluded.parent_checkpoint_id, type = excluded.type,"
         " checkpoint = excluded.checkpoint, metadata_type = excluded.metadata_type,"
-        " metadata = excluded.metadata, run_id = excluded.run_id",
-        (*row, run_id, now))
+        " metadata = excluded.metadata, run_id = excluded.run_id,"
+        " channel_versions = excluded.channel_versions",
+        (*row, run_id, now, json.dumps({k: str(v) for k, v in versions.items()},
+                                       separators=(",", ":"))))
 
 
 def put_blobs(conn: Any, session_id: str, ns: str,
@@ -232,16 +240,43 @@ def runs_checkpoints(conn: Any, run_ids: Sequence[str]) -> list[tuple[str, str, 
     return out
 
 
-def blob_keys(conn: Any, session_id: str) -> list[tuple[int, str, str, str]]:
-    """(row id, namespace, channel, version) of a session's channel values."""
-    return [(r[0], r[1], r[2], r[3]) for r in conn.execute(
+def drop_unused_values(conn: Any, session_id: str) -> int:
+    """Delete the session's channel values no checkpoint of it points at;
+    returns how many went."""
+    used: set[tuple[str, str, str]] = set()
+    for ns, versions in conn.execute("SELECT checkpoint_ns, channel_versions FROM"
+                                     " graph_checkpoints WHERE session_id = ?", (session_id,)):
+        used |= {(ns, channel, version) for channel, version in json.loads(versions).items()}
+    unused = [r[0] for r in conn.execute(
         "SELECT id, checkpoint_ns, channel, version FROM graph_blobs WHERE session_id = ?",
-        (session_id,))]
-
-
-def delete_blobs(conn: Any, ids: Sequence[int]) -> None:
-    for rid in ids:
+        (session_id,)) if (r[1], r[2], r[3]) not in used]
+    for rid in unused:
         conn.execute("DELETE FROM graph_blobs WHERE id = ?", (rid,))
+    return len(unused)
+
+
+def prune_thread(conn: Any, session_id: str, keep: int) -> tuple[int, int]:
+    """Keep the newest ``keep`` checkpoints of each namespace of the session
+    (0: none), their writes and the values they point at; delete the rest.
+    Returns (checkpoints, values) deleted."""
+    old: dict[str, list[str]] = {}
+    seen: dict[str, int] = {}
+    for ns, cid in checkpoint_keys(conn, session_id):
+        seen[ns] = seen.get(ns, 0) + 1
+        if seen[ns] > keep:
+            old.setdefault(ns, []).append(cid)
+    for ns, ids in old.items():
+        delete_checkpoints(conn, session_id, ns, ids)
+    if keep == 0:
+        for table in ("graph_writes", "graph_blobs"):
+            conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+    return sum(len(ids) for ids in old.values()), drop_unused_values(conn, session_id)
+
+
+def threads(conn: Any) -> list[str]:
+    """The sessions that have checkpoints."""
+    return [r[0] for r in conn.execute(
+        "SELECT DISTINCT session_id FROM graph_checkpoints ORDER BY session_id")]
 
 
 def copy_thread(conn: Any, source: str, target: str, target_thread: str | None,
@@ -249,9 +284,10 @@ def copy_thread(conn: Any, source: str, target: str, target_thread: str | None,
     """Copy a session's checkpoints, values and writes to another session
     (which must exist); returns the checkpoints copied."""
     conn.execute(
-        f"INSERT INTO graph_checkpoints({_CHECKPOINT_COLUMNS}, run_id, created_at)"
-        " SELECT ?, ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint,"
-        " metadata_type, metadata, run_id, ? FROM graph_checkpoints WHERE session_id = ?"
+        f"INSERT INTO graph_checkpoints({_CHECKPOINT_COLUMNS}, run_id, created_at,"
+        " channel_versions) SELECT ?, ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id,"
+        " type, checkpoint, metadata_type, metadata, run_id, ?, channel_versions"
+        " FROM graph_checkpoints WHERE session_id = ?"
         " ON CONFLICT(session_id, checkpoint_ns, checkpoint_id) DO NOTHING",
         (target, target_thread, now, source))
     copied = conn.changes()
@@ -280,4 +316,5 @@ def count(conn: Any, session_id: str | None = None) -> int:
 __all__ = ["TABLES", "CheckpointRow", "WriteRow", "ddl", "install", "put_checkpoint",
            "put_blobs", "put_writes", "get_checkpoint", "list_checkpoints", "blobs_for",
            "writes_for", "delete_thread", "delete_checkpoints", "checkpoint_keys",
-           "runs_checkpoints", "blob_keys", "delete_blobs", "copy_thread", "count"]
+           "runs_checkpoints", "drop_unused_values", "prune_thread", "threads", "copy_thread",
+           "count"]

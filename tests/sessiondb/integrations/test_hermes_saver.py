@@ -197,3 +197,28 @@ def test_the_readme_example_runs_as_written(store: StoreFace) -> None:
     exec(blocks[1], scope)  # noqa: S102 - the documented example, as written
     scope["graph"].checkpointer.close()
     assert [m["content"] for m in store.get_messages("chat-7")] == ["Hello", "echo of Hello"]
+
+
+def test_prune_checkpoints_keeps_the_newest_of_each_thread(store: StoreFace) -> None:
+    saver = HermesSaver(store)
+    graph = _graph(saver)
+    for thread in ("one", "two"):
+        for n in range(3):
+            graph.invoke({"messages": [{"role": "user", "content": f"{thread} {n}"}]},
+                         {"configurable": {"thread_id": thread}})
+    newest = {t: saver.get_tuple({"configurable": {"thread_id": t}}) for t in ("one", "two")}
+    dry = CliRunner().invoke(cli, ["sessions", "prune-checkpoints", "--dry-run", "--json"],
+                             catch_exceptions=False)
+    assert json.loads(dry.output)["checkpoints_deleted"] == 2 * (3 * 3 - 1)
+    assert len(list(saver.list({"configurable": {"thread_id": "one"}}))) == 9
+    res = CliRunner().invoke(cli, ["sessions", "prune-checkpoints", "--session", "one",
+                                   "--json"], catch_exceptions=False)
+    report = json.loads(res.output)
+    assert report["per_thread"] == {"one": 8} and report["values_deleted"] > 0
+    kept = list(saver.list({"configurable": {"thread_id": "one"}}))
+    assert [k.config for k in kept] == [newest["one"].config]
+    assert kept[0].checkpoint == newest["one"].checkpoint  # its values all still there
+    assert len(list(saver.list({"configurable": {"thread_id": "two"}}))) == 9
+    assert len(store.get_messages("one")) == 6  # the transcript stays
+    human = CliRunner().invoke(cli, ["sessions", "prune-checkpoints"], catch_exceptions=False)
+    assert human.output.startswith("Deleted 8 checkpoint(s) of 2 thread(s)")
