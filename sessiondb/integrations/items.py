@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rows import PRIVATE_PREFIX, ROLES
+import json
+
+from ..rows import PRIVATE_PREFIX, ROLE_CODES, ROLES, decode
 
 #: The meta key of a wrapped row holding the item.
 ITEM_KEY = "agents_item"
@@ -144,11 +146,37 @@ def from_message(message: dict[str, Any], *, owned: bool = False) -> Any:
     return item
 
 
+#: How a wrapped row's stored meta starts (the codec writes keys in order, compactly).
+_WRAPPED_META = '{"' + ITEM_KEY + '":'
+_ROLE_NAMES = {code: name for name, code in ROLE_CODES.items()}
+
+
+def item_from_row(role: str, kind: str, content: str | None, tool_calls: str | None,
+                  meta: str, finish_reason: str | None) -> Any:
+    """The item a stored row holds, from its columns as `messages.live_rows`
+    reads them: the two forms `to_message` writes are read without the
+    general decoder; anything else goes through it."""
+    if tool_calls is None and finish_reason is None:
+        if not meta and kind == "text":
+            return {"role": _ROLE_NAMES.get(role, role), "content": content}
+        if meta.startswith(_WRAPPED_META) and kind in ("text", "absent"):
+            fields = json.loads(meta)
+            if set(fields) <= {ITEM_KEY, TEXT_AT_KEY}:
+                item = fields[ITEM_KEY]
+                path = fields.get(TEXT_AT_KEY)
+                if isinstance(path, list) and path:
+                    _set_in_place(item, path, content)
+                return item
+    return from_message(decode(role, kind, content, tool_calls, meta, finish_reason),
+                        owned=True)
+
+
 def _set_in_place(value: Any, path: Path, new: Any) -> None:
     for step in path[:-1]:
         value = value[step]
     value[path[-1]] = new
 
 
-__all__ = ["ITEM_KEY", "TEXT_AT_KEY", "TEXT_KEYS", "to_message", "from_message", "role_for",
+__all__ = ["ITEM_KEY", "TEXT_AT_KEY", "TEXT_KEYS", "to_message", "from_message", "item_from_row",
+           "role_for",
            "text_slots", "replaced"]
