@@ -222,3 +222,25 @@ def test_prune_checkpoints_keeps_the_newest_of_each_thread(store: StoreFace) -> 
     assert len(store.get_messages("one")) == 6  # the transcript stays
     human = CliRunner().invoke(cli, ["sessions", "prune-checkpoints"], catch_exceptions=False)
     assert human.output.startswith("Deleted 8 checkpoint(s) of 2 thread(s)")
+
+
+@pytest.mark.sqlite_only(reason="recover works on the SQLite file")
+def test_recover_reads_checkpoints_around_a_smashed_page_of_their_table(
+        store: StoreFace, tmp_path: Path) -> None:
+    saver = HermesSaver(store, mirror_messages=False)
+    config = saver.put({"configurable": {"thread_id": "deep"}}, *_checkpoint(saver, 0))
+    for step in range(1, 300):
+        config = saver.put(config, *_checkpoint(saver, step))
+    before = {t.config["configurable"]["checkpoint_id"] for t in saver.list(None)}
+    store.close()
+    src = Path(store.path)
+    (interior, *_) = damage.pages_of(src, "graph_checkpoints", "internal")
+    damage.smash_page(src, interior)  # the table's b-tree: SQL cannot walk it any more
+    out = tmp_path / "recovered.db"
+    report = hstate_recovery.recover(src, out, allow_partial=True)
+    assert out.exists(), report
+    with SessionDB(out) as again:
+        after = {t.config["configurable"]["checkpoint_id"] for t in HermesSaver(again).list(None)}
+        newest = HermesSaver(again).get_tuple({"configurable": {"thread_id": "deep"}})
+    assert after == before
+    assert newest is not None and newest.checkpoint["channel_values"]["count"] == 299
