@@ -462,8 +462,8 @@ def rewind_all(conn: apsw.Connection, session_id: str) -> int:
 def live_rows(conn: apsw.Connection, session_id: str, *,
               tail: int | None = None) -> list[tuple[Any, ...]]:
     """A session's live rows in order as stored: (role, content_kind,
-    content, tool_calls, meta, finish_reason), for `decode` (`load_plain`
-    does it); one statement, no session check; ``tail``: the last N only."""
+    content, tool_calls, meta, finish_reason), for `decode`: one statement,
+    no session check (an unknown session has none); ``tail``: the last N only."""
     sql = ("SELECT role, content_kind, content, tool_calls, meta, finish_reason FROM messages"
            " WHERE session_id = ? AND state = 'active'")
     if tail is None:
@@ -473,18 +473,3 @@ def live_rows(conn: apsw.Connection, session_id: str, *,
     found.reverse()
     return found
 
-
-def load_plain(conn: apsw.Connection, session_id: str, *,
-               tail: int | None = None) -> list[dict[str, Any]]:
-    """A session's live messages in order as plain dicts, without markers or
-    uids (for readers that hand them on, not back to the store): one
-    statement, no session check (an unknown session has none); ``tail``:
-    the last N only."""
-    names = ROLE_NAMES
-    out = []
-    for role, kind, content, tool_calls, meta, finish in live_rows(conn, session_id, tail=tail):
-        if kind == "text" and not meta and tool_calls is None and finish is None:
-            out.append({"role": names.get(role, role), "content": content})
-        else:
-            out.append(decode(role, kind, content, tool_calls, meta, finish))
-    return out
