@@ -168,7 +168,8 @@ def register_commands(root: click.Group) -> None:
                     memory_cmd.memory, memory_cmd.skills, mcp_cmd.mcp):
         root.add_command(command)
     for command in (search_cmd.search_cmd, search_cmd.reindex_cmd, transfer_cmd.export_cmd,
-                    transfer_cmd.import_cmd, maintain_cmd.prune_cmd, maintain_cmd.optimize_cmd,
+                    transfer_cmd.import_cmd, maintain_cmd.prune_cmd,
+                    maintain_cmd.prune_checkpoints_cmd, maintain_cmd.optimize_cmd,
                     maintain_cmd.pin_cmd, maintain_cmd.unpin_cmd, maintain_cmd.archive_cmd,
                     maintain_cmd.unarchive_cmd, repair_cmd.repair_cmd, spool_cmd.import_spool_cmd,
                     recover_cmd.recover_cmd, install_cmd.install_recovered_cmd,

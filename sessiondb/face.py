@@ -30,8 +30,9 @@ from typing import Any, Callable, ClassVar, IO, Self
 from .base import Core, InvalidInput, InvalidMessage, SessionTooLong, StorageError, one
 from .engine import CheckpointStats
 from .index import IndexerStats, search_index
-from .maintenance import (ExportSummary, PruneFilter, PrunePlan, export_sessions, export_to_path,
-                          lifecycle, message_window)
+from .maintenance import (CheckpointPrune, ExportSummary, PruneFilter, PrunePlan,
+                          export_sessions, export_to_path, lifecycle, message_window,
+                          prune_checkpoints)
 from .rows import (EncodedMessage, MARKER_KEY, Persisted, UID_KEY, checked_time, compaction,
                    encode, leases, messages, new_uids, pages, sessions, usage)
 from .search import SearchResults
@@ -490,6 +491,13 @@ class StoreFace(ABC):
         process holds the store)."""
         return lifecycle.prune(self.core, selection, dry_run=dry_run, export_to=export_to,
                                progress=progress)
+
+    def prune_checkpoints(self, *, keep: int = 1, session_ids: list[str] | None = None,
+                          dry_run: bool = False) -> CheckpointPrune:
+        """Delete graph checkpoints but the newest ``keep`` of each thread
+        (`sessiondb.maintenance.graph_prune`); sessions and transcripts stay."""
+        return prune_checkpoints(self.core, keep=keep, session_ids=session_ids,
+                                 dry_run=dry_run)
 
     def export_sessions(self, session_ids: list[str] | None, fmt: str, out: IO[str], *,
                         progress: Callable[[int], None] | None = None) -> ExportSummary:

@@ -1,4 +1,5 @@
-"""`hermes sessions prune|archive|unarchive|pin|unpin|optimize`: keep a store small."""
+"""`hermes sessions prune|prune-checkpoints|archive|unarchive|pin|unpin|optimize`:
+keep a store small."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -151,6 +152,40 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
         emit_json(plan.to_dict())
     else:
         _print_plan(plan)
+
+
+@click.command("prune-checkpoints", cls=HermesCommand)
+@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Checkpoints kept per thread (and per namespace of it), newest first.")
+@click.option("--session", "session_ids", multiple=True, type=SessionId(), metavar="ID",
+              help="Only this thread's session (repeatable; default: every thread).")
+@click.option("--dry-run", is_flag=True, help="Count what would go; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def prune_checkpoints_cmd(app: AppContext, keep: int, session_ids: tuple[str, ...],
+                          dry_run: bool, as_json: bool) -> None:
+    """Delete old LangGraph checkpoints, keeping the newest of each thread.
+
+    Each thread keeps its newest --keep checkpoints (per namespace), their
+    pending writes and the channel values they point at; the rest goes.
+    Sessions and their transcripts stay (docs/integrations.md). Keys: keep,
+    dry_run, threads, checkpoints_deleted, values_deleted, per_thread.
+
+    \b
+    Example:
+      hermes sessions prune-checkpoints --dry-run
+      hermes sessions prune-checkpoints --keep 5 && hermes sessions optimize
+    """
+    with app.open_store(create=False) as db:
+        report = db.prune_checkpoints(keep=keep, session_ids=list(session_ids) or None,
+                                      dry_run=dry_run)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    verb = "Would delete" if dry_run else "Deleted"
+    click.echo(f"{verb} {report.checkpoints_deleted} checkpoint(s) of {report.threads} "
+               f"thread(s), keeping the newest {keep} of each"
+               + ("." if dry_run else f"; {report.values_deleted} unused value(s) went too."))
 
 
 @click.command("optimize", cls=HermesCommand)

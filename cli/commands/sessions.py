@@ -18,7 +18,7 @@ SECTIONS = {
     "Read": ("list", "show", "search", "stats"),
     "Move": ("export", "import", "migrate"),
     "Change": ("rename", "delete", "pin", "unpin", "archive", "unarchive"),
-    "Maintain": ("prune", "optimize", "reindex", "repair", "import-spool", "install-recovered"),
+    "Maintain": ("prune", "prune-checkpoints", "optimize", "reindex", "repair", "import-spool", "install-recovered"),
 }
 
 

@@ -14,7 +14,7 @@ import apsw
 
 from ..base import one
 from ..index import search_index
-from ..rows import messages, usage
+from ..rows import checkpoints, messages, usage
 
 log = logging.getLogger(__name__)
 
@@ -215,12 +215,19 @@ def m012_coded_rows(conn: apsw.Connection) -> None:
 _M012_SECONDS_PER_ROW = 5e-6  # 0.41-0.43 s for 100,000 messages (docs/row-format.md)
 
 
+def m013_graph_checkpoints(conn: apsw.Connection) -> None:
+    """Graph checkpoints, their channel values and pending writes, rows of
+    the thread's session (sessiondb/rows/checkpoints.py; LangGraph's saver,
+    docs/integrations.md). New tables only: nothing is rewritten."""
+    checkpoints.install(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
                                      m006_index_watermark, m007_usage_ledger,
                                      m008_session_flags, m009_index_shape,
                                      m010_compact_rows, m011_compact_indexes,
-                                     m012_coded_rows)
+                                     m012_coded_rows, m013_graph_checkpoints)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

@@ -139,11 +139,19 @@ def p008_session_flags(conn: Any) -> None:
     """)
 
 
+def p014_graph_checkpoints(conn: Any) -> None:
+    """Graph checkpoints, their channel values and pending writes (the SQLite
+    store's m013; sessiondb/rows/checkpoints.py)."""
+    from ..rows import checkpoints
+    conn.execute(checkpoints.ddl("postgresql"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (p001_meta, p002_sessions, p003_session_counters,
                                      p004_messages, p005_leases, p006_compactions,
                                      p007_usage_ledger, p008_session_flags,
                                      *SEARCH_MIGRATIONS, p011_append_function,
-                                     p012_search_statistics, p013_append_plans)
+                                     p012_search_statistics, p013_append_plans,
+                                     p014_graph_checkpoints)
 
 _LEDGER = ("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY,"
            " applied_at DOUBLE PRECISION NOT NULL,"

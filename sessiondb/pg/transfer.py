@@ -42,13 +42,22 @@ CHUNK = 1_000
 #: often tens of KB); the chunk is what a migrate holds in memory.
 MESSAGE_CHUNK = 250
 #: Copied in this order (foreign keys); ``messages`` is streamed by row id.
-TABLES = ("sessions", "session_flags", "messages", "compactions", "usage_ledger")
+TABLES = ("sessions", "session_flags", "messages", "compactions", "usage_ledger",
+          "graph_checkpoints", "graph_blobs", "graph_writes")
 KEYS = {"sessions": ("id",), "session_flags": ("session_id",),
         "messages": ("session_id", "uid"), "compactions": ("id",),
-        "usage_ledger": ("session_id", "task", "model", "provider")}
+        "usage_ledger": ("session_id", "task", "model", "provider"),
+        "graph_checkpoints": ("session_id", "checkpoint_ns", "checkpoint_id"),
+        "graph_blobs": ("session_id", "checkpoint_ns", "channel", "version"),
+        "graph_writes": ("session_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx")}
 #: Columns that are each store's own: row ids, generated columns.
-OWN_COLUMNS = {"messages": {"id", "search_tsv"}, "compactions": {"seq"}}
-COUNTED = ("sessions", "messages", "compactions", "usage_ledger")
+OWN_COLUMNS = {"messages": {"id", "search_tsv"}, "compactions": {"seq"},
+               "graph_checkpoints": {"id"}, "graph_blobs": {"id"}, "graph_writes": {"id"}}
+COUNTED = ("sessions", "messages", "compactions", "usage_ledger", "graph_checkpoints",
+           "graph_blobs", "graph_writes")
+#: Rows per chunk of tables whose values may be large (a graph's channel
+#: values hold its whole state), instead of `CHUNK`.
+SMALLER_CHUNKS = {"graph_checkpoints": 100, "graph_blobs": 50, "graph_writes": 100}
 
 
 class Side(Protocol):
@@ -190,10 +199,11 @@ def _copy_small(src: Side, dst: Side, table: str, result: TransferResult) -> Non
     # A parent may sort after its child: sessions go in unlinked, then linked.
     picked = ["NULL" if table == "sessions" and c == "parent_session_id" else c for c in cols]
     sql, batch, n = _insert_sql(table, cols), [], 0
+    size = SMALLER_CHUNKS.get(table, CHUNK)
     for row in src.select(f"SELECT {', '.join(picked)} FROM {table} ORDER BY"
                           f" {', '.join(KEYS[table])}"):
         batch.append(tuple(row))
-        if len(batch) >= CHUNK:
+        if len(batch) >= size:
             dst.write([(sql, batch)])
             n, batch = n + len(batch), []
     dst.write([(sql, batch)])

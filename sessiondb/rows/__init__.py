@@ -1,9 +1,9 @@
 """The store's rows: how messages, sessions, leases and usage are coded,
 written and read, and micro-compaction's archive.
 """
-from . import compaction, leases, messages, pages, sessions, usage
+from . import checkpoints, compaction, leases, messages, pages, sessions, usage
 from .codec import (EncodedMessage, MARKER_KEY, MAX_COLUMN_INT, PRIVATE_PREFIX, Persisted, ROLES,
-                    ROLE_CODES, TIME_RANGE_TEXT, UID_KEY, checked_time, encode, fingerprint_key,
+                    ROLE_CODES, decode, TIME_RANGE_TEXT, UID_KEY, checked_time, encode, fingerprint_key,
                     fingerprint_of, fingerprint_text, kind_key, kind_text, logical_meta, new_uid,
                     new_uids, public_fields, role_key, role_text, stored_meta, strip_markers,
                     time_in_range, uid_key, uid_text)
@@ -36,8 +36,10 @@ __all__ = [
     "UsageRow",
     "apply_compaction",
     "checked_time",
+    "checkpoints",
     "compact_legacy_rows",
     "compaction",
+    "decode",
     "encode",
     "fingerprint_key",
     "fingerprint_of",

@@ -450,3 +450,26 @@ def compact_legacy_rows(conn: apsw.Connection, *, keep_twins: bool = False) -> i
     if attached:
         search_index.attach_triggers(conn)
     return changed
+
+
+def rewind_all(conn: apsw.Connection, session_id: str) -> int:
+    """Mark every live row of the session rewound (one UPDATE); returns how many."""
+    conn.execute("UPDATE messages SET state = 'rewound' WHERE session_id = ? AND state = 'active'",
+                 (session_id,))
+    return conn.changes()
+
+
+def live_rows(conn: apsw.Connection, session_id: str, *,
+              tail: int | None = None) -> list[tuple[Any, ...]]:
+    """A session's live rows in order as stored: (role, content_kind,
+    content, tool_calls, meta, finish_reason), for `decode`: one statement,
+    no session check (an unknown session has none); ``tail``: the last N only."""
+    sql = ("SELECT role, content_kind, content, tool_calls, meta, finish_reason FROM messages"
+           " WHERE session_id = ? AND state = 'active'")
+    if tail is None:
+        return list(conn.execute(sql + " ORDER BY position, id", (session_id,)))
+    found = list(conn.execute(sql + " ORDER BY position DESC, id DESC LIMIT ?",
+                              (session_id, tail)))
+    found.reverse()
+    return found
+

@@ -85,8 +85,9 @@ def test_scan_reports_each_way_around_the_surface(tmp_path: Path) -> None:
 
 #: May import SessionDB at run time: the face, the package's surfaces, and the
 #: PostgreSQL backend, which comes after the face in the order of units
-#: (tests/project/test_layers.py).
-STORE_FACES = {"store.py", "__init__.py", "recovery_api.py"}
+#: (tests/project/test_layers.py); so does the integrations' opening of a
+#: store a framework's caller names by path.
+STORE_FACES = {"store.py", "__init__.py", "recovery_api.py", "integrations/naming.py"}
 
 
 def _runtime_store_imports(tree: ast.Module, depth: int = 0) -> list[int]:

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: sessiondb's units, lowest first.
 SESSIONDB = ["base", "index", "rows", "spool", "engine", "sqlitefile", "search", "maintenance",
-             "face", "store", "pg", "transcript", "importers", "recovery_api", ""]
+             "face", "store", "pg", "transcript", "importers", "integrations", "recovery_api",
+             ""]
 #: recovery's units, lowest first (the folder installs as `hstate_recovery`).
 RECOVERY = ["base", "schema", "source", "carve", "inspection", "lanes", "output", "repairs",
             "doctor", "salvage", ""]

@@ -1,0 +1,195 @@
+"""The integrations beside the frameworks' own SQLite stores, in one run.
+
+Agents SDK: ``add_items`` of one item and ``get_items(limit=50)`` on a
+10,000-item session, HermesSession against the SDK's ``SQLiteSession``
+(a file) and ``AdvancedSQLiteSession`` (when installed), each on its own
+file in the same directory: the reads, then the writes, each call
+interleaved by subject.
+
+LangGraph: a three-node graph (``MessagesState``, nodes a -> b -> c each
+adding a message) run turn after turn on one thread with HermesSaver and
+with ``SqliteSaver``: wall time per checkpoint (the saver's put, put_writes
+and get_tuple calls the graph makes), and bytes per checkpoint (the saver's
+tables and indexes, from ``dbstat``, after a checkpoint of the WAL).
+
+    python bench/frameworks.py [--quick] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, median, percentile  # noqa: E402
+
+ITEM_TEXT = "a question about the harbour and its tides " * 4
+
+
+def _item(i: int) -> dict[str, Any]:
+    if i % 2:
+        return {"id": f"msg_{i}", "type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": ITEM_TEXT, "annotations": []}]}
+    return {"role": "user", "content": ITEM_TEXT}
+
+
+def agents_subjects(root: Path) -> dict[str, Any]:
+    from agents import SQLiteSession
+
+    from sessiondb import SessionDB
+    from sessiondb.integrations.openai_agents import HermesSession
+    subjects: dict[str, Any] = {
+        "hermes": HermesSession("bench", SessionDB(root / "hermes.db", background_index=True)),
+        "SQLiteSession": SQLiteSession("bench", root / "sdk.db"),
+    }
+    try:
+        from agents.extensions.memory import AdvancedSQLiteSession
+        subjects["AdvancedSQLiteSession"] = AdvancedSQLiteSession(
+            session_id="bench", db_path=root / "advanced.db", create_tables=True)
+    except ImportError:
+        pass
+    return subjects
+
+
+async def bench_agents(root: Path, items: int, calls: int) -> dict[str, Any]:
+    subjects = agents_subjects(root)
+    for session in subjects.values():
+        for start in range(0, items, 500):
+            await session.add_items([_item(i) for i in range(start, min(items, start + 500))])
+    # The setup's 10,000 rows are indexed before the clock starts (the search
+    # index is built after commits, in the background; a read measured while
+    # it still catches up would time that work, which SQLiteSession has none of).
+    subjects["hermes"].db.catch_up_index()
+    timings: dict[str, dict[str, list[float]]] = {n: {"add_items(1)": [], "get_items(50)": []}
+                                                  for n in subjects}
+    # Reads first, then writes (each interleaved by subject, call by call):
+    # a read right after a write would meet the store's indexer catching up.
+    for _ in range(calls):
+        for name, session in subjects.items():
+            t0 = time.perf_counter()
+            got = await session.get_items(limit=50)
+            timings[name]["get_items(50)"].append(time.perf_counter() - t0)
+            assert len(got) == 50
+    for i in range(calls):
+        for name, session in subjects.items():
+            t0 = time.perf_counter()
+            await session.add_items([_item(items + i)])
+            timings[name]["add_items(1)"].append(time.perf_counter() - t0)
+    for session in subjects.values():
+        session.close()
+    return _summary(timings)
+
+
+def _summary(timings: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, ops in timings.items():
+        out[name] = {op: {"median_us": round(median(v) * 1e6, 1),
+                          "p95_us": round(percentile(v, 95) * 1e6, 1)} for op, v in ops.items()}
+    base = out["hermes"]
+    for name in out:
+        if name != "hermes":
+            out[name]["ratio_to_hermes"] = {
+                op: round(out[name][op]["median_us"] / base[op]["median_us"], 2) for op in base}
+    return out
+
+
+def three_node_graph(saver: Any) -> Any:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def node(label: str) -> Callable[[MessagesState], dict[str, Any]]:
+        def run(state: MessagesState) -> dict[str, Any]:
+            return {"messages": [AIMessage(content=f"{label}: noted {len(state['messages'])}")]}
+        return run
+    builder = StateGraph(MessagesState)
+    for label in "abc":
+        builder.add_node(label, node(label))
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", "c")
+    return builder.compile(checkpointer=saver)
+
+
+def saver_bytes(path: Path, tables: tuple[str, ...]) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        names = [r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE tbl_name IN (%s)" % ",".join("?" * len(tables)),
+            tables)]
+        return sum(conn.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name = ?",
+                                (n,)).fetchone()[0] for n in names)
+    finally:
+        conn.close()
+
+
+def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from sessiondb import SessionDB
+    from sessiondb.integrations.langgraph import HermesSaver
+    store = SessionDB(root / "lg-hermes.db")
+    sdk_conn = sqlite3.connect(root / "lg-sqlite.db", check_same_thread=False)
+    savers = {"hermes": HermesSaver(store), "SqliteSaver": SqliteSaver(sdk_conn)}
+    graphs = {name: three_node_graph(s) for name, s in savers.items()}
+    per_turn: dict[str, list[float]] = {name: [] for name in savers}
+    for turn in range(turns):
+        for name, graph in graphs.items():
+            config = {"configurable": {"thread_id": "bench-thread"}}
+            t0 = time.perf_counter()
+            graph.invoke({"messages": [{"role": "user", "content": f"turn {turn} " + ITEM_TEXT}]},
+                         config)
+            per_turn[name].append(time.perf_counter() - t0)
+    counts = {name: len(list(s.list({"configurable": {"thread_id": "bench-thread"}})))
+              for name, s in savers.items()}
+    store.close()
+    sdk_conn.close()
+    nbytes = {"hermes": saver_bytes(root / "lg-hermes.db",
+                                    ("graph_checkpoints", "graph_blobs", "graph_writes")),
+              "SqliteSaver": saver_bytes(root / "lg-sqlite.db", ("checkpoints", "writes"))}
+    out: dict[str, Any] = {}
+    for name in savers:
+        per_ckpt = counts[name] / turns
+        out[name] = {"checkpoints": counts[name],
+                     "turn_median_ms": round(median(per_turn[name]) * 1e3, 2),
+                     "per_checkpoint_median_us": round(median(per_turn[name]) / per_ckpt * 1e6, 1),
+                     "bytes_per_checkpoint": round(nbytes[name] / counts[name])}
+    out["SqliteSaver"]["ratio_to_hermes"] = {
+        k: round(out["SqliteSaver"][k] / out["hermes"][k], 2)
+        for k in ("per_checkpoint_median_us", "bytes_per_checkpoint")}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    items, calls, turns = (1000, 50, 10) if args.quick else (10_000, 300, 60)
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-frameworks-") as tmp:
+        root = Path(tmp)
+        result = {"machine": machine(), "items": items, "calls": calls, "turns": turns,
+                  "agents": asyncio.run(bench_agents(root, items, calls)),
+                  "langgraph": bench_langgraph(root, turns)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"Agents SDK, {items:,}-item session, {calls} calls each (median / p95, us):")
+    for name, ops in result["agents"].items():
+        cells = "  ".join(f"{op} {v['median_us']:>8} / {v['p95_us']:<8}"
+                          for op, v in ops.items() if op != "ratio_to_hermes")
+        print(f"  {name:<22} {cells}  {ops.get('ratio_to_hermes', '')}")
+    print(f"LangGraph, 3-node graph, {turns} turns on one thread:")
+    for name, r in result["langgraph"].items():
+        print(f"  {name:<12} {r}")
+
+
+if __name__ == "__main__":
+    main()
