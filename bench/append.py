@@ -9,7 +9,7 @@ it is not a goal, it shows what search indexing costs per message. Peers that sl
 with the length of the conversation are stopped at a message cap or a time
 budget, whichever comes first, and the line says how many they wrote.
 
-    python bench/append.py [--quick] [--messages 10000]
+    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose] [--sync NORMAL]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import SYNC_MODES, message, store_bytes  # noqa: E402
+from common import CORPORA, PROSE_SESSION, SYNC_MODES, store_bytes  # noqa: E402
 from subjects import (PEERS, FloorNoIndex, FloorSubject, FloorSyncIndex, Ours, Subject,  # noqa: E402
                       peer_status)
 
@@ -39,13 +39,13 @@ class Runner:
     """One subject appending its own file, timed block by block."""
 
     def __init__(self, cls: type[Subject], root: Path, sync: str, batch: int, n: int,
-                 budget: float) -> None:
+                 budget: float, corpus: str = "b1") -> None:
         self.cls, self.n, self.budget = cls, n, budget
         self.path = root / f"{cls.name}-{sync}-{batch}.db"
         self.step = max(batch, cls.per_call)
         self.subject = cls()
-        self.subject.open(self.path, sync, "b1")
-        self.msgs = [message(i) for i in range(n)]
+        self.subject.open(self.path, sync, "b1" if corpus == "b1" else PROSE_SESSION)
+        self.msgs = [CORPORA[corpus](i) for i in range(n)]
         self.done, self.elapsed = 0, 0.0
         self.error: str | None = None
 
@@ -85,27 +85,28 @@ def race(runners: list[Runner], block: int) -> None:
                 r.block(block)
 
 
-def run(quick: bool, messages: int = 10000) -> dict[str, Any]:
+def run(quick: bool, messages: int = 10000, corpus: str = "b1",
+        syncs: tuple[str, ...] = SYNC_MODES) -> dict[str, Any]:
     status = peer_status()
-    out: dict[str, Any] = {"peers": status, "messages": messages, "cases": []}
+    out: dict[str, Any] = {"peers": status, "messages": messages, "corpus": corpus,
+                           "cases": []}
     q = 0 if quick else 1
     with tempfile.TemporaryDirectory(prefix="hermes-b1-") as tmp:
-        for sync in SYNC_MODES:
+        for sync in syncs:
             for batch in (1, 100):
                 # FULL with a commit per message is bound by fsync (~3 ms a
                 # commit here): --quick writes fewer, and the line says so.
                 n = QUICK_FULL_COMMITS if quick and sync == "FULL" and batch == 1 else messages
-                out["cases"].append(_case(Path(tmp), status, sync, batch, min(n, messages), q))
+                out["cases"].append(_case(Path(tmp), status, sync, batch, min(n, messages), q,
+                                          corpus))
                 print(line(out["cases"][-1]), flush=True)
     return out
 
 
 def _case(root: Path, status: dict[str, str], sync: str, batch: int, messages: int,
-          q: int) -> dict[str, Any]:
-    runners = [Runner(FloorSubject, root, sync, batch, messages, 1e9),
-               Runner(Ours, root, sync, batch, messages, 1e9),
-               Runner(FloorNoIndex, root, sync, batch, messages, 1e9),
-               Runner(FloorSyncIndex, root, sync, batch, messages, 1e9)]
+          q: int, corpus: str = "b1") -> dict[str, Any]:
+    runners = [Runner(cls, root, sync, batch, messages, 1e9, corpus)
+               for cls in (FloorSubject, Ours, FloorNoIndex, FloorSyncIndex)]
     results: dict[str, Any] = {}
     for cls in PEERS:
         why = _unavailable(cls, status, batch)
@@ -113,7 +114,7 @@ def _case(root: Path, status: dict[str, str], sync: str, batch: int, messages: i
             results[cls.name] = {"unavailable": why}
             continue
         cap = (BATCH_CAPS if batch > 1 else CAPS).get(cls.name, CAPS[cls.name])[q]
-        runners.append(Runner(cls, root, sync, batch, cap, BUDGET_S[q]))
+        runners.append(Runner(cls, root, sync, batch, cap, BUDGET_S[q], corpus))
     race(runners, 500 if batch == 1 else 2000)
     ordered = {r.cls.name: r.result() for r in runners}
     ordered.update(results)
@@ -149,9 +150,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--messages", type=int, default=10000)
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="b1",
+                    help="b1: ~240-character turns; prose: 8-160 words, ~340 characters,"
+                         " in a session with a generated 24-character id")
+    ap.add_argument("--sync", choices=SYNC_MODES, action="append",
+                    help="only this synchronous mode (repeatable; default both)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
-    result = run(args.quick, args.messages)
+    result = run(args.quick, args.messages, args.corpus, tuple(args.sync or SYNC_MODES))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0

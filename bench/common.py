@@ -39,6 +39,51 @@ def message(i: int) -> dict[str, Any]:
     return {"role": "user", "content": f"message {i}: " + LOREM}
 
 
+# The prose corpus: user and assistant turns of 8-160 words drawn by a Zipf
+# law from a fixed vocabulary (~344 characters a message on average), in a
+# session with a generated 24-character id, as a real store holds them.
+PROSE_SESSION = "20260101_120000_5eed5eed"
+_PROSE_SYLLABLES = [c + v for c in "bcdfghklmnprstvw" for v in "aeiou"]
+
+
+def _prose_vocabulary() -> tuple[list[str], list[float]]:
+    import itertools
+    import random
+    rng = random.Random(344)
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < 8_000:
+        w = "".join(rng.choice(_PROSE_SYLLABLES) for _ in range(rng.choice((1, 1, 1, 2, 2, 3))))
+        if w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words, list(itertools.accumulate(1.0 / r ** 1.15 for r in range(1, len(words) + 1)))
+
+
+_PROSE: tuple[list[str], list[float]] | None = None
+
+
+def prose_message(i: int) -> dict[str, Any]:
+    """A turn of the prose corpus; deterministic in ``i``. Replies carry a
+    finish_reason, as in `message`."""
+    import bisect
+    import random
+    global _PROSE
+    if _PROSE is None:
+        _PROSE = _prose_vocabulary()
+    words, cum = _PROSE
+    rng = random.Random(i)
+    n = int(rng.triangular(8, 160, 39))
+    text = " ".join(words[bisect.bisect_left(cum, rng.random() * cum[-1])] for _ in range(n))
+    text = text[0].upper() + text[1:] + "."
+    if i % 2:
+        return {"role": "assistant", "content": text, "finish_reason": "stop"}
+    return {"role": "user", "content": text}
+
+
+CORPORA = {"b1": message, "prose": prose_message}
+
+
 def store_bytes(path: Path) -> int:
     """Bytes on disk of a database and its -wal/-journal sidecars."""
     total = 0
