@@ -9,7 +9,7 @@ it is not a goal, it shows what search indexing costs per message. Peers that sl
 with the length of the conversation are stopped at a message cap or a time
 budget, whichever comes first, and the line says how many they wrote.
 
-    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose] [--sync NORMAL]
+    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose] [--sync NORMAL] [--page-size N]
 """
 from __future__ import annotations
 
@@ -156,7 +156,12 @@ def main() -> int:
     ap.add_argument("--sync", choices=SYNC_MODES, action="append",
                     help="only this synchronous mode (repeatable; default both)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--page-size", type=int,
+                    help="create our stores and the floor's with this page size (default: the store's)")
     args = ap.parse_args()
+    if args.page_size:
+        from sessiondb.base import policy
+        policy.PAGE_SIZE = args.page_size  # read when a new file is created
     result = run(args.quick, args.messages, args.corpus, tuple(args.sync or SYNC_MODES))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

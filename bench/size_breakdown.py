@@ -5,7 +5,7 @@ batches through `SessionDB.append_messages`, lets the indexer catch up,
 closes it (checkpoint), and prints each b-tree's pages and payload divided
 by the message count, with the free pages and the file's total.
 
-    python bench/size_breakdown.py [--corpus prose] [--messages 10000] [--page-size N]
+    python bench/size_breakdown.py [--corpus prose|b1|scale] [--messages 10000] [--page-size N]
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from sessiondb import SessionDB  # noqa: E402
 
 
 def build(path: Path, corpus: str, n: int, batch: int) -> None:
+    if corpus == "scale":
+        return build_scale(path, n)
     msgs = [CORPORA[corpus](i) for i in range(n)]
     with SessionDB(path) as db:
         sid = db.create_session(PROSE_SESSION, source="bench")
@@ -31,8 +33,21 @@ def build(path: Path, corpus: str, n: int, batch: int) -> None:
         db.catch_up_index()
 
 
+def build_scale(path: Path, n: int) -> None:
+    """The scale benchmark's corpus (bench/scale_data.py: sessions of 40-160
+    messages, 200 B - 4 KB texts, tool calls), through the export importer."""
+    from scale_data import write_export
+    from sessiondb.importers import importer
+    export = path.with_suffix(".jsonl")
+    write_export(export, n)
+    with SessionDB(path, background_index=False) as db:
+        importer.import_export_file(db, export)
+        db.catch_up_index()
+    export.unlink()
+
+
 def breakdown(path: Path, n: int) -> list[tuple[str, float, float]]:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn = apsw.Connection(str(path))
     rows = list(conn.execute("SELECT name, sum(pgsize), sum(payload) FROM dbstat"
                              " GROUP BY name ORDER BY sum(pgsize) DESC"))
     (free,) = conn.execute("PRAGMA freelist_count").fetchone()
@@ -45,11 +60,16 @@ def breakdown(path: Path, n: int) -> list[tuple[str, float, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", choices=sorted(CORPORA), default="prose")
+    ap.add_argument("--corpus", choices=sorted(CORPORA) + ["scale"], default="prose")
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--keep", help="build the store at this path and keep it")
+    ap.add_argument("--page-size", type=int,
+                    help="create our stores and the floor's with this page size (default: the store's)")
     args = ap.parse_args()
+    if args.page_size:
+        from sessiondb.base import policy
+        policy.PAGE_SIZE = args.page_size  # read when a new file is created
     with tempfile.TemporaryDirectory(prefix="hermes-size-") as tmp:
         path = Path(args.keep) if args.keep else Path(tmp) / "size.db"
         build(path, args.corpus, args.messages, args.batch)
