@@ -9,7 +9,7 @@ it is not a goal, it shows what search indexing costs per message. Peers that sl
 with the length of the conversation are stopped at a message cap or a time
 budget, whichever comes first, and the line says how many they wrote.
 
-    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose] [--sync NORMAL] [--page-size N]
+    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose|scale] [--sync NORMAL] [--page-size N]
 """
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=10000)
     ap.add_argument("--corpus", choices=sorted(CORPORA), default="b1",
                     help="b1: ~240-character turns; prose: 8-160 words, ~340 characters,"
-                         " in a session with a generated 24-character id")
+                         " in a session with a generated 24-character id; scale: the scale"
+                         " benchmark's messages (200 B - 4 KB, tool calls), same session id")
     ap.add_argument("--sync", choices=SYNC_MODES, action="append",
                     help="only this synchronous mode (repeatable; default both)")
     ap.add_argument("--json", help="also write the results to this file")

@@ -81,7 +81,25 @@ def prose_message(i: int) -> dict[str, Any]:
     return {"role": "user", "content": text}
 
 
-CORPORA = {"b1": message, "prose": prose_message}
+_SCALE: list[dict[str, Any]] = []
+_SCALE_TEXTS: Any = None
+
+
+def scale_message(i: int) -> dict[str, Any]:
+    """Message ``i`` of the scale benchmark's corpus (bench/scale_data.py:
+    200 B - 4 KB texts, a tool call and its result every fifth turn, every
+    message with its timestamp), generated in order and kept."""
+    global _SCALE_TEXTS
+    import random
+    from scale_data import Texts, _messages
+    if _SCALE_TEXTS is None:
+        _SCALE_TEXTS = Texts(random.Random(7))
+    while len(_SCALE) <= i:
+        _SCALE.extend(_messages(_SCALE_TEXTS, 1000, len(_SCALE), 1.7e9))
+    return dict(_SCALE[i])
+
+
+CORPORA = {"b1": message, "prose": prose_message, "scale": scale_message}
 
 
 def store_bytes(path: Path) -> int:

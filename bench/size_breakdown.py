@@ -60,7 +60,7 @@ def breakdown(path: Path, n: int) -> list[tuple[str, float, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", choices=sorted(CORPORA) + ["scale"], default="prose")
+    ap.add_argument("--corpus", choices=sorted(CORPORA), default="prose")
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--keep", help="build the store at this path and keep it")
