@@ -101,9 +101,13 @@ def read_snapshot(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     conn.execute("BEGIN DEFERRED")
     try:
         yield conn
-    finally:
-        if not conn.get_autocommit():
-            conn.execute("COMMIT")
+    except BaseException:
+        # A read has nothing to commit, and COMMIT would report again an
+        # error FTS5 keeps from a failed read (as if the store were damaged).
+        rollback(conn)
+        raise
+    if not conn.get_autocommit():
+        conn.execute("COMMIT")
 
 
 def rollback(conn: apsw.Connection) -> None:
