@@ -30,15 +30,18 @@ from .base import (Cause, FILE_MODE, ForeignStore, HOME_MODE, InvalidInput, Mess
 # index: the derived search index's tables and triggers, and what recover does with them:
 # fill a new store's index once, take the source's index over, build the trigram index apart
 from .index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, IndexNotCopyable,
-                    ParallelBuild, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE, attach_readonly, attach_triggers, copy_search_index,
-                    cores, corruption_is_index_only, drop_triggers, index_batch, set_watermark,
-                    stale_marker, triggers_attached)
+                    ParallelBuild, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE, attach_readonly,
+                    attach_triggers, copy_search_index, cores, corruption_is_index_only,
+                    drop_triggers, index_batch, set_watermark, stale_marker, triggers_attached)
 # rows: the row formats (roles and their codes, fingerprints, the compact stored forms)
 from .rows import (ROLES, ROLE_CODES, compact_legacy_rows, fingerprint_of, fingerprint_text,
                    logical_meta, role_text)
-# engine: a SQLite store's migrations ledger
-from .engine import (applied as applied_migrations, apply_pending as apply_pending_migrations,
-                     pending as pending_migrations, unknown as unknown_migrations)
+# engine: a SQLite store's migrations ledger; the damage record that keeps every process
+# from writing to a store found structurally damaged
+from .engine import (applied as applied_migrations,
+                     apply_pending as apply_pending_migrations, clear_damage,
+                     pending as pending_migrations, read_record as read_damage_record,
+                     record_damage, unknown as unknown_migrations)
 # sqlitefile: the file read without SQLite (pages, cells, records, WAL frames), what a file
 # is, and which processes hold it
 from .sqlitefile import (BTreePage, DatabaseHeader, DatabaseImage, FRAME_HEADER_SIZE, FormatError,
@@ -85,6 +88,7 @@ __all__ = [
     "compact_legacy_rows",
     # engine
     "applied_migrations", "apply_pending_migrations", "pending_migrations", "unknown_migrations",
+    "clear_damage", "read_damage_record", "record_damage",
     # sqlitefile
     "BTreePage", "DatabaseHeader", "DatabaseImage", "FRAME_HEADER_SIZE", "FormatError",
     "HEADER_SIZE", "INDEX_INTERIOR", "INDEX_LEAF", "LEGAL_PAGE_SIZES", "MAGIC", "MAX_ROWID",

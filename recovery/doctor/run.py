@@ -3,7 +3,8 @@
 A finding has an id, a severity (ok, info, warn, error), a message, whether
 `doctor --fix` can fix it, and the command or action for the operator.
 Every check reads only: the store through a read-only connection, the
-search index on a private copy (see `liveread`). Opening `SessionDB` would
+search index on a private copy (see `liveread`); the one file a check
+writes is the damage record beside the store (doctor_damage.py). Opening `SessionDB` would
 run migrations, a write, so doctor never does that for a check. Fix texts
 come from the one copy table (`sessiondb.base.explain`) where a failure cause
 applies. `doctor_fix` applies the safe fixes.

@@ -21,7 +21,8 @@ from typing import Any
 import apsw
 
 from sessiondb.recovery_api import (FILE_MODE, ForeignStore, HOME_MODE, SIDECARS, STORE_NAME,
-                                    SessionDB, StorageError, check_before_open, fsync_dir,
+                                    SessionDB, StorageError, check_before_open, clear_damage,
+                                    fsync_dir,
                                     import_spool, lock_holders, open_holders, profile_dir,
                                     resolve_home, unknown_migrations)
 
@@ -155,6 +156,7 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
     _refuse_if_held(db, new_path)
     aside, moved = _move_aside(db)
     _put_in_place(new_path, db)
+    clear_damage(db)  # the damaged file is aside now (its record named that file only)
     report = InstallReport(str(db), str(new_path), str(aside) if aside else None, moved)
     try:
         with SessionDB.open(root, profile) as store:

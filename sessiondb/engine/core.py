@@ -187,8 +187,8 @@ class StoreCore:
 
     def start_threads(self, checkpoint_pages: int, background_index: bool) -> None:
         """After migrations: the checkpointer (WAL) and the indexer (writable)."""
-        if self.writer.readonly("main"):
-            return
+        if self.writer.readonly("main") or self.quarantined:
+            return  # a quarantined handle (a damage record at open) writes nothing
         if self.journal_mode_wanted == "wal":
             self.checkpointer = checkpointer.for_writer(
                 self.writer, self.guard, str(self.path), self.vfs, checkpoint_pages)
