@@ -63,6 +63,7 @@ from .importers import import_spool
 from .spool import spool_dir_for
 # pg: a PostgreSQL store, for `doctor` on --store-url (psycopg is imported there)
 from .pg import (SEARCH_INDEXES as PG_SEARCH_INDEXES, TSV_COLUMN,
+                 connect_timeout as pg_connect_timeout,
                  applied_migrations as pg_applied_migrations,
                  pending_migrations as pg_pending_migrations,
                  unknown_migrations as pg_unknown_migrations, url_label)
@@ -108,5 +109,5 @@ __all__ = [
     "spool_dir_for", "import_spool",
     # pg
     "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
-    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label",
+    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label", "pg_connect_timeout",
 ]
