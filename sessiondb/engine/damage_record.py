@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..base import FILE_MODE, OutputError, fsync_dir, publish, temp_name
+from ..base import OutputError, fsync_dir, private_output
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +93,14 @@ def record_damage(db: Path, reason: str, found_by: str) -> DamageRecord | None:
     except OSError:
         pass
     rec = DamageRecord(reason[:2000], found_by, os.getpid(), time.time(), device, inode)
-    target = record_path(db)
-    tmp = temp_name(target)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            os.fchmod(f.fileno(), FILE_MODE)
+    try:  # 0600, temp name, fsync, link (never replacing one), directory fsynced
+        with private_output(record_path(db)) as f:
             json.dump(asdict(rec), f, sort_keys=True)
-        publish(tmp, target)  # fsyncs the file and the directory; never replaces one
-    except OutputError:  # another process recorded it first (publish never replaces)
-        return read_record(db)
-    except OSError as e:  # a read-only or full disk: the handle's own refusal still holds
-        log.warning("could not record the damage of %s beside it: %s", db, e)
-        return None
-    finally:
-        tmp.unlink(missing_ok=True)
+    except OutputError as e:
+        found = read_record(db)  # another process recorded it first
+        if found is None:  # a read-only or full disk: the handle's own refusal still holds
+            log.warning("could not record the damage of %s beside it: %s", db, e)
+        return found
     return rec
 
 
