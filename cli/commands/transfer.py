@@ -118,7 +118,7 @@ _IMPORTERS = {"hermes": import_export_file, "hermes-agent": import_hermes_agent,
 
 
 @click.command("import", cls=HermesCommand)
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--from", "source", type=click.Choice(sorted(_IMPORTERS)), default="hermes",
               show_default=True,
               help="hermes: a JSONL file from `sessions export`; hermes-agent: Hermes "

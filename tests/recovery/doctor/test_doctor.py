@@ -174,7 +174,7 @@ def test_structural_damage_is_an_error_with_recover_commands(hermes_home: Path) 
     assert finding["severity"] == "error"
     assert "--inspect-only" in finding["fix"] and "--output" in finding["fix"]
     code, doc = run_doctor("--fix")  # nothing store-writing is attempted on structural damage
-    assert code == 4 and doc["applied"] == []
+    assert code == 1 and doc["applied"] == [] and "structural damage" in doc["refused"]
     assert sha(path) == before
 
 
