@@ -54,8 +54,7 @@ class DamageRecord:
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        return f"{self.found_by} (pid {self.pid}) found it structurally damaged at {when}: " \
-               f"{self.reason}"
+        return f"{self.found_by} found it structurally damaged at {when}: {self.reason}"
 
 
 def record_path(db: Path) -> Path:
