@@ -19,7 +19,7 @@ beside SQLite's.
 from __future__ import annotations
 
 # base: errors and how to explain them, the home's files and modes, the SQLite build policy
-from .base import (Cause, FILE_MODE, ForeignStore, HOME_MODE, InvalidInput, MessageState,
+from .base import (Cause, FILE_MODE, HOME_MODE, InvalidInput, MessageState,
                    OutputError, RECOVERED_NAME, SIDECARS, STORE_NAME, SearchIndexCorrupt,
                    StorageError, StorageFailure, StoreCorrupt, StoreNotFound, classify,
                    classify_text, commands as explain_commands, connection_errno,
@@ -70,7 +70,7 @@ from .pg import (SEARCH_INDEXES as PG_SEARCH_INDEXES, TSV_COLUMN,
 
 __all__ = [
     # base
-    "Cause", "ForeignStore", "InvalidInput", "SearchIndexCorrupt", "StorageError", "StoreCorrupt",
+    "Cause", "InvalidInput", "SearchIndexCorrupt", "StorageError", "StoreCorrupt",
     "StoreNotFound", "connection_errno", "from_apsw", "on_readonly_mount",
     "classify", "classify_text", "StorageFailure", "describe", "hermes_command",
     "explain_commands", "RECOVERED_NAME",
