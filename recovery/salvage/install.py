@@ -36,6 +36,9 @@ from ..source import liveread
 
 ASIDE_PREFIX = "replaced-"
 OUR_TABLES = {"sessions", "messages", "migrations"}
+# An SQLite file of no registered format: no program is known to own it, so
+# nothing says which file may take its place.
+UNREGISTERED = "sqlite"
 
 
 class InstallRefused(RecoveryError):
@@ -127,6 +130,9 @@ def _foreign_owner(new: Path, db: Path) -> Identity | None:
                                  "program (or cannot be told to be one); nothing was changed",
                                  path=str(new))
         return None
+    if source.kind == UNREGISTERED:
+        raise InstallRefused(f"{db} is {source.label}, of no format hermes-state knows; "
+                             "install-recovered does not replace it", path=str(db))
     if made is None or (made.kind, made.version) != (source.kind, source.version):
         what = made.label if made is not None else "not a file it can identify"
         raise InstallRefused(f"{db} is {source.label}: only a file of that program's format "
@@ -257,7 +263,7 @@ def _same_program(source: Path, output: Path) -> bool:
         a, b = identify(source), identify(output)
     except StorageError:
         return False
-    return a.foreign and (a.kind, a.version) == (b.kind, b.version)
+    return a.foreign and a.kind != UNREGISTERED and (a.kind, a.version) == (b.kind, b.version)
 
 
 __all__ = ["install_recovered", "next_after_recover", "InstallReport", "InstallRefused"]
