@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import anthropic
 
-from sessiondb import StorageError, StoreFace
+from sessiondb import StorageError, StoreFace, new_session_id
 
 from . import wire
 from .compact import CompactionPolicy, MicroCompactor
@@ -82,11 +82,13 @@ class Agent:
         # byte-identical for the whole session, reviews included.
         memory = memory if memory is not None else load_memory_config(self.home)
         self.memory_snapshot = take_snapshot(self.home) if memory.inject else ""
-        self.session_id = db.create_session(session_id, source=source, model=model)
+        # The row is written with the first turn (see TurnPersistence).
+        self.session_id = session_id or new_session_id(time.time())
         self.tools = tools if tools is not None else default_registry(db, self.session_id,
                                                                       self.home)
         self.holder = f"hstate_agent-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.store = TurnPersistence(db, self.session_id, self.holder)
+        self.store = TurnPersistence(db, self.session_id, self.holder, source=source,
+                                     model=model)
         # Review prompts and replies an older build stored are never read back.
         self.messages: list[dict[str, Any]] = strip_harness(self.store.load())
         if not self.messages and system_prompt:

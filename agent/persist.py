@@ -11,9 +11,9 @@ import logging
 import time
 from typing import Any
 
-from sessiondb import (Cause, MARKER_KEY, SPOOL_CAUSES, SessionTooLong, StorageError,
-                       StorageFailure, StoreFace, TranscriptWriter, UID_KEY, describe_error,
-                       spool_failed_write)
+from sessiondb import (Cause, MARKER_KEY, SPOOL_CAUSES, SessionNotFound, SessionTooLong,
+                       StorageError, StorageFailure, StoreFace, TranscriptWriter, UID_KEY,
+                       describe_error, spool_failed_write)
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,19 @@ class PersistenceFailed(Exception):
 
 
 class TurnPersistence:
-    """Writes one session's transcript for an agent, under a turn lease."""
+    """Writes one session's transcript for an agent, under a turn lease.
 
-    def __init__(self, db: StoreFace, session_id: str, holder: str) -> None:
+    The session row is written by the first turn that stores a message
+    (``source`` and ``model`` are its values), so an agent that never runs
+    a turn, or whose turn ends before anything is stored, leaves no empty
+    session behind, and a store that refuses writes fails the turn (whose
+    line is then spooled), not the agent's construction."""
+
+    def __init__(self, db: StoreFace, session_id: str, holder: str, *,
+                 source: str = "agent", model: str | None = None) -> None:
         self.db, self.session_id, self.holder = db, session_id, holder
+        self.source, self.model = source, model
+        self._created = False
         self.writer = TranscriptWriter(db, session_id, holder=holder)
         self.failed: PersistenceFailed | None = None
         self._lease_until = 0.0
@@ -50,6 +59,8 @@ class TurnPersistence:
         live rolling summary before them (what the model is sent anyway)."""
         try:
             return self.db.get_messages(self.session_id)
+        except SessionNotFound:
+            return []  # a new session: its row comes with the first turn
         except SessionTooLong as e:
             log.info("session %s has %d live rows; resuming from the last %d and its "
                      "rolling summary", self.session_id, e.rows, RESUME_TAIL)
@@ -75,6 +86,9 @@ class TurnPersistence:
         in the spool."""
         self.failed = None
         try:
+            if not self._created:
+                self.db.create_session(self.session_id, source=self.source, model=self.model)
+                self._created = True
             self._lease_until = self.db.acquire_lease(self.session_id, self.holder,
                                                       LEASE_TTL_S).expires_at
             self.writer.flush(messages)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sessiondb import SessionDB, StoreFace
+from sessiondb.base import program_name
 
 
 @dataclass
@@ -27,8 +28,8 @@ class AppContext:
 
     def command(self, *args: str) -> str:
         """A hermes command line pinned to this home and profile, ready to paste."""
-        words = ["hermes", "--home", str(self.home), *(["--profile", self.profile]
-                                                         if self.profile else [])]
+        words = [program_name(), "--home", str(self.home),
+                 *(["--profile", self.profile] if self.profile else [])]
         if self.store_url:
             from sessiondb.pg import redact  # never a password on a terminal
             words += ["--store-url", redact(self.store_url)]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -31,8 +32,14 @@ def fmt_time(ts: float | None) -> str:
         return f"{ts!r} (out of range)"
 
 
+_SPACES = re.compile(r"[ \t\n\r\f\v]+")
+
+
 def shorten(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    """One line of at most ``width`` characters. Only ASCII white space folds
+    to a space: str.split() would also fold U+2028, U+0085 and the like,
+    which the table spells out as controls (``\u2028``) instead."""
+    text = _SPACES.sub(" ", text).strip()
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
 
 

@@ -9,7 +9,7 @@ from .face import StoreFace
 from .importers import import_spool
 from .rows import (CompactionError, CompactionNotFound, CompactionResult, Lease, MARKER_KEY,
                    Persisted, RestoreResult, Session, UID_KEY, UsageRow, apply_compaction,
-                   strip_markers)
+                   new_session_id, strip_markers)
 from .search import SearchHealth, SearchHit
 from .spool import SPOOL_CAUSES, spool_failed_write
 from .sqlitefile import Identity
@@ -32,4 +32,5 @@ __all__ = [
     "ForeignStore", "Identity", "UsageRow", "MessageState",
     # what agent/ needs beyond the above: private home files, spooling a failed write
     "private_output", "FILE_MODE", "ensure_private_dir", "SPOOL_CAUSES", "spool_failed_write",
+    "new_session_id",
 ]

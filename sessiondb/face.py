@@ -27,7 +27,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Callable, ClassVar, IO, Self
 
-from .base import Core, InvalidInput, InvalidMessage, SessionTooLong, StorageError, one
+from .base import (Core, InvalidInput, InvalidMessage, SessionTooLong, StorageError,
+                   hermes_command, one)
 from .engine import CheckpointStats
 from .index import IndexerStats, search_index
 from .maintenance import (CheckpointPrune, ExportSummary, PruneFilter, PrunePlan,
@@ -394,7 +395,7 @@ class StoreFace(ABC):
 
     def _too_long(self, conn: Any, session_id: str, include_archived: bool) -> SessionTooLong:
         rows = messages.count(conn, session_id, include_archived=include_archived)
-        command = f"hermes sessions export {session_id}"
+        command = hermes_command(self.home, self.profile, "sessions", "export", session_id)
         return SessionTooLong(
             f"session {session_id} has {rows} messages, more than the {self.load_limit} "
             f"a whole load returns; page it (limit/after/before, or tail) or stream it: "

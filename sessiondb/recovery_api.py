@@ -19,7 +19,7 @@ beside SQLite's.
 from __future__ import annotations
 
 # base: errors and how to explain them, the home's files and modes, the SQLite build policy
-from .base import (Cause, FILE_MODE, ForeignStore, HOME_MODE, InvalidInput, MessageState,
+from .base import (Cause, FILE_MODE, HOME_MODE, InvalidInput, MessageState,
                    OutputError, RECOVERED_NAME, SIDECARS, STORE_NAME, SearchIndexCorrupt,
                    StorageError, StorageFailure, StoreCorrupt, StoreNotFound, classify,
                    classify_text, commands as explain_commands, connection_errno,
@@ -29,16 +29,19 @@ from .base import (Cause, FILE_MODE, ForeignStore, HOME_MODE, InvalidInput, Mess
                    validate_profile)
 # index: the derived search index's tables and triggers, and what recover does with them:
 # fill a new store's index once, take the source's index over, build the trigram index apart
-from .index import (CHANGES, FTS_TABLE, INDEXES, IndexNotCopyable, ParallelBuild, TEXT_VIEW,
-                    TRIGGERS, TRIGRAM_TABLE, attach_readonly, attach_triggers, copy_search_index,
-                    cores, corruption_is_index_only, drop_triggers, index_batch, set_watermark,
-                    stale_marker, triggers_attached)
+from .index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, IndexNotCopyable,
+                    ParallelBuild, TEXT_VIEW, TRIGGERS, TRIGRAM_TABLE, attach_readonly,
+                    attach_triggers, copy_search_index, cores, corruption_is_index_only,
+                    drop_triggers, index_batch, set_watermark, stale_marker, triggers_attached)
 # rows: the row formats (roles and their codes, fingerprints, the compact stored forms)
 from .rows import (ROLES, ROLE_CODES, compact_legacy_rows, fingerprint_of, fingerprint_text,
                    logical_meta, role_text)
-# engine: a SQLite store's migrations ledger
-from .engine import (applied as applied_migrations, apply_pending as apply_pending_migrations,
-                     pending as pending_migrations, unknown as unknown_migrations)
+# engine: a SQLite store's migrations ledger; the damage record that keeps every process
+# from writing to a store found structurally damaged
+from .engine import (applied as applied_migrations,
+                     apply_pending as apply_pending_migrations, clear_damage,
+                     pending as pending_migrations, read_record as read_damage_record,
+                     record_damage, unknown as unknown_migrations)
 # sqlitefile: the file read without SQLite (pages, cells, records, WAL frames), what a file
 # is, and which processes hold it
 from .sqlitefile import (BTreePage, DatabaseHeader, DatabaseImage, FRAME_HEADER_SIZE, FormatError,
@@ -60,13 +63,14 @@ from .importers import import_spool
 from .spool import spool_dir_for
 # pg: a PostgreSQL store, for `doctor` on --store-url (psycopg is imported there)
 from .pg import (SEARCH_INDEXES as PG_SEARCH_INDEXES, TSV_COLUMN,
+                 connect_timeout as pg_connect_timeout,
                  applied_migrations as pg_applied_migrations,
                  pending_migrations as pg_pending_migrations,
                  unknown_migrations as pg_unknown_migrations, url_label)
 
 __all__ = [
     # base
-    "Cause", "ForeignStore", "InvalidInput", "SearchIndexCorrupt", "StorageError", "StoreCorrupt",
+    "Cause", "InvalidInput", "SearchIndexCorrupt", "StorageError", "StoreCorrupt",
     "StoreNotFound", "connection_errno", "from_apsw", "on_readonly_mount",
     "classify", "classify_text", "StorageFailure", "describe", "hermes_command",
     "explain_commands", "RECOVERED_NAME",
@@ -76,6 +80,7 @@ __all__ = [
     "in_wal_reset_band", "sqlite_library_version", "one", "MessageState",
     # index
     "FTS_TABLE", "TRIGRAM_TABLE", "INDEXES", "TEXT_VIEW", "TRIGGERS", "CHANGES",
+    "INDEX_META_KEYS",
     "stale_marker", "triggers_attached", "corruption_is_index_only",
     "attach_triggers", "drop_triggers", "set_watermark", "index_batch",
     "IndexNotCopyable", "attach_readonly", "copy_search_index", "ParallelBuild", "cores",
@@ -84,6 +89,7 @@ __all__ = [
     "compact_legacy_rows",
     # engine
     "applied_migrations", "apply_pending_migrations", "pending_migrations", "unknown_migrations",
+    "clear_damage", "read_damage_record", "record_damage",
     # sqlitefile
     "BTreePage", "DatabaseHeader", "DatabaseImage", "FRAME_HEADER_SIZE", "FormatError",
     "HEADER_SIZE", "INDEX_INTERIOR", "INDEX_LEAF", "LEGAL_PAGE_SIZES", "MAGIC", "MAX_ROWID",
@@ -103,5 +109,5 @@ __all__ = [
     "spool_dir_for", "import_spool",
     # pg
     "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
-    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label",
+    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label", "pg_connect_timeout",
 ]

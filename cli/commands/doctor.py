@@ -21,11 +21,26 @@ def _progress(text: str) -> None:
 
 
 def _print(findings: list[Finding], applied: list[str] | None) -> None:
+    """The table names each fix by number; the fixes follow it in full, one
+    step a line, never wrapped, so every command can be pasted as printed."""
     for line in applied or []:
         click.echo(f"fixed: {line}")
-    table(((f.severity, f.check, f.message, ("[--fix] " if f.fixable and f.severity != Severity.OK
-                                              else "") + (f.fix or ""))
-           for f in findings), ("severity", "check", "finding", "fix"))
+    fixes: list[str] = []
+
+    def ref(f: Finding) -> str:
+        mark = "[--fix] " if f.fixable and f.severity != Severity.OK else ""
+        if not f.fix:
+            return mark.strip()
+        if f.fix not in fixes:
+            fixes.append(f.fix)
+        return f"{mark}see ({fixes.index(f.fix) + 1})"
+    table(((f.severity, f.check, f.message, ref(f)) for f in findings),
+          ("severity", "check", "finding", "fix"))
+    for n, text in enumerate(fixes, 1):
+        steps = text.split("; then ")
+        click.echo(f"({n}) {steps[0]}")
+        for step in steps[1:]:
+            click.echo(f"    then: {step}")
     click.echo(summary_line(findings))
 
 
@@ -59,7 +74,7 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
     Example:
       hermes --home ~/.hermes doctor --fix
     """
-    applied = None
+    applied, refused = None, None
     store_url = app.store_url
     if store_url and (do_fix or full):
         raise click.UsageError("--fix and --full are for SQLite stores, not --store-url")
@@ -68,7 +83,7 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
             findings = run_pg_doctor(store_url)
         elif do_fix:
             report = fix(app.home, app.profile, full=full)
-            findings, applied = report.after, report.applied
+            findings, applied, refused = report.after, report.applied, report.refused
         else:
             findings = run_doctor(app.home, app.profile, full=full,
                                   progress=_progress if stderr_is_tty() else None)
@@ -77,8 +92,12 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
     severity = worst(findings)
     if as_json:
         emit_json({"healthy": severity in (Severity.OK, Severity.INFO), "worst": severity,
-                   "applied": applied, "findings": [f.to_dict() for f in findings],
+                   "applied": applied, "refused": refused,
+                   "findings": [f.to_dict() for f in findings],
                    "size": next((f.data for f in findings if f.check == "size"), None)})
     else:
         _print(findings, applied)
+    if refused is not None:
+        click.echo(f"Error: not fixed: {refused}", err=True)
+        raise SystemExit(1)
     raise SystemExit(EXIT_BY_SEVERITY[severity])

@@ -16,6 +16,8 @@ from .doctor import EXIT_BY_SEVERITY
 
 def _print(r: InstallReport) -> None:
     click.echo(f"installed {r.installed_from} as {r.store}")
+    if r.owner:
+        click.echo(f"the file belongs to another program ({r.owner}); start it again")
     if r.aside_dir:
         click.echo(f"the replaced files are kept in {r.aside_dir}: "
                    + ", ".join(Path(p).name for p in r.moved_aside))

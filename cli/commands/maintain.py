@@ -91,7 +91,7 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
         raise click.BadParameter(str(e)) from e
 
 
-def _print_plan(plan: PrunePlan) -> None:
+def _print_plan(app: AppContext, plan: PrunePlan) -> None:
     verb = "Would prune" if plan.dry_run else "Pruned"
     count = len(plan.sessions) if plan.dry_run else plan.deleted_sessions
     messages = plan.messages if plan.dry_run else plan.deleted_messages
@@ -109,8 +109,8 @@ def _print_plan(plan: PrunePlan) -> None:
     if plan.dry_run:
         click.echo("Dry run: nothing was changed.")
     elif plan.sessions:
-        click.echo("The space is free inside the file; `hermes sessions optimize` gives it "
-                   "back to the filesystem.")
+        click.echo("The space is free inside the file; this gives it back to the "
+                   "filesystem: " + app.command("sessions", "optimize"))
 
 
 @click.command("prune", cls=HermesCommand)
@@ -151,7 +151,7 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
     if as_json:
         emit_json(plan.to_dict())
     else:
-        _print_plan(plan)
+        _print_plan(app, plan)
 
 
 @click.command("prune-checkpoints", cls=HermesCommand)

@@ -120,6 +120,10 @@ def print_recovery(r: RecoveryReport) -> None:
                               [t["name"] for t in r.inspect.get("tables", [])])
     if step and r.outcome == Outcome.PARTIAL:
         click.echo("the output lost rows (see loss: above); if you accept that, install it")
+    owner = r.identification.get("label") if r.identification.get("kind") not in (
+        None, "hermes-state") else None
+    if step and owner:
+        click.echo(f"stop the program that owns the file ({owner}) before installing it")
     click.echo(f"next: {step}" if step else "next: no command to run")
 
 

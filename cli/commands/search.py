@@ -57,8 +57,9 @@ def search_cmd(app: AppContext, query: str, session_id: str | None, role: str | 
         emit_json({"hits": [h.to_dict() for h in hits], "index_stale": stale is not None})
         return
     if stale is not None:
+        # repair, not reindex: only repair also mends damaged index pages.
         click.echo("note: the search index is damaged; results come from a bounded scan of "
-                   "recent messages. Run: hermes sessions reindex", err=True)
+                   "recent messages. Run: " + app.command("sessions", "repair"), err=True)
     if not hits:
         click.echo("no matches")
         return

@@ -36,17 +36,25 @@ def sessions() -> None:
 _ARCHIVED: dict[str | None, bool | None] = {"archived": True, "all": None}
 
 
+def _which(archived: bool, every: bool) -> str | None:
+    """--archived and --all exclude each other (a usage error, exit 2)."""
+    if archived and every:
+        raise click.UsageError("--archived (only archived sessions) and --all (archived "
+                               "sessions too) exclude each other")
+    return "archived" if archived else "all" if every else None
+
+
 @sessions.command("list")
 @click.option("--source", help="Only sessions from this source (cli, agent, ...).")
 @click.option("--since", type=When(), help="Only sessions started at or after DATE "
               "(2026-01-31, 2026-01-31T14:00, or an age: 30m, 12h, 7d, 2w).")
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
-@click.option("--archived", "which", flag_value="archived", help="Only archived sessions.")
-@click.option("--all", "which", flag_value="all", help="Archived sessions too.")
+@click.option("--archived", is_flag=True, help="Only archived sessions.")
+@click.option("--all", "every", is_flag=True, help="Archived sessions too.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
 def list_cmd(app: AppContext, source: str | None, since: float | None, limit: int,
-             which: str | None, as_json: bool) -> None:
+             archived: bool, every: bool, as_json: bool) -> None:
     """List sessions, newest first (archived ones only with --archived or --all).
 
     JSON: {"count": N, "sessions": [<session>, ...]}.
@@ -55,6 +63,7 @@ def list_cmd(app: AppContext, source: str | None, since: float | None, limit: in
     Example:
       hermes sessions list --source agent --since 7d --json
     """
+    which = _which(archived, every)
     with app.open_store(create=False) as db:
         found = db.list_sessions(source=source, limit=limit, since=since,
                                  archived=_ARCHIVED.get(which, False))
@@ -141,7 +150,7 @@ def show_cmd(app: AppContext, session_id: str, archived: bool, limit: int,
         rows.append((msg, role, fmt_time(m.timestamp), shorten(render_text(m.message), width)))
     table(rows, ("msg", "role", "time", "text"))
     if page is not None:
-        _page_note(session_id, page)
+        _page_note(app, session_id, page)
 
 
 def _page_doc(page: Any, limit: int) -> dict[str, Any]:
@@ -151,16 +160,17 @@ def _page_doc(page: Any, limit: int) -> dict[str, Any]:
             "last_position": page.rows[-1].key[0] if page.rows else None}
 
 
-def _page_note(session_id: str, page: Any) -> None:
+def _page_note(app: AppContext, session_id: str, page: Any) -> None:
     if not (page.more_before or page.more_after):
         return
     first, last = page.rows[0].key[0], page.rows[-1].key[0]
     click.echo(f"Showing {len(page.rows)} of {page.total} messages (positions {first}-{last}).")
     if page.more_before:
-        click.echo(f"Earlier: hermes sessions show {session_id} --before {first}")
+        click.echo("Earlier: " + app.command("sessions", "show", session_id, "--before",
+                                             str(first)))
     if page.more_after:
-        click.echo(f"Later: hermes sessions show {session_id} --after {last}")
-    click.echo(f"All of it, streamed: hermes sessions export {session_id}")
+        click.echo("Later: " + app.command("sessions", "show", session_id, "--after", str(last)))
+    click.echo("All of it, streamed: " + app.command("sessions", "export", session_id))
 
 
 def usage_table(rows: list[dict]) -> None:

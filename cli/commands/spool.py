@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from sessiondb.base import describe
 from sessiondb.importers import SpoolFileResult, SpoolImportReport, import_spool
 
 from ..context import AppContext
@@ -25,7 +26,7 @@ def _status(f: SpoolFileResult, dry_run: bool) -> str:
     return "kept in place"
 
 
-def _print_report(report: SpoolImportReport) -> None:
+def _print_report(app: AppContext, db_path: Path, report: SpoolImportReport) -> None:
     if not report.files:
         click.echo(f"nothing to import: {report.spool_dir} has no spool files")
         return
@@ -42,6 +43,12 @@ def _print_report(report: SpoolImportReport) -> None:
     for f in report.problems:
         click.echo(f"Error: {f.file}: {f.error or f'unreadable lines {f.bad_lines}'}",
                    err=True)
+    cause = next((f.cause for f in report.problems if f.cause), None)
+    if cause is not None:  # the store refused: what ends that, as for any storage error
+        failure = describe(cause, db_path=db_path, home=app.home, profile=app.profile)
+        click.echo(failure.summary, err=True)
+        if failure.actions:
+            click.echo(f"Next: {failure.actions[0]}", err=True)
 
 
 @click.command("import-spool", cls=HermesCommand)
@@ -62,9 +69,10 @@ def import_spool_cmd(app: AppContext, dry_run: bool, as_json: bool) -> None:
     """
     with app.open_store() as db:
         report = import_spool(db, dry_run=dry_run)
+        db_path = db.path
     if as_json:
         emit_json(report.to_dict())
     else:
-        _print_report(report)
+        _print_report(app, db_path, report)
     if report.problems:
         raise SystemExit(1)

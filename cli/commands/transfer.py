@@ -120,7 +120,7 @@ _IMPORTERS = {"hermes": import_export_file, "hermes-agent": import_hermes_agent,
 
 @click.command("import", cls=HermesCommand)
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...",
-                type=click.Path(exists=True, path_type=Path))
+                type=click.Path(path_type=Path))
 @click.option("--from", "source", type=click.Choice(sorted([*_IMPORTERS, *LOG_FORMATS])),
               default="hermes", show_default=True,
               help="hermes: a JSONL file from `sessions export`; hermes-agent: Hermes "

@@ -41,10 +41,11 @@ class FixReport:
     before: list[Finding]
     applied: list[str] = field(default_factory=list)
     after: list[Finding] = field(default_factory=list)
+    refused: str | None = None  # why the store's own fixes were not applied
 
     def to_dict(self) -> dict[str, Any]:
         return {"before": [f.to_dict() for f in self.before], "applied": self.applied,
-                "findings": [f.to_dict() for f in self.after]}
+                "refused": self.refused, "findings": [f.to_dict() for f in self.after]}
 
 
 def _tighten(t: Target) -> list[str]:
@@ -119,5 +120,9 @@ def fix(home: str | os.PathLike[str] | None = None, profile: str | None = None,
     report.applied += _remove_scratch(t) if "temp_files" in problems else []
     if problems & STORE_FIXES and not structural:
         report.applied += _store_fixes(t, problems & STORE_FIXES)
+    elif structural:
+        report.refused = (f"{t.db} has structural damage; --fix changes nothing in a damaged "
+                          "store (that could spread the damage): recover it into a new file "
+                          "and install that (doctor's fixes for quick_check)")
     report.after = run_doctor(home, profile, full=full)
     return report

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from sessiondb.recovery_api import (Cause, PROC, PROC_LOCKS, StorageError, from_apsw,
-                                    on_readonly_mount)
+                                    on_readonly_mount, read_damage_record)
 
 from ..base import Severity
 from ..source import liveread
@@ -167,6 +167,9 @@ def _probe_copy(t: "Target") -> str | None:
 
 def check_write_probe(t: "Target") -> list["Finding"]:
     from .model import Finding
+    if read_damage_record(t.db) is not None:
+        return [Finding("write_probe", Severity.INFO, "write probe not run: the store is "
+                        "refused for writing (see damage_record)")]
     held = bool(liveread.holder_names(t.db))
     if held and os.path.getsize(t.db) > PROBE_COPY_MAX_BYTES:
         return [Finding("write_probe", Severity.INFO, "write probe not run: another process holds "

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from sessiondb.recovery_api import (PG_SEARCH_INDEXES as INDEXES, TSV_COLUMN,
                                     pg_applied_migrations, pg_pending_migrations,
-                                    pg_unknown_migrations, url_label)
+                                    pg_connect_timeout, pg_unknown_migrations, url_label)
 
 from ..base import Severity
 from .model import Finding
@@ -118,7 +118,7 @@ def run_pg_doctor(url: str) -> list[Finding]:
     import psycopg
     label = url_label(url)
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=10,
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=pg_connect_timeout(url),
                                options="-c default_transaction_read_only=on")
     except psycopg.OperationalError as e:
         first = (str(e).strip().splitlines() or ["connection failed"])[0]

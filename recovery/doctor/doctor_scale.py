@@ -38,6 +38,7 @@ from ..base import Severity
 from ..schema import is_without_rowid
 from ..source import liveread, read_db_header
 from . import doctor_health
+from .doctor_damage import damage_record_findings
 from .checks import (check_store, journal_finding, liveread_bundle, quick_check_finding,
                      schema_findings, search_findings)
 from .model import Finding, Target
@@ -60,10 +61,13 @@ def check_store_scaled(t: Target) -> list[Finding]:
     """The store check doctor runs: exhaustive when small or ``--full``, sampled otherwise."""
     size = liveread_bundle(t.db)
     if t.full:
-        return _rescue_first(t, _full(t, size))
-    if size <= SMALL_STORE_BYTES:
-        return _rescue_first(t, check_store(t))
-    return _rescue_first(t, _fast(t, size))
+        found = _full(t, size)
+    elif size <= SMALL_STORE_BYTES:
+        found = check_store(t)
+    else:
+        found = _fast(t, size)
+    found = _rescue_first(t, found)
+    return found + damage_record_findings(t, found)
 
 
 def _rescue_first(t: Target, findings: list[Finding]) -> list[Finding]:

@@ -2,12 +2,11 @@
 a check looks at (home, profile, store path, how thorough)."""
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sessiondb.recovery_api import Cause, StorageFailure, describe
+from sessiondb.recovery_api import Cause, StorageFailure, describe, hermes_command
 
 from ..base import Severity
 
@@ -66,6 +65,4 @@ class Target:
         return "; then ".join(steps) or None
 
     def command(self, *args: str) -> str:
-        words = ["hermes", "--home", str(self.home)]
-        words += ["--profile", self.profile] if self.profile else []
-        return shlex.join(words + list(args))
+        return hermes_command(self.home, self.profile, *args)

@@ -3,7 +3,8 @@
 A finding has an id, a severity (ok, info, warn, error), a message, whether
 `doctor --fix` can fix it, and the command or action for the operator.
 Every check reads only: the store through a read-only connection, the
-search index on a private copy (see `liveread`). Opening `SessionDB` would
+search index on a private copy (see `liveread`); the one file a check
+writes is the damage record beside the store (doctor_damage.py). Opening `SessionDB` would
 run migrations, a write, so doctor never does that for a check. Fix texts
 come from the one copy table (`sessiondb.base.explain`) where a failure cause
 applies. `doctor_fix` applies the safe fixes.
@@ -19,6 +20,7 @@ from ..base import Severity
 from . import doctor_health
 from .checks import (check_backups, check_disk, check_holders, check_permissions, check_quarantine,
                      check_sidecars, check_spool, check_sqlite, check_temp)
+from .doctor_foreign import check_foreign_store
 from .doctor_identity import check_identity, identity_of
 from .doctor_scale import check_size, check_store_scaled
 from .model import Finding, SEVERITIES, Target
@@ -29,9 +31,11 @@ STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_sidecars, check_holders, check_store_scaled, check_spool,
     check_temp, check_quarantine, check_backups, check_size, doctor_health.check_write_lock,
     doctor_health.check_write_probe, doctor_health.check_deleted_wal)
-# Another program's file: only checks that neither read its rows nor advise a change.
+# Another program's file: every check that needs none of our schema, its contents
+# read only from inspect's private snapshot, and no fix of ours (doctor_foreign.py).
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
-    check_identity, check_disk, check_sqlite, check_holders)
+    check_identity, check_disk, check_sqlite, check_sidecars, check_holders,
+    check_foreign_store, doctor_health.check_deleted_wal)
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from sessiondb.recovery_api import INDEXES, TEXT_VIEW, TRIGGERS, one
+from sessiondb.recovery_api import CHANGES, INDEX_META_KEYS, INDEXES, TEXT_VIEW, TRIGGERS, one
 
 FTS5_SHADOWS = ("data", "idx", "docsize", "config", "content")
 
@@ -30,22 +30,27 @@ def derived_names() -> tuple[str, ...]:
 
 
 def _tables(conn: apsw.Connection) -> list[str]:
-    names = set(derived_names())
+    names = {*derived_names(), CHANGES}  # the change log is the index's bookkeeping too
     return sorted(name for (name,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
         if name not in names)
 
 
 def digest(conn: apsw.Connection) -> str:
-    """Hash of every row of every table that is not the search index, in a
-    stable order (all columns), so it survives VACUUM's rowid renumbering."""
+    """Hash of every row of every table that is not the search index or its
+    bookkeeping (which a rebuild resets), in a stable order (all columns), so
+    it survives VACUUM's rowid renumbering."""
     h = hashlib.sha256()
     for table in _tables(conn):
         q = table.replace('"', '""')
         ncols = len(list(conn.execute(f'PRAGMA table_info("{q}")')))
         order = ", ".join(str(i) for i in range(1, ncols + 1))
+        skip = ""
+        if table == "state_meta":
+            skip = f" WHERE key NOT IN ({','.join('?' * len(INDEX_META_KEYS))})"
         h.update(f"\0{table}\0".encode())
-        for row in conn.execute(f'SELECT * FROM "{q}" ORDER BY {order}'):
+        for row in conn.execute(f'SELECT * FROM "{q}"{skip} ORDER BY {order}',
+                                INDEX_META_KEYS if skip else ()):
             h.update(repr(row).encode())
     return h.hexdigest()
 

@@ -29,7 +29,8 @@ from typing import Any, Callable
 import apsw
 
 from sessiondb.recovery_api import (Cause, STORE_NAME, SearchIndexCorrupt, SessionDB, StorageError,
-                                    StoreCorrupt, StoreNotFound, check_before_open, describe,
+                                    StoreCorrupt, StoreNotFound, check_before_open, clear_damage,
+                                    describe,
                                     ensure_private_dir, health_on, pending_migrations,
                                     private_output, profile_dir, resolve_home)
 
@@ -188,6 +189,7 @@ def repair(home: str | os.PathLike[str] | None = None, profile: str | None = Non
         report.backup = _repair_now(db_path, pdir, backup=backup, keep=keep,
                                     after_copy=after_copy)
         report.status = RepairStatus.REPAIRED
+        clear_damage(db_path)  # the repaired file was verified whole
     report.seconds = round(time.monotonic() - started, 3)
     return report
 

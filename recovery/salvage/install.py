@@ -1,5 +1,10 @@
 """`hermes sessions install-recovered NEW`: put a recovered (or rescued) file in
 place of a home's store, the runbook's manual `mv` sequence as one command.
+The file in the store's place may also be another program's (Hermes Agent's
+state.db, a registered format): NEW must then be a file of that program's
+format and version (what `recover` writes for it), the spool is left alone
+(it holds messages for a store of ours), and the report names the program,
+which must be stopped first and started again afterwards.
 
 Order of work: check NEW (a regular file of ours that passes quick_check,
 on the store's filesystem, not the store itself, held by nobody); refuse
@@ -20,8 +25,8 @@ from typing import Any
 
 import apsw
 
-from sessiondb.recovery_api import (FILE_MODE, ForeignStore, HOME_MODE, SIDECARS, STORE_NAME,
-                                    SessionDB, StorageError, check_before_open, fsync_dir,
+from sessiondb.recovery_api import (FILE_MODE, HOME_MODE, SIDECARS, STORE_NAME, Identity,
+                                    SessionDB, StorageError, clear_damage, fsync_dir, identify,
                                     import_spool, lock_holders, open_holders, profile_dir,
                                     resolve_home, unknown_migrations)
 
@@ -31,6 +36,9 @@ from ..source import liveread
 
 ASIDE_PREFIX = "replaced-"
 OUR_TABLES = {"sessions", "messages", "migrations"}
+# An SQLite file of no registered format: no program is known to own it, so
+# nothing says which file may take its place.
+UNREGISTERED = "sqlite"
 
 
 class InstallRefused(RecoveryError):
@@ -53,6 +61,8 @@ class InstallReport:
     moved_aside: list[str] = field(default_factory=list)
     spool: dict[str, Any] | None = None
     spool_error: str | None = None
+    #: the program whose file was replaced (another program's file), else None
+    owner: str | None = None
     worst: Severity = Severity.OK
     findings: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -67,6 +77,17 @@ def _bundle(db: Path) -> list[Path]:
 
 def _check_new(new: Path, db: Path) -> None:
     """NEW must be a readable store of ours beside the store, and not the store."""
+    names, unknown = _check_readable(new, db)
+    if not OUR_TABLES <= names:
+        raise InstallRefused(f"{new} is not a hermes session store", path=str(new))
+    if unknown:
+        raise InstallRefused(f"{new} was written by a newer hermes-state "
+                             f"({', '.join(unknown)})", path=str(new))
+
+
+def _check_readable(new: Path, db: Path) -> tuple[set[str], list[str]]:
+    """NEW is a regular file beside the store, not the store, passing quick_check;
+    returns its table names and the migrations this version does not know."""
     if not new.is_file() or new.is_symlink():
         raise InstallRefused(f"{new} is not a regular file", path=str(new))
     if db.exists() and os.path.samefile(new, db):
@@ -89,11 +110,35 @@ def _check_new(new: Path, db: Path) -> None:
     if check != ["ok"]:
         raise InstallRefused(f"{new} fails quick_check ({'; '.join(check[:2])}); it is not "
                              "a store to install", path=str(new))
-    if not OUR_TABLES <= names:
-        raise InstallRefused(f"{new} is not a hermes session store", path=str(new))
-    if unknown:
-        raise InstallRefused(f"{new} was written by a newer hermes-state "
-                             f"({', '.join(unknown)})", path=str(new))
+    return names, unknown
+
+
+def _foreign_owner(new: Path, db: Path) -> Identity | None:
+    """The source's identity when it is another program's file (then NEW must
+    be a file of the same format and version); None for a store of ours."""
+    try:
+        source = identify(db) if db.exists() else None
+    except StorageError:
+        source = None  # a damaged store of ours may not identify: what this replaces
+    try:
+        made = identify(new)
+    except StorageError:
+        made = None
+    if source is None or not source.foreign:
+        if made is not None and made.foreign:
+            raise InstallRefused(f"{new} is {made.label}, and {db} is not a file of that "
+                                 "program (or cannot be told to be one); nothing was changed",
+                                 path=str(new))
+        return None
+    if source.kind == UNREGISTERED:
+        raise InstallRefused(f"{db} is {source.label}, of no format hermes-state knows; "
+                             "install-recovered does not replace it", path=str(db))
+    if made is None or (made.kind, made.version) != (source.kind, source.version):
+        what = made.label if made is not None else "not a file it can identify"
+        raise InstallRefused(f"{db} is {source.label}: only a file of that program's format "
+                             f"and version replaces it, and {new} is {what}; nothing was "
+                             "changed", path=str(new))
+    return source
 
 
 def _refuse_if_held(db: Path, new: Path) -> None:
@@ -150,17 +195,19 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
     if not db.parent.is_dir():
         raise InstallRefused(f"{db.parent} does not exist; there is no store to replace",
                              path=str(db))
-    _check_new(new_path, db)
-    _refuse_foreign(db, root, profile)
+    owner = _foreign_owner(new_path, db)
+    if owner is None:
+        _check_new(new_path, db)
+    else:  # another program's file, replaced by its recovered copy in its own format
+        _check_readable(new_path, db)
     _refuse_if_held(db, new_path)
     aside, moved = _move_aside(db)
     _put_in_place(new_path, db)
-    report = InstallReport(str(db), str(new_path), str(aside) if aside else None, moved)
-    try:
-        with SessionDB.open(root, profile) as store:
-            report.spool = import_spool(store).to_dict()
-    except StorageError as e:
-        report.spool_error = " ".join(str(e).split())
+    clear_damage(db)  # the damaged file is aside now (its record named that file only)
+    report = InstallReport(str(db), str(new_path), str(aside) if aside else None, moved,
+                           owner=owner.label if owner is not None else None)
+    if owner is None:  # the spool holds messages for a store of ours only
+        _import_spool(root, profile, report)
     findings = run_doctor(root, profile)
     report.worst = worst(findings)
     report.findings = [f.to_dict() for f in findings]
@@ -168,18 +215,12 @@ def install_recovered(new: str | os.PathLike[str], home: str | os.PathLike[str] 
     return report
 
 
-def _refuse_foreign(db: Path, root: Path, profile: str | None) -> None:
-    """Another program's file in the store's place is never moved aside (it
-    is that program's live database): ForeignStore. A damaged file of ours
-    may not identify at all; that is what this command replaces."""
-    if not db.exists():
-        return
+def _import_spool(root: Path, profile: str | None, report: InstallReport) -> None:
     try:
-        check_before_open(db, create=False, home=root, profile=profile)
-    except ForeignStore:
-        raise
-    except StorageError:
-        return
+        with SessionDB.open(root, profile) as store:
+            report.spool = import_spool(store).to_dict()
+    except StorageError as e:
+        report.spool_error = " ".join(str(e).split())
 
 
 def _is_ours(path: Path) -> bool:
@@ -209,12 +250,20 @@ def next_after_recover(source: str | os.PathLike[str], output: str | None,
     place = store_place(Path(source))
     if output is None or outcome not in (Outcome.RECOVERED, Outcome.PARTIAL) or place is None:
         return None
-    if source_tables and not {"sessions", "messages"} <= set(source_tables):
-        return None  # another program's file: never installed in place of a store
-    if not _is_ours(Path(output)):
+    if not (_is_ours(Path(output)) or _same_program(Path(source), Path(output))):
         return None
     home, profile = place
     return hermes_command(home, profile, "sessions", "install-recovered", str(output))
+
+
+def _same_program(source: Path, output: Path) -> bool:
+    """Whether ``output`` is a file of the same registered format (and version)
+    as the other program's file ``source``: install-recovered puts it back."""
+    try:
+        a, b = identify(source), identify(output)
+    except StorageError:
+        return False
+    return a.foreign and a.kind != UNREGISTERED and (a.kind, a.version) == (b.kind, b.version)
 
 
 __all__ = ["install_recovered", "next_after_recover", "InstallReport", "InstallRefused"]

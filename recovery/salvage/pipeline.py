@@ -556,6 +556,10 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
         _remove(tmp)
         report.outcome = Outcome.NOT_RECOVERABLE
         report.loss, report.loss_reasons = True, ["no row could be read from the source"]
+        if insp.verdict == Verdict.NOT_A_DATABASE:  # the guessed schema named nothing real
+            report.identification = {"label": "not an SQLite database", "kind": None}
+            report.schema_source = "none"
+            report.tables = {}
         return
     _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
 

@@ -11,7 +11,7 @@ from .errors import (Cause, DiskFull, ForeignStore, InvalidInput, InvalidMessage
                      StoreLocked, StoreNotFound, StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion,
                      connection_errno, from_apsw, on_readonly_mount)
 from .explain import (RECOVERED_NAME, StorageFailure, commands, describe, describe_error,
-                      foreign_actions, hermes_command)
+                      foreign_actions, hermes_command, program_name)
 from .forksafe import ForkRegistry, ThreadOwner
 from .onerow import one
 from .outfile import (OutputError, append_lines, check_output, fsync_dir, private_output, publish,
@@ -68,6 +68,7 @@ __all__ = [
     "from_apsw",
     "fsync_dir",
     "hermes_command",
+    "program_name",
     "in_wal_reset_band",
     "on_readonly_mount",
     "one",

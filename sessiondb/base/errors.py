@@ -24,6 +24,9 @@ class Cause(str, enum.Enum):
     #: A search-index rebuild refused because another process has the store
     #: open: nothing is damaged or busy, the rebuild needs the store alone.
     REBUILD_REFUSED = "rebuild_refused"
+    #: Another maintenance operation (optimize, prune, archive) refused for the
+    #: same reason: another process has the store open.
+    HELD = "held"
     DISK_FULL = "disk_full"
     READONLY = "readonly"
     IO_ERROR = "io_error"

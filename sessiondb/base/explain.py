@@ -12,8 +12,10 @@ damaged file. Every command must parse with the real CLI.
 """
 from __future__ import annotations
 
+import glob
 import os
 import shlex
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +42,20 @@ class StorageFailure:
         return doc
 
 
+# The CLI's second name: beside Hermes Agent (whose own script is `hermes`)
+# this one may be the only name that runs hermes-state.
+ALT_PROGRAM = "hermes-state"
+
+
+def program_name() -> str:
+    """The name printed commands start with: ``hermes-state`` when the running
+    program was invoked by that name, otherwise ``hermes``."""
+    return ALT_PROGRAM if os.path.basename(sys.argv[0] if sys.argv else "") == ALT_PROGRAM \
+        else "hermes"
+
+
 def _hermes(home: Path | None, profile: str | None, *args: str) -> str:
-    words = ["hermes"]
+    words = [program_name()]
     if home is not None:
         words += ["--home", str(home)]
     if profile:
@@ -54,10 +68,23 @@ def hermes_command(home: Path | None, profile: str | None, *args: str) -> str:
     return _hermes(home, profile, *args)
 
 
+def recovered_output(directory: Path) -> Path:
+    """Where `recover --output` can write now: ``RECOVERED_NAME`` unless an
+    earlier recover left a file of that name (the file, ``.partial``,
+    ``.unverified``, a sidecar: recover refuses them all), else
+    ``state.recovered-2.db`` and so on, so a printed command still runs."""
+    stem = RECOVERED_NAME.removesuffix(".db")
+    for n in range(1, 100):
+        name = RECOVERED_NAME if n == 1 else f"{stem}-{n}.db"
+        if not any(directory.glob(glob.escape(name) + "*")):
+            return directory / name
+    return directory / RECOVERED_NAME
+
+
 def commands(db: Path, home: Path | None, profile: str | None) -> dict[str, str]:
     """Every action the table names, by key, pinned to this store (for a
     caller such as inspect that takes one step of an entry, not all)."""
-    out = db.parent / RECOVERED_NAME
+    out = recovered_output(db.parent)
     return {
         "inspect": _hermes(home, profile, "sessions", "recover", "--source", str(db),
                            "--inspect-only"),
@@ -92,6 +119,11 @@ _TABLE: dict[Cause, tuple[str, tuple[str, ...]]] = {
         "Another process holds the session database {db}, so the search index was not "
         "rebuilt (a rebuild needs the store to itself); stop it or run again when it has "
         "closed: doctor names the process.",
+        ("doctor",)),
+    Cause.HELD: (
+        "Another process holds the session database {db}, so this operation did not run "
+        "(it needs the store to itself); stop it or run again when it has closed: doctor "
+        "names the process.",
         ("doctor",)),
     Cause.DISK_FULL: (
         "The disk holding {db} is full (or a size limit was reached); free space on that "

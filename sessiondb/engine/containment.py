@@ -9,6 +9,10 @@ replaced, the handle quarantines itself: later writes fail before touching
 the file, its connections will close without a checkpoint, and the latch
 (keyed by device and inode) tells every other handle in the process.
 
+Structural damage is also recorded beside the store (damage_record.py),
+and a handle that opens on a file with such a record opens quarantined:
+the refusal outlives the process that found the damage.
+
 The generation is a random 31-bit number kept in the header's
 `application_id` and in `state_meta`. The header is read through one
 read-only descriptor per inode, shared by every handle in the process and
@@ -33,6 +37,7 @@ import apsw
 from ..base import (Cause, FILE_MODE, OutputError, SearchIndexCorrupt, StorageError, StoreCorrupt,
                     StoreReplaced, create_private_file, from_apsw, one, publish, temp_name)
 from ..index import corruption_is_index_only, fts_structures_damaged
+from .damage_record import read_record, record_damage
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,7 @@ class Quarantine:
     cause: Cause
     reason: str
     generation: int | None
+    recorded: bool = False  # from the record beside the store, not this process
 
 
 _latch: dict[FileKey, Quarantine] = {}
@@ -169,6 +175,10 @@ class Guard:
         if q is not None and (q.generation is None or q.generation == self._app_id(conn)):
             self.quarantine = q
             raise self._refusal()
+        rec = read_record(self.path)
+        if rec is not None and rec.names(self.path):
+            # Another process found the damage: read, never write (nor checkpoint).
+            self._quarantine_self(Quarantine(Cause.CORRUPT, rec.describe(), None, True))
 
     @staticmethod
     def _app_id(conn: apsw.Connection) -> int | None:
@@ -358,6 +368,8 @@ class Guard:
         if self.key is not None:
             _set_latch(self.key, q)
         log.error("quarantined %s: %s", self.path, err)
+        if err.cause is Cause.CORRUPT:  # so later processes refuse it too
+            record_damage(self.path, str(err), "a store handle")
         return err
 
     def _quarantine_self(self, q: Quarantine) -> None:
@@ -385,6 +397,9 @@ class Guard:
         q = self.quarantine
         assert q is not None
         cls = StoreReplaced if q.cause is Cause.REPLACED else StoreCorrupt
+        if q.recorded:
+            return cls(f"{self.path} will not be written until it is recovered, repaired or "
+                       f"found clean by a full check: {q.reason}", path=str(self.path))
         return cls(f"{self.path} is quarantined in this process and will not be written: "
                    f"{q.reason}", path=str(self.path))
 

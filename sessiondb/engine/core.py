@@ -101,9 +101,13 @@ def read_snapshot(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     conn.execute("BEGIN DEFERRED")
     try:
         yield conn
-    finally:
-        if not conn.get_autocommit():
-            conn.execute("COMMIT")
+    except BaseException:
+        # A read has nothing to commit, and COMMIT would report again an
+        # error FTS5 keeps from a failed read (as if the store were damaged).
+        rollback(conn)
+        raise
+    if not conn.get_autocommit():
+        conn.execute("COMMIT")
 
 
 def rollback(conn: apsw.Connection) -> None:
@@ -183,8 +187,8 @@ class StoreCore:
 
     def start_threads(self, checkpoint_pages: int, background_index: bool) -> None:
         """After migrations: the checkpointer (WAL) and the indexer (writable)."""
-        if self.writer.readonly("main"):
-            return
+        if self.writer.readonly("main") or self.quarantined:
+            return  # a quarantined handle (a damage record at open) writes nothing
         if self.journal_mode_wanted == "wal":
             self.checkpointer = checkpointer.for_writer(
                 self.writer, self.guard, str(self.path), self.vfs, checkpoint_pages)

@@ -269,10 +269,24 @@ def _usage_rows(rows: Any, line: int) -> tuple[dict[str, Any], ...]:
         raise _bad(line, str(e)) from None
 
 
+def _json_export(raw: str) -> bool:
+    """Whether a first line that is not a JSON record opens an export in the
+    json format (one document over many lines, for reading, not importing)."""
+    head = "".join(raw.split())
+    return head.startswith("{") and '"format":"hermes-export"' in head
+
+
 def _records(lines: Iterable[str]) -> Iterator[Record]:
     for line, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
+        if line == 1 and _json_export(raw):
+            try:
+                json.loads(raw)
+            except ValueError:
+                raise _bad(1, "this is an export in the json format (export --format json), "
+                              "which import does not read; import reads the jsonl format: "
+                              "export again with --format jsonl (the default)") from None
         rec = _parse_line(raw, line)
         if line == 1:
             _check_header(rec)

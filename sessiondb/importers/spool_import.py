@@ -49,6 +49,9 @@ class SpoolFileResult:
     #: Why the file could not be imported at all (a bad session id, a failed
     #: write); the file stays in place and the other files are still imported.
     error: str | None = None
+    #: The storage cause of ``error`` when the store refused the write
+    #: (``corrupt``, ``disk_full``, ...), for the step that ends it.
+    cause: str | None = None
     #: The file held no message (0 bytes, or only a torn line): moved aside.
     empty: bool = False
 
@@ -245,6 +248,7 @@ def _import_locked(db: "StoreFace", path: Path, f: IO[bytes], result: SpoolFileR
         result.already_present = _store_records(db, session_id, head, f, dry_run)
     except StorageError as e:
         result.error = " ".join(str(e).split())
+        result.cause = e.cause.value
         return
     result.imported = result.messages - result.already_present
     if not dry_run:

@@ -5,7 +5,7 @@ from . import search_index
 from .fts_build import ParallelBuild, cores
 from .indexer import Indexer, IndexerStats
 from .search_copy import IndexNotCopyable, attach_readonly, copy_search_index, index_shadows
-from .search_index import (CHANGES, FTS_TABLE, INDEXES, TEXT_CAP, TEXT_VIEW, TOOL_TEXT_CAP,
+from .search_index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, TEXT_CAP, TEXT_VIEW, TOOL_TEXT_CAP,
                            TRIGGERS, TRIGRAM_TABLE, attach_triggers, corruption_is_index_only,
                            drop_triggers, fts_structures_damaged, index_batch, set_watermark,
                            stale_marker, triggers_attached)
@@ -14,6 +14,7 @@ __all__ = [
     "CHANGES",
     "FTS_TABLE",
     "INDEXES",
+    "INDEX_META_KEYS",
     "IndexNotCopyable",
     "Indexer",
     "IndexerStats",

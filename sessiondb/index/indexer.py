@@ -179,7 +179,7 @@ class Indexer(ThreadOwner):
                 search_index.mark_stale(conn, f"indexing failed: {err}",
                                         search_index.code_of(err.__cause__))
         log.warning("full-text index damaged (%s); search falls back to scanning until "
-                    "`hermes sessions reindex`", err)
+                    "`hermes sessions repair` rebuilds it", err)
 
     # -- the thread --------------------------------------------------------
 

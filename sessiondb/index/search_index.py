@@ -247,6 +247,8 @@ def _fill(conn: apsw.Connection) -> None:
 # keeps the bookkeeping exact.
 
 WATERMARK_KEY = "fts_watermark"
+# The index's bookkeeping in state_meta: not canonical data, reset by a rebuild.
+INDEX_META_KEYS = (STALE_KEY, WATERMARK_KEY)
 CHANGES = "search_changes"
 TRIGGERS = ("messages_search_log_ai", "messages_search_log_ad", "messages_search_log_au")
 # The sync triggers of m004, which wrote both indexes inside every commit.

@@ -54,7 +54,7 @@ ROW_OVERHEAD = 48
 class MaintenanceRefused(StorageError):
     """A maintenance operation will not run now; ``operation``, ``holders`` and ``why`` say why."""
 
-    cause = Cause.LOCKED
+    cause = Cause.HELD
 
     def __init__(self, message: str, *, operation: str, holders: list[int] | None = None,
                  why: str = "", **kw: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from ..base import InvalidInput
 # None of these import psycopg: doctor reads a server's schema ledger, the
 # CLI's transfer and its error lines use them with or without a server.
-from .errors import redact
+from .errors import connect_timeout, redact
 from .migrations import applied as applied_migrations
 from .migrations import pending as pending_migrations
 from .migrations import unknown as unknown_migrations
@@ -41,6 +41,6 @@ def open_url(url: str, *, home: str | os.PathLike[str] | None = None,
                        **kwargs)
 
 
-__all__ = ["open_url", "redact", "applied_migrations", "pending_migrations",
+__all__ = ["open_url", "connect_timeout", "redact", "applied_migrations", "pending_migrations",
            "unknown_migrations", "SEARCH_INDEXES", "TSV_COLUMN", "TransferResult", "count",
            "ends", "transfer_store", "url_label"]

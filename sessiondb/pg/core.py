@@ -33,7 +33,7 @@ from ..base import StorageError, StoreIOError
 from ..engine import retry_busy
 from ..rows import checked_time
 from .adapter import PgConn, register_numeric_loader, register_text_codec
-from .errors import from_pg, is_retryable, redact
+from .errors import connect_timeout, from_pg, is_retryable, redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,11 +66,21 @@ class PgCore:
         self.indexer = None  # the SQLite core's threads: none here
         self.checkpointer = None
         self.owner: dict[int, Any] = {}  # id(connection) -> the pool it came from
+        self._probe()  # an unreachable server fails within the connect timeout
         self.pool = self._new_pool()
         try:
             self.pool.wait(timeout=max(patience, 1.0))
         except Exception as e:  # noqa: BLE001 (typed below; the pool is closed first)
             self.pool.close()
+            raise self.error(e, "cannot connect") from e
+
+    def _probe(self) -> None:
+        """One direct connection: the pool would retry a refused connection
+        until its timeout, so a closed port would take the whole patience."""
+        import psycopg
+        try:
+            psycopg.connect(self.url, connect_timeout=connect_timeout(self.url)).close()
+        except Exception as e:  # noqa: BLE001 (typed by from_pg)
             raise self.error(e, "cannot connect") from e
 
     def _new_pool(self) -> Any:
@@ -87,7 +97,8 @@ class PgCore:
         does), instead of waiting out its patience in the pool's queue."""
         import psycopg
         try:
-            psycopg.connect(self.url, connect_timeout=max(1, int(patience))).close()
+            psycopg.connect(self.url, connect_timeout=min(max(1, int(patience)),
+                                                          connect_timeout(self.url))).close()
         except Exception as e:  # noqa: BLE001 (typed: still io_error, still stale)
             raise self.error(e, "cannot connect") from e
         old, self.pool, self.stale = self.pool, self._new_pool(), False

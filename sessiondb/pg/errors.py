@@ -8,6 +8,7 @@ every message and path a URL appears in.
 """
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -35,6 +36,25 @@ _BY_CLASS: dict[str, type[StorageError]] = {
 }
 
 _PASSWORD = re.compile(r"(://[^:/@?#]*):[^@/?#]*@")
+
+#: Seconds a connection attempt may take before the server counts as
+#: unreachable (``$HERMES_PG_CONNECT_TIMEOUT``, or the URL's own
+#: ``connect_timeout``): a closed port or a dead host is reported in
+#: seconds, not after a command's whole patience.
+DEFAULT_CONNECT_TIMEOUT_S = 3
+_URL_TIMEOUT = re.compile(r"(?i)[?&]connect_timeout=(\d+)")
+
+
+def connect_timeout(url: str) -> int:
+    """The connect timeout for ``url`` in whole seconds (libpq's unit), >= 1."""
+    found = _URL_TIMEOUT.search(url)
+    raw = found.group(1) if found else os.environ.get("HERMES_PG_CONNECT_TIMEOUT")
+    try:
+        value = int(float(raw)) if raw else DEFAULT_CONNECT_TIMEOUT_S
+    except ValueError:
+        raise InvalidInput(f"HERMES_PG_CONNECT_TIMEOUT must be a number of seconds, not "
+                           f"{raw!r}") from None
+    return max(1, value)
 
 
 def redact(url: str) -> str:

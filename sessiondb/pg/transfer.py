@@ -36,6 +36,7 @@ from ..rows import (fingerprint_key, fingerprint_text, kind_key, kind_text, logi
 from ..sqlitefile import EMPTY, OURS, identify
 from ..store import SessionDB
 from . import bulk
+from .errors import connect_timeout, redact
 
 CHUNK = 1_000
 #: Messages per chunk: fewer, since a message may be large (tool output is
@@ -361,9 +362,11 @@ def connect(url: str) -> Any:
         raise InvalidInput("a store URL starts with postgresql://")
     label = url_label(url)
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout(url))
     except psycopg.OperationalError as e:
-        raise StoreIOError(f"cannot connect to {label}: {_first_line(e)}") from None
+        # The server's URL as the path: explained as a server, not a failing disk.
+        raise StoreIOError(f"cannot connect to {label}: {_first_line(e)}",
+                           path=redact(url)) from None
     # Text as the store writes it (NUL escaped, adapter.py), sums as ints.
     register_text_codec(conn)
     register_numeric_loader(conn)

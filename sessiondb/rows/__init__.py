@@ -12,7 +12,7 @@ from .compaction import (CompactionError, CompactionNotFound, CompactionResult, 
 from .leases import Lease
 from .messages import compact_legacy_rows, key_for
 from .pages import StoredMessage
-from .sessions import Session
+from .sessions import Session, new_session_id
 from .usage import DDL, UsageRow, summary
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "leases",
     "logical_meta",
     "messages",
+    "new_session_id",
     "new_uid",
     "new_uids",
     "pages",

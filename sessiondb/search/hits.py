@@ -25,7 +25,7 @@ from typing import Any, TYPE_CHECKING
 
 import apsw
 
-from ..base import InvalidInput, InvalidQuery, MessageState, SearchIndexCorrupt, StorageError, one
+from ..base import Cause, InvalidInput, InvalidQuery, MessageState, SearchIndexCorrupt, StorageError, one
 from ..index import search_index
 from ..rows import ROLE_CODES, role_key, role_text
 from . import search_tail
@@ -511,29 +511,68 @@ def _run_indexed(conn: apsw.Connection, backlog: search_index.Backlog | None, p:
     return SearchResults.of(hits, reason)
 
 
-def search(core: "StoreCore", query: object, *, filters: Filters, limit: int, offset: int,
-           order: str, raw: bool) -> SearchResults:
-    """Plan, run on the index and its tail, and fail open to a bounded scan
-    when the index is damaged."""
-    check_args(filters, limit, offset, order)
-    p = make_plan(query, raw=raw)
-    damage: apsw.Error | None = None
+class _IndexDamaged(Exception):
+    """Leaves a read snapshot whose index read failed, so the snapshot ends
+    by ROLLBACK: FTS5 keeps a damaged read's error and its COMMIT would
+    report it again, as if the store were damaged."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _on_index(core: "StoreCore", p: Plan, filters: Filters, order: str, limit: int,
+             offset: int) -> SearchResults | None:
+    """Search on the index and its tail; None when the index is stale or a
+    long backlog must be indexed first and could be. Index damage raises
+    `_IndexDamaged`, decided where the read failed."""
     for attempt in (1, 2):  # the second after indexing a long backlog
         with core.snapshot() as conn:
             backlog = search_index.backlog(conn)
             stale = (backlog.stale if backlog is not None
                      else search_index.stale_marker(conn) is not None)
             if stale:
-                break
+                return None
             if attempt == 2 or not (_too_long(backlog) and core.can_index_now()):
                 try:
                     return _run_indexed(conn, backlog, p, filters, order, limit, offset)
                 except search_index.INDEX_DAMAGE_ERRORS as e:
                     if not search_index.is_index_scoped(conn, e):
                         raise
-                    damage = e
-                    break
+                    raise _IndexDamaged(e) from e
         _catch_up(core)  # what is still left after it is searched partially
+    return None  # not reached: the second attempt always returns or raises
+
+
+def _index_only(core: "StoreCore", error: StorageError) -> bool:
+    """Whether a corruption reported outside the failing read (for example
+    by the snapshot's end) lies in the search index alone."""
+    if error.cause not in (Cause.CORRUPT, Cause.FTS_INDEX):
+        return False
+    try:
+        with core.snapshot() as conn:
+            return search_index.corruption_is_index_only(conn)
+    except (StorageError, _IndexDamaged):
+        return False
+
+
+def search(core: "StoreCore", query: object, *, filters: Filters, limit: int, offset: int,
+           order: str, raw: bool) -> SearchResults:
+    """Plan, run on the index and its tail, and fail open to a bounded scan
+    when the index is damaged."""
+    check_args(filters, limit, offset, order)
+    p = make_plan(query, raw=raw)
+    damage: BaseException | None = None
+    try:
+        found = _on_index(core, p, filters, order, limit, offset)
+        if found is not None:
+            return found
+    except _IndexDamaged as d:
+        damage = d.error
+    except StorageError as e:
+        if not _index_only(core, e):
+            raise
+        damage = e.__cause__ or e
     if damage is not None:
         mark_stale(core, f"search failed: {damage}", search_index.code_of(damage))
     with core.snapshot() as conn:
@@ -542,8 +581,13 @@ def search(core: "StoreCore", query: object, *, filters: Filters, limit: int, of
 
 def mark_stale(core: "StoreCore", reason: str, code: int | None) -> None:
     """Set the marker, unless another process did."""
-    with core.write() as conn:
-        if search_index.stale_marker(conn) is None:
+    try:
+        with core.write() as conn:
+            if search_index.stale_marker(conn) is not None:
+                return
             search_index.mark_stale(conn, reason, code)
-            log.warning("full-text index damaged (%s); search falls back to scanning until "
-                        "`hermes sessions reindex`", reason)
+    except StorageError as e:  # a read-only or quarantined handle: scan anyway
+        log.info("could not mark the search index stale: %s", e)
+        return
+    log.warning("full-text index damaged (%s); search falls back to scanning until "
+                "`hermes sessions repair` rebuilds it", reason)

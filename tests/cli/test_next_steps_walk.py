@@ -70,8 +70,9 @@ def _doctor_step(home: Path, out: str) -> tuple[str | None, str]:
     return None, f"person: {first}"
 
 
-def walk(home: Path, first: str) -> Walk:
-    """Run ``first`` and every command it leads to; see the module doc."""
+def walk(home: Path, first: str, profile: str | None = None) -> Walk:
+    """Run ``first`` and every command it leads to; see the module doc. A step
+    that ends without a next one is followed by doctor (of ``profile``)."""
     result, seen, command = Walk(), set(), first
     for _ in range(MAX_STEPS):
         args = shlex.split(command)
@@ -93,7 +94,8 @@ def walk(home: Path, first: str) -> Walk:
             found = _NEXT.findall(res.output)
             nxt, ended = (found[-1], "") if found else (None, "")
             if nxt is None and res.exit_code == 0:
-                nxt = shlex.join(["hermes", "--home", str(home), "doctor"])
+                nxt = shlex.join(["hermes", "--home", str(home),
+                                  *(["--profile", profile] if profile else []), "doctor"])
             elif nxt is None:
                 raise AssertionError(f"dead end: {command} failed with no next step:\n"
                                      f"{res.output}")
@@ -181,6 +183,19 @@ def test_reindex_refused_ends_at_stopping_the_holder(hermes_home: Path) -> None:
         assert "recover" not in res.output and "busy" not in res.output
         w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "reindex"))
     assert w.steps[0] == shlex.join(["hermes", "--home", str(hermes_home), "doctor"])
+    assert w.ended.startswith(f"person: stop process {pid}"), w
+
+
+def test_optimize_refused_by_a_holder_says_so_and_ends_at_stopping_it(
+        hermes_home: Path) -> None:
+    """A holder's refusal is named as one (not a store "busy for too long")."""
+    db = fill_home(hermes_home)
+    with held_by_another_process(db) as pid:
+        res = CliRunner().invoke(cli, ["--home", str(hermes_home), "sessions", "optimize"])
+        assert res.exit_code == 1, res.output
+        assert "Another process holds the session database" in res.output
+        assert "busy for too long" not in res.output
+        w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "optimize"))
     assert w.ended.startswith(f"person: stop process {pid}"), w
 
 
@@ -272,9 +287,100 @@ def test_a_foreign_file_steps_end_with_nothing_to_run(hermes_home: Path) -> None
 
 
 def test_every_cause_with_commands_is_walked() -> None:
-    walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.REBUILD_REFUSED,
+    walked = {Cause.CORRUPT, Cause.FTS_INDEX, Cause.LOCKED, Cause.REBUILD_REFUSED, Cause.HELD,
               Cause.DISK_FULL, Cause.READONLY,
               Cause.REPLACED, Cause.UNKNOWN, Cause.FOREIGN, *BUILT_ON_A_HEALTHY_STORE}
     with_commands = {c for c in all_causes() if describe(c, db_path="/h/state.db",
                                                          home="/h").actions}
     assert with_commands <= walked
+
+
+# -- the states an operator meets on the way: index damage, a spool, a `.partial`
+# result, a profile; every command printed is run in the state that printed it --
+
+def doctor_first(home: Path, *profile: str) -> str:
+    return shlex.join(["hermes", "--home", str(home), *profile, "doctor"])
+
+
+def test_index_page_damage_walks_from_search_to_a_healthy_store(hermes_home: Path) -> None:
+    """The search answers (exit 0) and its note names the step; doctor's fix is
+    the same step; both end healthy."""
+    db = fill_home(hermes_home, n=600)
+    junk_pages(db, "messages_fts_data")
+    res = CliRunner().invoke(cli, ["--home", str(hermes_home), "sessions", "search", "alpha"])
+    assert res.exit_code == 0, res.output
+    step = res.output.split("Run: ", 1)[1].splitlines()[0]
+    w = walk(hermes_home, step)
+    assert w.ended == "healthy" and w.steps[0].endswith("sessions repair"), w
+
+
+def test_structural_damage_with_a_spool_walks_to_an_installed_store(hermes_home: Path) -> None:
+    """The chat turn's line is spooled; the walk recovers, installs (which
+    imports the spool) and ends healthy with the line in the store."""
+    db = fill_home(hermes_home, n=600)
+    smash_one_leaf(db, "messages")
+    chat = CliRunner().invoke(cli, ["--home", str(hermes_home), "doctor"])
+    assert chat.exit_code == 4
+    chat = CliRunner().invoke(cli, ["--home", str(hermes_home), "chat", "--offline", "-q",
+                                    "kept line"])
+    assert chat.exit_code == 1 and list((hermes_home / "spool").glob("*.jsonl")), chat.output
+    w = walk(hermes_home, doctor_first(hermes_home))
+    assert w.ended == "healthy", w
+    assert not list((hermes_home / "spool").glob("*.jsonl"))
+    with SessionDB.open(hermes_home) as store:
+        assert any(h.snippet for h in store.search("kept line"))
+
+
+def test_a_partial_result_beside_the_store_walks_on(hermes_home: Path) -> None:
+    """An earlier recover left `state.recovered.db.partial`: the recover doctor
+    and inspect print writes to a name that is still free."""
+    db = fill_home(hermes_home, n=600)
+    smash_one_leaf(db, "messages")
+    (hermes_home / "state.recovered.db.partial").write_bytes(b"an earlier, partial result")
+    w = walk(hermes_home, doctor_first(hermes_home))
+    assert w.ended == "healthy", w
+    assert any("state.recovered-2.db" in s for s in w.steps), w.steps
+
+
+def test_a_profile_is_kept_in_every_step(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home, "work") as store:
+        store.create_session("shared", source="test")
+        store.append_messages("shared", [{"role": "user", "content": f"line {i}"}
+                                         for i in range(600)])
+    smash_one_leaf(hermes_home / "profiles" / "work" / "state.db", "messages")
+    first = cli_error_next(hermes_home, "--profile", "work", "sessions", "show", "shared")
+    w = walk(hermes_home, first, profile="work")
+    assert w.ended == "healthy", w
+    assert all(shlex.split(s)[3:5] == ["--profile", "work"] for s in w.steps), w.steps
+    assert any("install-recovered" in s for s in w.steps), w.steps
+
+
+def test_doctor_prints_every_fix_whole_below_the_table(hermes_home: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """However narrow the terminal, each command is on a line of its own, as
+    doctor --json has it (the table only refers to it)."""
+    db = fill_home(hermes_home, n=600)
+    smash_one_leaf(db, "messages")
+    monkeypatch.setenv("COLUMNS", "60")
+    doc = json.loads(CliRunner().invoke(cli, ["--home", str(hermes_home), "doctor",
+                                              "--json"]).stdout)
+    out = CliRunner().invoke(cli, ["--home", str(hermes_home), "doctor"]).output
+    printed = [ln.split(") ", 1)[1] if ln.startswith("(") else ln.split("then: ", 1)[1]
+               for ln in out.splitlines() if re.match(r"^(\(\d+\) |    then: )", ln)]
+    for f in doc["findings"]:
+        for step in (f["fix"] or "").split("; then "):
+            if step:
+                assert step in printed, (step, out)
+    assert all(len(shlex.split(p)) > 1 for p in printed)
+
+
+def test_invoked_as_hermes_state_the_commands_say_so(hermes_home: Path) -> None:
+    """Beside Hermes Agent (whose script is `hermes`) a printed `hermes ...`
+    would run the other program: the commands use the name we were run by."""
+    db = fill_home(hermes_home, n=600)
+    smash_one_leaf(db, "messages")
+    script = Path(sys.executable).with_name("hermes-state")
+    res = subprocess.run([str(script), "--home", str(hermes_home), "sessions", "show",
+                          "shared"], capture_output=True, text=True, timeout=120)
+    nexts = [ln for ln in res.stderr.splitlines() if ln.startswith("Next: ")]
+    assert nexts and all(ln.startswith("Next: hermes-state --home ") for ln in nexts), res.stderr

@@ -72,7 +72,7 @@ def test_reindex_json_and_text(filled):
     assert len(doc["hits"]) == 1
 
 
-def test_search_reports_fallback_when_stale(filled):
+def test_search_reports_fallback_when_stale(filled, hermes_home):
     """Another process holds the store, so opening does not rebuild the index."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys; from sessiondb import SessionDB; "
@@ -85,7 +85,8 @@ def test_search_reports_fallback_when_stale(filled):
                 mark_stale(conn, "test", None)
         res = run("sessions", "search", "deploy")
         assert res.exit_code == 0
-        assert "Run: hermes sessions reindex" in res.stderr
+        # repair (pinned to the home), which also mends damaged index pages
+        assert f"Run: hermes --home {hermes_home} sessions repair" in res.stderr
         doc = json.loads(run("sessions", "search", "deploy", "--json").stdout)
         assert doc["index_stale"] is True and {h["via"] for h in doc["hits"]} == {"fallback"}
         res = run("sessions", "reindex")

@@ -22,7 +22,7 @@ def doctor(url: str, *args: str):
 def findings(url: str) -> dict[str, dict]:
     res = doctor(url, "--json")
     doc = json.loads(res.output)
-    assert set(doc) == {"healthy", "worst", "applied", "findings", "size"}
+    assert set(doc) == {"healthy", "worst", "applied", "refused", "findings", "size"}
     return {f["check"]: {**f, "exit": res.exit_code} for f in doc["findings"]}
 
 

@@ -33,7 +33,9 @@ def test_whole_load_past_the_limit_says_how_to_page_and_stream(db):
     with pytest.raises(SessionTooLong) as e:
         db.get_messages("long")
     assert (e.value.rows, e.value.limit) == (120, 100)
-    assert e.value.command == "hermes sessions export long" and e.value.command in str(e.value)
+    # pinned to the store's home (and profile), ready to paste
+    assert e.value.command.endswith(" sessions export long") and e.value.command in str(e.value)
+    assert e.value.command.startswith(f"hermes --home {db.home} ") or db.home is None
     assert len(db.get_messages("long", include_archived=True, tail=5)) == 5
     first = db.get_messages("long", limit=10)
     assert [m["content"] for m in first] == [f"m{i}" for i in range(10)]
@@ -65,8 +67,9 @@ def test_show_pages_the_newest_first_with_the_next_commands(hermes_home):
     res = run("sessions", "show", "long", "--limit", "50")
     assert res.exit_code == 0, res.output
     assert "Showing 50 of 120 messages (positions 71-120)." in res.stdout
-    assert "Earlier: hermes sessions show long --before 71" in res.stdout
-    assert "All of it, streamed: hermes sessions export long" in res.stdout
+    pinned = f"hermes --home {hermes_home}"
+    assert f"Earlier: {pinned} sessions show long --before 71" in res.stdout
+    assert f"All of it, streamed: {pinned} sessions export long" in res.stdout
     doc = json.loads(run("sessions", "show", "long", "--limit", "50", "--before", "71",
                          "--json").stdout)
     assert [r["position"] for r in doc["rows"]] == list(range(21, 71))
