@@ -24,7 +24,7 @@ class HermesGroup(SectionedGroup):
     """Turns typed library errors into one-line errors with the right exit code."""
 
     sections = {"Sessions": ("sessions",),
-                "Recovery": ("backup", "doctor", "inspect", "recover", "repair"),
+                "Recovery": ("doctor", "inspect", "recover", "repair", "backup"),
                 "Agent": ("chat", "demo", "memory", "skills")}
 
     def make_context(self, info_name: str | None, args: list[str],

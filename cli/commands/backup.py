@@ -9,7 +9,8 @@ from typing import Any, Callable
 import click
 
 from hstate_recovery.base import RecoveryError
-from hstate_recovery.repairs import backups, create_backup, online_backup
+from hstate_recovery.repairs import (DEFAULT_KEEP, backup_dir, create_backup, list_backup_infos,
+                                     verify_backup)
 from hstate_recovery.salvage import RestoreReport, restore_backup
 
 from ..context import AppContext
@@ -28,7 +29,7 @@ def _store(app: AppContext) -> Path:
 
 
 def _dir(app: AppContext, to: Path | None) -> Path:
-    return to if to is not None else backups.backup_dir(_store(app).parent)
+    return to if to is not None else backup_dir(_store(app).parent)
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -65,7 +66,7 @@ def backup() -> None:
 
 
 @backup.command("create", cls=HermesCommand)
-@click.option("--keep", type=click.IntRange(min=1), default=backups.DEFAULT_KEEP, show_default=True,
+@click.option("--keep", type=click.IntRange(min=1), default=DEFAULT_KEEP, show_default=True,
               help="Keep the newest N backups; older ones are removed after the new one "
                    "verified.")
 @click.option("--to", "to", type=click.Path(file_okay=False, path_type=Path),
@@ -120,7 +121,7 @@ def list_cmd(app: AppContext, to: Path | None, as_json: bool) -> None:
     Example:
       hermes backup list --json
     """
-    found = online_backup.list_backup_infos(_dir(app, to))
+    found = list_backup_infos(_dir(app, to))
     if as_json:
         emit_json([b.to_dict() for b in found])
         return
@@ -149,7 +150,7 @@ def verify_cmd(file: Path, as_json: bool) -> None:
     Example:
       hermes backup verify ~/.hermes/backups/state-20260101T000000-000000000.db
     """
-    info = _call(lambda: online_backup.verify_backup(file))
+    info = _call(lambda: verify_backup(file))
     if as_json:
         emit_json(info.to_dict())
     else:

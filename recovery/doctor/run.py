@@ -17,8 +17,9 @@ from sessiondb.recovery_api import STORE_NAME, profile_dir, resolve_home
 
 from ..base import Severity
 from . import doctor_health
-from .checks import (check_backups, check_disk, check_holders, check_permissions, check_quarantine,
+from .checks import (check_disk, check_holders, check_permissions, check_quarantine,
                      check_sidecars, check_spool, check_sqlite, check_temp)
+from .doctor_backups import check_backups, check_replication
 from .doctor_identity import check_identity, identity_of
 from .doctor_scale import check_size, check_store_scaled
 from .model import Finding, SEVERITIES, Target
@@ -27,8 +28,9 @@ HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_sidecars, check_holders, check_store_scaled, check_spool,
-    check_temp, check_quarantine, check_backups, check_size, doctor_health.check_write_lock,
-    doctor_health.check_write_probe, doctor_health.check_deleted_wal)
+    check_temp, check_quarantine, check_backups, check_replication, check_size,
+    doctor_health.check_write_lock, doctor_health.check_write_probe,
+    doctor_health.check_deleted_wal)
 # Another program's file: only checks that neither read its rows nor advise a change.
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_disk, check_sqlite, check_holders)

@@ -32,8 +32,7 @@ from sessiondb.recovery_api import ensure_private_dir, own_entries, publish, pri
 
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
-from . import backups
-
+DEFAULT_KEEP = 5
 STEP_PAGES = 1024  # 4 MiB of 4 KiB pages per step: a progress tick, never a long lock
 MANIFEST_SUFFIX = ".json"
 _TMP_RE = re.compile(r"^\.(?P<prefix>.+)-\d{8}T\d{6}-\d{9}-(?P<pid>\d+)\.db\.tmp$")
@@ -97,8 +96,13 @@ def table_counts(conn: apsw.Connection) -> dict[str, int]:
     names = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage > 0 "
         "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-    return {n: int(conn.execute(f'SELECT count(*) FROM "{n.replace(chr(34), chr(34) * 2)}"')
-                   .fetchall()[0][0]) for n in names}
+    return {str(n): _count(conn, str(n)) for n in names}
+
+
+def _count(conn: apsw.Connection, table: str) -> int:
+    quoted = table.replace('"', '""')
+    value = conn.execute(f'SELECT count(*) FROM "{quoted}"').fetchall()[0][0]
+    return value if isinstance(value, int) else 0  # count(*) is always an integer
 
 
 def newest_commit(conn: apsw.Connection) -> float | None:
@@ -112,7 +116,7 @@ def newest_commit(conn: apsw.Connection) -> float | None:
     return None if row[0] is None else float(row[0])
 
 
-def _check_copy(path: Path, expected: dict[str, int] | None) -> tuple[list[str], dict[str, int]]:
+def check_copy(path: Path, expected: dict[str, int] | None) -> tuple[list[str], dict[str, int]]:
     """quick_check and table counts of a finished copy; problems, or [] when it verifies."""
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
     try:
@@ -182,13 +186,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _write_manifest(final: Path, info: BackupInfo) -> None:
+def write_manifest(final: Path, info: BackupInfo) -> None:
     with private_output(Path(f"{final}{MANIFEST_SUFFIX}")) as f:
         json.dump({k: v for k, v in asdict(info).items() if k != "path"}, f, indent=1)
 
 
 def create_backup(source: Path, directory: Path, *, prefix: str = "state",
-                  keep: int | None = backups.DEFAULT_KEEP,
+                  keep: int | None = DEFAULT_KEEP,
                   progress: Progress | None = None) -> CreateReport:
     """Copy ``source`` (a live store, or any SQLite file, never changed) into
     ``directory`` as ``<prefix>-<time>.db``, verified; then keep the newest ``keep``."""
@@ -203,7 +207,7 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
     try:
         info, copy_s, verify_s = _copy_and_verify(source, tmp, progress)
         info.path = str(final)
-        _write_manifest(final, info)  # a manifest without its file is ignored
+        write_manifest(final, info)  # a manifest without its file is ignored
         publish(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
@@ -225,7 +229,10 @@ def _copy_and_verify(source: Path, tmp: Path,
     copied = time.time()
     if progress is not None:
         progress("verifying the copy", 0, 0)
-    problems, counts = _check_copy(tmp, expected)
+    try:
+        problems, counts = check_copy(tmp, expected)
+    except apsw.Error as e:
+        problems, counts = [f"{type(e).__name__}: {e}"], {}
     if problems:
         raise BackupFailed(f"the copy of {source} did not verify ({'; '.join(problems[:3])}); "
                            "nothing was kept", path=str(source))
@@ -276,7 +283,7 @@ def verify_backup(path: Path) -> BackupInfo:
         raise BackupFailed(f"{path} is not a file", path=str(path))
     known = read_info(path)
     try:
-        problems, counts = _check_copy(path, known.counts or None)
+        problems, counts = check_copy(path, known.counts or None)
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             newest = newest_commit(conn)
@@ -288,6 +295,7 @@ def verify_backup(path: Path) -> BackupInfo:
                       problems or ["ok"], counts, newest, known.source)
 
 
-__all__ = ["BackupFailed", "BackupInfo", "CreateReport", "create_backup", "list_backup_infos",
+__all__ = ["BackupFailed", "BackupInfo", "CreateReport", "DEFAULT_KEEP", "check_copy",
+           "create_backup", "write_manifest", "list_backup_infos",
            "newest_commit", "newest_verified", "read_info", "remove_stale_temps", "rotate",
            "table_counts", "verify_backup"]
