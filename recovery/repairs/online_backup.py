@@ -35,6 +35,7 @@ from ..source import check_space, liveread, source_bytes
 DEFAULT_KEEP = 5
 STEP_PAGES = 1024  # 4 MiB of 4 KiB pages per step: a progress tick, never a long lock
 MANIFEST_SUFFIX = ".json"
+ORPHAN_MANIFEST_S = 60.0  # a manifest this old without its file: its create was killed
 _TMP_RE = re.compile(r"^\.(?P<prefix>.+)-\d{8}T\d{6}-\d{9}-(?P<pid>\d+)\.db\.tmp$")
 Progress = Callable[[str, int, int], None]
 
@@ -173,6 +174,11 @@ def remove_stale_temps(directory: Path) -> list[str]:
         for f in (p, Path(f"{p}-journal")):
             f.unlink(missing_ok=True)
         removed.append(str(p))
+    for p in own_entries(directory, f"*.db{MANIFEST_SUFFIX}"):  # killed before the rename
+        if not Path(str(p)[:-len(MANIFEST_SUFFIX)]).exists() and \
+                time.time() - p.stat().st_mtime > ORPHAN_MANIFEST_S:
+            p.unlink(missing_ok=True)
+            removed.append(str(p))
     return removed
 
 
