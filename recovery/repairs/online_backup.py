@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import ensure_private_dir, own_entries, publish, private_output
+from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
 
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
@@ -36,7 +36,9 @@ DEFAULT_KEEP = 5
 STEP_PAGES = 1024  # 4 MiB of 4 KiB pages per step: a progress tick, never a long lock
 MANIFEST_SUFFIX = ".json"
 ORPHAN_MANIFEST_S = 60.0  # a manifest this old without its file: its create was killed
-_TMP_RE = re.compile(r"^\.(?P<prefix>.+)-\d{8}T\d{6}-\d{9}-(?P<pid>\d+)\.db\.tmp$")
+# our temp files: the copy (.<prefix>-<stamp>-<pid>.db.tmp) and its manifest's
+_TMP_RE = re.compile(r"^\.(?:.+-\d{8}T\d{6}-\d{9}-(?P<pid>\d+)\.db"
+                     r"|.+\.db\.json-(?P<mpid>\d+))\.tmp$")
 Progress = Callable[[str, int, int], None]
 
 
@@ -167,9 +169,9 @@ def _copy(src: apsw.Connection, tmp: Path, progress: Progress | None) -> tuple[d
 def remove_stale_temps(directory: Path) -> list[str]:
     """Temp files of creates whose process is gone (killed mid-copy)."""
     removed = []
-    for p in own_entries(directory, ".*.db.tmp"):
+    for p in own_entries(directory, ".*.tmp"):
         m = _TMP_RE.match(p.name)
-        if m is None or _alive(int(m["pid"])):
+        if m is None or _alive(int(m["pid"] or m["mpid"])):
             continue
         for f in (p, Path(f"{p}-journal")):
             f.unlink(missing_ok=True)
@@ -193,8 +195,18 @@ def _alive(pid: int) -> bool:
 
 
 def write_manifest(final: Path, info: BackupInfo) -> None:
-    with private_output(Path(f"{final}{MANIFEST_SUFFIX}")) as f:
-        json.dump({k: v for k, v in asdict(info).items() if k != "path"}, f, indent=1)
+    """``<final>.json``, written under a temp name that carries our pid (so a
+    create killed mid-write leaves a file `remove_stale_temps` recognises)."""
+    target = Path(f"{final}{MANIFEST_SUFFIX}")
+    tmp = target.with_name(f".{target.name}-{os.getpid()}.tmp")
+    doc = {k: v for k, v in asdict(info).items() if k != "path"}
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+        publish(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def create_backup(source: Path, directory: Path, *, prefix: str = "state",
