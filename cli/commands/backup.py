@@ -139,7 +139,7 @@ def _n(v: int | None) -> str:
 
 
 @backup.command("verify", cls=HermesCommand)
-@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def verify_cmd(file: Path, as_json: bool) -> None:
     """Check a backup again: quick_check, and the counts recorded when it was made.
@@ -173,7 +173,7 @@ def _print_restore(r: RestoreReport) -> None:
 
 
 @backup.command("restore", cls=HermesCommand)
-@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True,
               help="Restore even when the backup is older than the store's newest commit.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")

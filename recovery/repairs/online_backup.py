@@ -5,7 +5,7 @@ holds one read transaction from the first page to the last: the copy is
 the store as of that moment, writers in other processes go on committing
 to the WAL meanwhile, and the backup never restarts (a restart happens only
 when the source's snapshot moves under it). It is stepped a few MiB at a
-time so a progress callback can be told how far it is.
+time (``STEP_PAGES``) so a progress callback can be told how far it is.
 
 Crash safety: the copy is written to a hidden temp name in the backups
 directory (``.<prefix>-<stamp>-<pid>.db.tmp``), checked (quick_check, and
@@ -33,7 +33,7 @@ from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
 DEFAULT_KEEP = 5
-STEP_PAGES = 1024  # 4 MiB of 4 KiB pages per step: a progress tick, never a long lock
+STEP_PAGES = 1024  # 2 MiB of the store's 2 KiB pages per step: a progress tick
 MANIFEST_SUFFIX = ".json"
 ORPHAN_MANIFEST_S = 60.0  # a manifest this old without its file: its create was killed
 # our temp files: the copy (.<prefix>-<stamp>-<pid>.db.tmp) and its manifest's
