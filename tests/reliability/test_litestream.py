@@ -102,8 +102,8 @@ def test_checkpointer_beside_litestream_keeps_the_wal_bounded(
         hermes_home: Path, tmp_path: Path) -> None:
     """10 s of appends at full speed with Litestream holding its read lock: the
     WAL restarts again and again (a new salt each time), so it cannot grow
-    without end; its peak stays under the bound measured over 60 s
-    (docs/backups.md: ~190 MiB at ~6,000 appends/s on 2 cores)."""
+    without end; its peak stays under 256 MiB (docs/backups.md: 82-133 MiB
+    over 60 s, reached within 10 s; restarts come about once a second)."""
     SessionDB.open(hermes_home).close()
     db, wal = hermes_home / "state.db", hermes_home / "state.db-wal"
     ls = replicate(db, tmp_path / "replica")
