@@ -109,13 +109,15 @@ def _count(conn: apsw.Connection, table: str) -> int:
 
 
 def newest_commit(conn: apsw.Connection) -> float | None:
-    """Time of the newest row of a store of ours (sessions touched, messages
-    written); None for a file without those tables."""
+    """Time of the newest row of a store of ours (the latest session update,
+    the last message written); None for a file without those tables. The
+    last message is the one with the highest rowid: `timestamp` has no
+    index, and a scan of every message would cost as much as the copy."""
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if not {"sessions", "messages"} <= names:
         return None
     row = conn.execute("SELECT max((SELECT max(updated_at) FROM sessions), "
-                       "(SELECT max(timestamp) FROM messages))").fetchall()[0]
+                       "(SELECT timestamp FROM messages ORDER BY id DESC LIMIT 1))").fetchall()[0]
     return None if row[0] is None else float(row[0])
 
 
