@@ -101,6 +101,19 @@ def test_backup_files_are_private_and_listed(hermes_home: Path) -> None:
     assert res.exit_code == 0 and "verified" in res.output
 
 
+def test_progress_is_told_each_step_of_the_copy(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        db.append_messages(sid, [{"role": "user", "content": "x" * 4000} for _ in range(2000)])
+    seen: list[tuple[str, int, int]] = []
+    create_backup(hermes_home / "state.db", hermes_home / "backups",
+                  progress=lambda *a: seen.append(a))
+    copying = [(done, total) for what, done, total in seen if what == "copying pages"]
+    assert len(copying) >= 2 and copying[-1][0] == copying[-1][1] > 0
+    assert [d for d, _ in copying] == sorted(d for d, _ in copying)
+    assert seen[-1][0] == "verifying the copy"
+
+
 def test_verify_reports_a_damaged_backup(hermes_home: Path) -> None:
     SessionDB.open(hermes_home).close()
     path = Path(create_backup(hermes_home / "state.db", hermes_home / "backups").backup.path)
