@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
+from sessiondb.recovery_api import create_private_file, ensure_private_dir, own_entries, publish
 
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
@@ -146,8 +146,8 @@ def _stamp() -> str:
 def _copy(src: apsw.Connection, tmp: Path, progress: Progress | None) -> tuple[dict[str, int],
                                                                                 float | None]:
     """Stepped backup inside one read transaction; the source's counts in that snapshot."""
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.close(fd)
+    if not create_private_file(tmp):  # our pid is in the name: nobody else's file
+        raise BackupFailed(f"{tmp} already exists", path=str(tmp))
     out = apsw.Connection(str(tmp))
     try:
         src.execute("BEGIN")
