@@ -29,9 +29,11 @@ class Writer:
 
     def __init__(self, home: Path, name: str) -> None:
         self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.helpers.backup_workers", str(home), name],
-            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        self.errors = home / f"writer-{name}.err"
+        with open(self.errors, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.helpers.backup_workers", str(home), name],
+                stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
         assert self.proc.stdout is not None
         assert self.proc.stdout.readline().strip() == "ready"
         self.acked = -1
@@ -42,6 +44,14 @@ class Writer:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.acked = int(line)
+
+    def wait_past(self, index: int) -> None:
+        """Sequencing: until this writer acknowledged ``index`` (it must not die)."""
+        deadline = time.monotonic() + 60
+        while self.acked < index:
+            assert self.proc.poll() is None, self.errors.read_text()
+            assert time.monotonic() < deadline, f"writer {self.name} stalled at {self.acked}"
+            time.sleep(0.02)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
@@ -65,15 +75,15 @@ def test_backup_while_two_writers_append_holds_every_acknowledged_message(
     SessionDB.open(hermes_home).close()
     writers = [Writer(hermes_home, n) for n in ("a", "b")]
     try:
-        while min(w.acked for w in writers) < 300:
-            time.sleep(0.02)
+        for w in writers:
+            w.wait_past(300)
         acked = {w.name: w.acked for w in writers}  # acknowledged before the backup began
         report = create_backup(hermes_home / "state.db", hermes_home / "backups")
+        for w in writers:
+            w.wait_past(acked[w.name] + 50)  # they kept writing during and after the backup
     finally:
         for w in writers:
             w.stop()
-        while not all(w.acked > acked[w.name] + 50 for w in writers):
-            time.sleep(0.02)  # they keep writing after the backup
     rows = rows_by_writer(Path(report.backup.path))
     for name, last in acked.items():
         held = rows[name]
