@@ -24,7 +24,7 @@ class HermesGroup(SectionedGroup):
     """Turns typed library errors into one-line errors with the right exit code."""
 
     sections = {"Sessions": ("sessions", "mcp"),
-                "Recovery": ("doctor", "inspect", "recover", "repair"),
+                "Recovery": ("doctor", "inspect", "recover", "repair", "backup"),
                 "Agent": ("chat", "demo", "memory", "skills")}
 
     def make_context(self, info_name: str | None, args: list[str],
@@ -157,15 +157,15 @@ def main() -> None:
 def register_commands(root: click.Group) -> None:
     """Every command, added by name. Command modules never import this one
     (they take `AppContext` from `context`), so any of them imports first."""
-    from .commands import (chat as chat_cmd, demo as demo_cmd, doctor as doctor_cmd,
-                           install as install_cmd, maintain as maintain_cmd,
+    from .commands import (backup as backup_cmd, chat as chat_cmd, demo as demo_cmd,
+                           doctor as doctor_cmd, install as install_cmd, maintain as maintain_cmd,
                            mcp as mcp_cmd, memory as memory_cmd, migrate as migrate_cmd,
                            recover as recover_cmd, repair as repair_cmd, search as search_cmd,
                            sessions as sessions_cmd, spool as spool_cmd,
                            transfer as transfer_cmd)
     command: click.Command
     for command in (sessions_cmd.sessions, doctor_cmd.doctor, chat_cmd.chat, demo_cmd.demo,
-                    memory_cmd.memory, memory_cmd.skills, mcp_cmd.mcp):
+                    memory_cmd.memory, memory_cmd.skills, mcp_cmd.mcp, backup_cmd.backup):
         root.add_command(command)
     for command in (search_cmd.search_cmd, search_cmd.reindex_cmd, transfer_cmd.export_cmd,
                     transfer_cmd.import_cmd, maintain_cmd.prune_cmd,

@@ -247,10 +247,3 @@ def check_quarantine(t: Target) -> list[Finding]:
                                      "--inspect-only")))
     return out or [Finding("quarantine", Severity.OK, "no rescued or recovered files waiting")]
 
-
-def check_backups(t: Target) -> list[Finding]:
-    found = backups.list_backups(backups.backup_dir(t.pdir))
-    if not found:
-        return [Finding("backups", Severity.INFO, "no backups yet (repair makes one before it "
-                        "changes the store)")]
-    return [Finding("backups", Severity.OK, f"{len(found)} backup(s), newest {found[-1].name}")]

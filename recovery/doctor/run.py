@@ -18,8 +18,9 @@ from sessiondb.recovery_api import STORE_NAME, profile_dir, resolve_home
 
 from ..base import Severity
 from . import doctor_health
-from .checks import (check_backups, check_disk, check_holders, check_permissions, check_quarantine,
+from .checks import (check_disk, check_holders, check_permissions, check_quarantine,
                      check_sidecars, check_spool, check_sqlite, check_temp)
+from .doctor_backups import check_backups, check_replication
 from .doctor_foreign import check_foreign_store
 from .doctor_identity import check_identity, identity_of
 from .doctor_scale import check_size, check_store_scaled
@@ -29,8 +30,9 @@ HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_permissions, check_disk, check_sqlite)
 STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_sidecars, check_holders, check_store_scaled, check_spool,
-    check_temp, check_quarantine, check_backups, check_size, doctor_health.check_write_lock,
-    doctor_health.check_write_probe, doctor_health.check_deleted_wal)
+    check_temp, check_quarantine, check_backups, check_replication, check_size,
+    doctor_health.check_write_lock, doctor_health.check_write_probe,
+    doctor_health.check_deleted_wal)
 # Another program's file: every check that needs none of our schema, its contents
 # read only from inspect's private snapshot, and no fix of ours (doctor_foreign.py).
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (

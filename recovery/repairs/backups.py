@@ -2,7 +2,9 @@
 
 A backup is a consistent single-file copy taken with SQLite's backup API
 from a read-only connection (never a file copy of the three files of a
-running store) into ``<profile dir>/backups/`` (0700; files 0600). A copy
+running store) into ``<profile dir>/backups/`` (0700; files 0600), checked
+(quick_check) and described by a manifest as `hermes backup create` does,
+so doctor and `hermes backup list` count it as verified. A copy
 whose content hash equals an existing backup is dropped and the existing
 one is reused, and only the newest ``keep`` backups are kept. The free
 space is checked before anything is written.
@@ -20,9 +22,9 @@ import apsw
 from sessiondb.recovery_api import ensure_private_dir, own_entries, publish
 
 from ..source import check_space, copy_live, source_bytes
+from .online_backup import DEFAULT_KEEP, BackupInfo, check_copy, newest_commit, write_manifest
 
 BACKUP_DIR = "backups"
-DEFAULT_KEEP = 5
 PATTERN = "state-*.db"
 
 
@@ -73,10 +75,28 @@ def make_backup(conn: apsw.Connection, db_path: Path, directory: Path, *,
                 tmp.unlink()
                 return Backup(str(existing), digest, True, [])
         final = directory / f"state-{stamp}-{digest[:16]}.db"
+        _verify(tmp, final, db_path)
         publish(tmp, final)  # fsync, link into place, fsync the directory
     finally:
         tmp.unlink(missing_ok=True)
     return Backup(str(final), digest, False, _prune(directory, keep))
+
+
+def _verify(tmp: Path, final: Path, db_path: Path) -> None:
+    """quick_check the copy and write its manifest (before the copy gets its name).
+    A store with a damaged search index is still backed up before repair
+    fixes it: the manifest then says unverified, with the check's lines."""
+    try:
+        problems, counts = check_copy(tmp, None)
+        conn = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            newest = newest_commit(conn)
+        finally:
+            conn.close()
+    except apsw.Error as e:  # an index too damaged to count through
+        problems, counts, newest = [f"{type(e).__name__}: {e}"], {}, None
+    write_manifest(final, BackupInfo(str(final), time.time(), tmp.stat().st_size, not problems,
+                                     problems or ["ok"], counts, newest, str(db_path)))
 
 
 def _prune(directory: Path, keep: int) -> list[str]:
@@ -84,4 +104,5 @@ def _prune(directory: Path, keep: int) -> list[str]:
     doomed = found[:max(0, len(found) - keep)]
     for path in doomed:
         path.unlink(missing_ok=True)
+        Path(f"{path}.json").unlink(missing_ok=True)
     return [str(p) for p in doomed]

@@ -22,6 +22,10 @@ yet, and the next commit restarts the WAL (``journal_size_limit`` applies
 there, as before). If the thread is mid-pass the next commit tries again,
 and after another reset span one waits for that pass to end. When a reader
 keeps the WAL from restarting, the catch-up comes again every threshold.
+Such a reader (Litestream holds one between its syncs) also stops every
+PASSIVE pass at its read mark, so the thread is woken again only once a
+threshold of frames has arrived past what its last pass looked at, not by
+every commit (measured beside Litestream: 55 times fewer passes).
 The same inline checkpoint is the backstop when the thread cannot run (its
 connection will not open, it keeps failing, it is starved): then it copies
 everything, as SQLite's own would, but RESET_FACTOR times less often.
@@ -126,6 +130,7 @@ class Checkpointer(ThreadOwner):
         self._last_pages = 0
         self._generation = 0  # WAL restarts seen by the hook
         self._done = (0, 0)  # (generation, frames) the thread's last pass left copied
+        self._seen = (0, 0)  # (generation, WAL frames) the thread's last pass looked at
         self._halted = self._stopping = False
         self._pending = False  # frames past the threshold the thread has not seen
         self._new_process_state()
@@ -177,13 +182,21 @@ class Checkpointer(ThreadOwner):
                 self._next_inline = pages + self.threshold
             return
         self._pending = True
-        if pages - self._backfilled() >= self.threshold or self._thread is None:
+        if pages - self._looked_at() >= self.threshold or self._thread is None:
             self._signal()
 
     def _backfilled(self) -> int:
         """Frames of the current WAL the thread has copied back."""
         generation, frames = self._done
         return frames if generation == self._generation else 0
+
+    def _looked_at(self) -> int:
+        """Frames of the current WAL the thread's last pass copied or found it
+        could not copy: a reader (Litestream holds one between its syncs)
+        stops a PASSIVE pass at its read mark, and passing again before
+        another threshold of frames arrives would find the same mark."""
+        generation, frames = self._seen
+        return max(self._backfilled(), frames if generation == self._generation else 0)
 
     def _inline(self, conn: apsw.Connection, pages: int, wait: bool) -> bool:
         """The catch-up and backstop: one PASSIVE checkpoint on the writer
@@ -265,6 +278,7 @@ class Checkpointer(ThreadOwner):
                     return True
                 copied = max(self.stats.last[1], 0)  # -1: the file is not in WAL mode
                 self._done = (generation, copied)
+                self._seen = (generation, max(self.stats.last[0], 0))
                 self.stats.background += 1
                 self.stats.background_frames += max(copied - before, 0)
         except Exception:

@@ -31,6 +31,10 @@ ALLOWED = {
     ("sessiondb/base/paths.py", "create_private_file"): FOR_SQLITE,
     ("recovery/output/foreign_write.py", "_create_exclusive"): FOR_SQLITE,
     ("recovery/source/liveread.py", "copy_live"): FOR_SQLITE + " (backups rename it into place)",
+    ("recovery/repairs/online_backup.py", "write_manifest"):
+        "a backup's manifest: written under a temp name that carries the pid (so a kill "
+        "leaves a file the next create recognises and removes), then fsynced and linked "
+        "into place by outfile.publish",
     ("sessiondb/spool/spool_write.py", "_open_locked_for_append"):
         "the spool's append log: under a flock, fsynced per append, a failed append cut "
         "back; a torn last line (kill -9) is skipped on import (tests/reliability/spool_crash)",

@@ -112,6 +112,32 @@ def test_a_long_run_keeps_the_wal_bounded_and_restarting(tmp_path: Path, open_st
     assert len(db.get_messages("s1")) == 500 and db.quick_check() == ["ok"]
 
 
+def test_a_reader_holding_the_wal_does_not_make_the_thread_spin(tmp_path: Path,
+                                                                open_store) -> None:
+    """A reader (Litestream holds one between its syncs) stops every PASSIVE
+    pass at its read mark; the thread passes again only once another
+    threshold of frames has arrived, not at every commit."""
+    path = tmp_path / "state.db"
+    db = open_store(path, checkpoint_pages=THRESHOLD)
+    db._indexer.pause()
+    db.create_session("s1", source="test")
+    reader = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM messages").fetchall()  # the read mark is set here
+    try:
+        for i in range(300):
+            db.append_message("s1", text(i))
+        pages = wal_pages(path)
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+    stats = db.checkpoint_stats
+    assert stats.failures == 0 and pages > 4 * THRESHOLD
+    # one pass per threshold of new frames (plus quiet-spell passes), never one per commit
+    assert stats.background <= pages // THRESHOLD + 10, (stats, pages)
+    assert len(db.get_messages("s1")) == 300
+
+
 def test_backstop_when_the_thread_cannot_open_its_connection(
         tmp_path: Path, open_store, vfs: ThreadVFS, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "state.db"

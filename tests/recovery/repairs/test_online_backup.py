@@ -1,0 +1,195 @@
+"""`hermes backup create|list|verify`: online copies while writers append,
+crash safety of create, rotation."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import apsw
+from click.testing import CliRunner
+
+from hstate_cli.main import cli
+from hstate_recovery.repairs import create_backup, list_backup_infos, verify_backup
+from sessiondb import SessionDB
+from tests.helpers.backup_workers import content
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Writer:
+    """A writer process; ``acked`` is the last index it acknowledged."""
+
+    def __init__(self, home: Path, name: str) -> None:
+        self.name = name
+        self.errors = home / f"writer-{name}.err"
+        with open(self.errors, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.helpers.backup_workers", str(home), name],
+                stdout=subprocess.PIPE, stderr=err, text=True, cwd=ROOT)
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == "ready"
+        self.acked = -1
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.acked = int(line)
+
+    def wait_past(self, index: int) -> None:
+        """Sequencing: until this writer acknowledged ``index`` (it must not die)."""
+        deadline = time.monotonic() + 60
+        while self.acked < index:
+            assert self.proc.poll() is None, self.errors.read_text()
+            assert time.monotonic() < deadline, f"writer {self.name} stalled at {self.acked}"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+
+def rows_by_writer(path: Path) -> dict[str, list[str]]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        out: dict[str, list[str]] = {}
+        for sid, text in conn.execute("SELECT session_id, content FROM messages "
+                                      "ORDER BY session_id, position"):
+            out.setdefault(sid.removeprefix("writer-"), []).append(text)
+        return out
+    finally:
+        conn.close()
+
+
+def test_backup_while_two_writers_append_holds_every_acknowledged_message(
+        hermes_home: Path) -> None:
+    SessionDB.open(hermes_home).close()
+    writers = [Writer(hermes_home, n) for n in ("a", "b")]
+    try:
+        for w in writers:
+            w.wait_past(300)
+        acked = {w.name: w.acked for w in writers}  # acknowledged before the backup began
+        report = create_backup(hermes_home / "state.db", hermes_home / "backups")
+        for w in writers:
+            w.wait_past(acked[w.name] + 50)  # they kept writing during and after the backup
+    finally:
+        for w in writers:
+            w.stop()
+    rows = rows_by_writer(Path(report.backup.path))
+    for name, last in acked.items():
+        held = rows[name]
+        assert len(held) > last  # every acknowledged message, in order, none half-written
+        assert held == [content(name, i) for i in range(len(held))]
+    assert report.backup.verified and report.backup.counts["messages"] == sum(
+        len(v) for v in rows.values())
+
+
+def test_backup_files_are_private_and_listed(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        db.append_message(sid, {"role": "user", "content": "hello"})
+    res = CliRunner().invoke(cli, ["backup", "create", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)["backup"]
+    path = Path(doc["path"])
+    assert doc["verified"] and doc["sessions"] == 1 and doc["messages"] == 1
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not Path(f"{path}-wal").exists() and not list(path.parent.glob(".*"))
+    listed = json.loads(CliRunner().invoke(cli, ["backup", "list", "--json"]).stdout)
+    assert [b["path"] for b in listed] == [str(path)] and listed[0]["verified"]
+    res = CliRunner().invoke(cli, ["backup", "verify", str(path)])
+    assert res.exit_code == 0 and "verified" in res.output
+
+
+def test_progress_is_told_each_step_of_the_copy(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        db.append_messages(sid, [{"role": "user", "content": "x" * 4000} for _ in range(2000)])
+    seen: list[tuple[str, int, int]] = []
+    create_backup(hermes_home / "state.db", hermes_home / "backups",
+                  progress=lambda *a: seen.append(a))
+    copying = [(done, total) for what, done, total in seen if what == "copying pages"]
+    assert len(copying) >= 2 and copying[-1][0] == copying[-1][1] > 0
+    assert [d for d, _ in copying] == sorted(d for d, _ in copying)
+    assert seen[-1][0] == "verifying the copy"
+
+
+def test_verify_reports_a_damaged_backup(hermes_home: Path) -> None:
+    SessionDB.open(hermes_home).close()
+    path = Path(create_backup(hermes_home / "state.db", hermes_home / "backups").backup.path)
+    with open(path, "r+b") as f:  # junk over every page after page 1
+        f.seek(4096)
+        f.write(os.urandom(path.stat().st_size - 4096))
+    assert not verify_backup(path).verified
+    res = CliRunner().invoke(cli, ["backup", "verify", str(path)])
+    assert res.exit_code == 1 and "does NOT verify" in res.output
+
+
+def test_rotation_keeps_exactly_n_verified_backups(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        made = []
+        for i in range(5):
+            db.append_message(sid, {"role": "user", "content": f"m{i}"})
+            made.append(create_backup(hermes_home / "state.db", hermes_home / "backups",
+                                      keep=3).backup.path)
+    kept = list_backup_infos(hermes_home / "backups")
+    assert [b.path for b in kept] == made[-3:] and all(b.verified for b in kept)
+    assert [b.messages for b in kept] == [3, 4, 5]
+    assert sorted(p.name for p in (hermes_home / "backups").iterdir()) == sorted(
+        [Path(p).name for p in made[-3:]] + [Path(p).name + ".json" for p in made[-3:]])
+
+
+def test_a_foreign_file_is_copied_without_change(tmp_path: Path) -> None:
+    src = tmp_path / "other.db"
+    conn = apsw.Connection(str(src))
+    conn.execute("PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1), (2)"
+                 ).fetchall()
+    before = src.read_bytes()
+    report = create_backup(src, tmp_path / "out", prefix="copy-other")
+    after = src.read_bytes()
+    conn.close()
+    assert report.backup.counts == {"t": 2} and report.backup.newest_commit is None
+    assert Path(report.backup.path).name.startswith("copy-other-")
+    assert before == after
+
+
+def test_kill_9_of_create_leaves_no_partial_backup(hermes_home: Path) -> None:
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        for b in range(20):
+            db.append_messages(sid, [{"role": "user", "content": f"{b}-{i} " + "x" * 1000}
+                                     for i in range(500)])
+    where = hermes_home / "backups"
+    argv = [sys.executable, "-c", "from hstate_cli.main import main; main()", "--home", str(hermes_home), "backup",
+            "create", "--keep", "100"]
+    started = time.monotonic()
+    subprocess.run(argv + ["--help"], check=True, capture_output=True, cwd=ROOT)
+    startup = time.monotonic() - started
+    started = time.monotonic()
+    subprocess.run(argv, check=True, capture_output=True, cwd=ROOT)
+    whole = time.monotonic() - started
+    rng = random.Random(34)
+    for _ in range(8):  # kill points spread over the copy, the check and the rename
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, cwd=ROOT)
+        time.sleep(rng.uniform(startup * 0.8, whole))
+        proc.kill()
+        proc.wait()
+        for info in list_backup_infos(where):
+            assert info.verified and verify_backup(Path(info.path)).verified, info.path
+        assert all(p.name.startswith(".") or p.name.endswith((".db", ".db.json"))
+                   for p in where.iterdir())
+    report = create_backup(hermes_home / "state.db", where, keep=100)
+    assert not [p for p in where.iterdir() if p.name.startswith(".")]
+    assert report.backup.messages == 10_000
+
