@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generator
 
@@ -170,7 +170,9 @@ def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...
 
     def resolve(name: str, sql: str | None) -> Layout | None:
         cols = [c[0] for c in parse_columns(name, sql)] if sql else []
-        return registry_layout(fmt, name, cols) or layout_from_sql(name, sql)
+        own = layout_from_sql(name, sql)
+        known = registry_layout(fmt, name, cols)
+        return own if known is None else with_named_extras(known, own)
 
     own = [resolve(t.name, t.sql) for t in cat.data_tables()]
     fill = [lay for lay in own if lay is not None]
@@ -178,6 +180,19 @@ def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...
     fill += [lay for lay in (format_layouts(fmt) if fmt else ())
              if (lay.table, tuple(c.name for c in lay.columns)) not in orders]
     return resolve, tuple(fill)
+
+
+def with_named_extras(known: Layout, own: Layout | None) -> Layout:
+    """The registered layout, plus the trailing columns the file's own
+    CREATE TABLE adds after the registry's (a later release's column, such
+    as one a trigger fills in the inserting transaction): mapped by name
+    instead of dropped as unknown extras, so a carved row keeps them."""
+    if own is None or len(own.columns) <= len(known.columns):
+        return known
+    extra = own.columns[len(known.columns):]
+    return replace(known, columns=known.columns + extra,
+                   max_extra=max(0, known.max_extra - len(extra)),
+                   min_columns=known.oldest)
 
 
 def _gaps_after(ctx: LaneContext, state: TableState, tally: _Tally,
