@@ -179,7 +179,23 @@ def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...
     orders = {(lay.table, tuple(c.name for c in lay.columns)) for lay in fill}
     fill += [lay for lay in (format_layouts(fmt) if fmt else ())
              if (lay.table, tuple(c.name for c in lay.columns)) not in orders]
-    return resolve, tuple(fill)
+    return resolve, tuple(_later_columns_allowed(lay) for lay in fill)
+
+
+WIDE = 8  # columns from which a registered table's checks pin its records down
+LATER_COLUMNS = 8  # trailing columns a later release may have added to it
+
+
+def _later_columns_allowed(lay: Layout) -> Layout:
+    """A page outside every walked tree (page 1 lost) is matched against
+    the registered layouts; a later release of the program may have added
+    columns at the end of a wide table, whose records the registered layout
+    would refuse as too long. Its first columns still decide the fit; the
+    unnamed extras are left out of the row (a template names them)."""
+    if lay.fmt == "sqlite" or not lay.strict or len(lay.columns) < WIDE \
+            or lay.max_extra >= LATER_COLUMNS:
+        return lay
+    return replace(lay, max_extra=LATER_COLUMNS)
 
 
 def with_named_extras(known: Layout, own: Layout | None) -> Layout:

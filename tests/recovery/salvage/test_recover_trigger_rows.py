@@ -102,3 +102,16 @@ def test_random_damage_never_returns_a_pre_trigger_row(pristine, tmp_path: Path,
     committed = pristine[1]
     assert got, "nothing recovered"
     assert {k: v for k, v in got.items() if committed.get(k) != v} == {}
+
+
+def test_schema_pages_all_zeroed_rows_still_attributed(pristine, tmp_path: Path) -> None:
+    """No CREATE TABLE left anywhere: the registered layout of messages
+    (which lacks ``message_uid``) still claims its longer records by their
+    first columns; the unnamed column cannot come back, every other can."""
+    src = _copy(pristine, tmp_path / "src")
+    for p in {1, *pages_of(src, "sqlite_schema")}:
+        write_at(src, (p - 1) * PS, bytes(PS))
+    rep = recover(src, tmp_path / "out.db", allow_partial=True, work_dir=tmp_path)
+    assert rep.output and rep.schema_source == "registry"
+    got = {r[0]: r for r in sql(Path(rep.output), "SELECT rowid, * FROM messages")}
+    assert got == {k: v[:-1] for k, v in pristine[1].items()}  # (all but message_uid)
