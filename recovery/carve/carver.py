@@ -683,7 +683,12 @@ class Carver:
 
     def result(self) -> CarveResult:
         """Deduplicate by (table, rowid): the gentlest lane wins, then confidence;
-        uncommitted or freelist copies of a row already found are dropped."""
+        uncommitted or freelist copies of a row already found are dropped.
+        The lanes rank the live version first: a tree walk reads only cell
+        pointer arrays (never freeblocks or unallocated space) of the newest
+        committed image of each page (WAL frames over the main file), so an
+        older copy can only come from a free page or an uncommitted frame.
+        When two copies differ, a note says which was taken."""
         best: dict[tuple[str, int | None], _Found] = {}
         for f in self.found:
             key = (f.table, f.origin.rowid)
@@ -695,6 +700,12 @@ class Carver:
             if (_LANE_RANK[f.origin.lane], -f.origin.confidence) < (
                     _LANE_RANK[old.origin.lane], -old.origin.confidence):
                 best[key] = f
+            if f.row != old.row:  # two versions of one row: say which one was taken
+                taken, other = best[key], (old if best[key] is f else f)
+                self.stats.differing_copies += 1
+                self.stats.note(f"{key[0]} rowid {key[1]}: took the {taken.origin.lane} copy "
+                                f"on page {taken.origin.page} over a different "
+                                f"{other.origin.lane} copy on page {other.origin.page}")
         out = CarveResult(lost_and_found=self.lost, stats=self.stats,
                           harvested=list(self.harvested))
         for (table, _rowid), f in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
