@@ -6,8 +6,10 @@ flushes, as agents do: edits a stored dict in place, pops the last dict and
 appends an edited copy of it, replaces a slice with edited copies, inserts
 new dicts (at the end, and before stored ones, which the flush must refuse)
 and reassigns the transcript to a new list. A hand change inside the run the
-cursor trusts is only seen once the list is reassigned (the writer's
-contract), so the machine reassigns exactly then.
+cursor trusts is only seen once the list is reassigned or the run's last
+(boundary) dict is replaced (the writer's contract), so the machine
+reassigns exactly when neither happened. Every flush also checks how many
+dicts the cursor let it skip.
 
 The flush cursor has two guards; each must make this machine fail when
 removed. To repeat the check, plant one at a time in
