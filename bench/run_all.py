@@ -70,17 +70,24 @@ def salvage(sqlite3: str | None) -> dict[str, Any]:
     res = script("salvage.py", ["--sqlite3", sqlite3] if sqlite3 else [], 900)
     classes = _salvage_rows(res["stdout"])
     res["classes"] = classes
-    theirs = "" if sqlite3 else " (.recover unavailable: no --sqlite3 shell given)"
-    if classes:
-        behind = [c["class"] for c in classes if sqlite3 and c["ours"] < c["recover"]]
-        ahead = ", ".join(f"{c['class']} {c['ours']}/{c['recover']}" for c in classes
-                          if sqlite3 and c["ours"] > c["recover"])
-        res["line"] = (f"B5 salvage ours/.recover rows{theirs} | equal or ahead on "
-                       f"{len(classes) - len(behind)}/{len(classes)} classes | ahead on: "
-                       f"{ahead or 'none'} | behind on: {', '.join(behind) or 'none'}")
-    else:
-        res["line"] = f"B5 salvage | {res['status']}"
+    res["line"] = salvage_line(classes, compared=bool(sqlite3)) if classes else \
+        f"B5 salvage | {res['status']}"
     return res
+
+
+def salvage_line(classes: list[dict[str, Any]], compared: bool) -> str:
+    """The summary line; without a ``.recover`` run there is nothing to be
+    ahead of, so it says that instead of claiming a comparison."""
+    if not compared:
+        rows = sum(c["ours"] for c in classes)
+        return (f"B5 salvage | ours {rows} rows over {len(classes)} classes | not compared: "
+                ".recover unavailable (no --sqlite3 shell given)")
+    behind = [c["class"] for c in classes if c["ours"] < c["recover"]]
+    ahead = ", ".join(f"{c['class']} {c['ours']}/{c['recover']}" for c in classes
+                      if c["ours"] > c["recover"])
+    return (f"B5 salvage ours/.recover rows | equal or ahead on "
+            f"{len(classes) - len(behind)}/{len(classes)} classes | ahead on: "
+            f"{ahead or 'none'} | behind on: {', '.join(behind) or 'none'}")
 
 
 def _salvage_rows(stdout: str) -> list[dict[str, Any]]:

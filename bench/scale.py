@@ -49,7 +49,7 @@ import apsw  # noqa: E402
 
 from bench.scale_data import write_export  # noqa: E402
 
-HERMES = [sys.executable, "-c", "import sys; from cli.main import main; sys.exit(main())"]
+HERMES = [sys.executable, "-c", "import sys; from hstate_cli.main import main; sys.exit(main())"]
 MEASURE = r"""
 import json, resource, subprocess, sys, time
 t = time.monotonic()
@@ -103,7 +103,8 @@ def import_split(home: Path, export: Path) -> dict[str, Any]:
     index catch-up the import drives after them (importer._catch_up: the
     batches, or waiting for the parallel builders and copying their index in),
     and the CPU seconds of the import and of its builder processes."""
-    code = ("import json, sys, time\nfrom sessiondb import SessionDB, importer\n"
+    code = ("import json, sys, time\nfrom sessiondb import SessionDB\n"
+            "from sessiondb.importers import importer\n"
             "spent = {}\ncatch = importer._catch_up\n"
             "def timed(*a):\n    t = time.monotonic(); catch(*a)\n"
             "    spent['index'] = time.monotonic() - t\n"

@@ -137,8 +137,9 @@ class TranscriptWriter:
         self.unwritten = ()
         plan: list[_Write] = []
         try:
-            self._plan(messages, start, plan)
-            ids, inserted, updated = self._write(plan, holder) if plan else ([], 0, 0)
+            last_marked = self._plan(messages, start, plan)
+            ids, inserted, updated = (self._write(plan, holder, last_marked) if plan
+                                      else ([], 0, 0))
         except BaseException as e:
             self.unwritten = tuple(w.message for w in plan)
             if isinstance(e, StorageError):  # keep what could not be written
@@ -150,10 +151,13 @@ class TranscriptWriter:
         skipped = max(start - 1, 0)  # the boundary dict itself was looked at
         return FlushResult(inserted, updated, len(messages) - skipped, skipped)
 
-    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> None:
+    def _plan(self, messages: list[Any], start: int, plan: list[_Write]) -> int:
         """Collect the dicts from ``start`` on that need a write. Uids are
-        given before the write, so a retry after any failure is idempotent."""
+        given before the write, so a retry after any failure is idempotent.
+        Returns the index of the last marked dict (-1: none), unchanged ones
+        included: a row inserted before it would be out of order."""
         seen: set[int] = set()
+        last_marked = -1
         for i in range(start, len(messages)):
             m = messages[i]
             enc = encode(m, index=i)
@@ -164,25 +168,29 @@ class TranscriptWriter:
             marker = m.get(MARKER_KEY)
             if not isinstance(marker, Persisted):
                 marker = None
-            elif marker.fingerprint == enc.fingerprint:
-                continue
+            else:
+                last_marked = i
+                if marker.fingerprint == enc.fingerprint:
+                    continue
             had_uid = m.get(UID_KEY) == enc.uid
             if marker is None:  # a marked dict is written by row id; never invent its uid
                 m[UID_KEY] = enc.uid
             plan.append(_Write(i, m, enc, marker, had_uid))
+        return last_marked
 
-    def _write(self, plan: list[_Write], holder: str | None) -> tuple[list[int], int, int]:
+    def _write(self, plan: list[_Write], holder: str | None,
+               last_marked: int) -> tuple[list[int], int, int]:
         def body(conn: apsw.Connection, start: int) -> tuple[tuple[list[int], int, int], int]:
             if holder is not None:
                 leases.check(conn, self.session_id, holder, self.db.now())
-            return self._apply(conn, plan, start)
+            return self._apply(conn, plan, start, last_marked)
         # As appends: the session check and the position seek are one statement,
         # skipped while nothing else committed since this handle's last write to
         # the session.
         return self.db.session_write(self.session_id, body)
 
-    def _apply(self, conn: apsw.Connection, plan: list[_Write],
-               position: int) -> tuple[tuple[list[int], int, int], int]:
+    def _apply(self, conn: apsw.Connection, plan: list[_Write], position: int,
+               last_marked: int) -> tuple[tuple[list[int], int, int], int]:
         """Per dict: one UPDATE (marked, changed), one SELECT and at most one
         UPDATE (unmarked with a uid), or one INSERT (new) at ``position`` on.
         ((ids, inserted, updated), next position)."""
@@ -198,6 +206,10 @@ class TranscriptWriter:
             if stored is None:
                 rid, new = rows.insert(conn, sid, w.enc, position)
                 if new:
+                    if w.index < last_marked:
+                        raise InvalidInput(f"message {w.index} is new but comes before stored "
+                                           f"message {last_marked}; new messages can only be "
+                                           "added at the end")
                     ids.append(rid)
                     position, inserted = position + 1, inserted + 1
                     calls += w.enc.tool_call_total

@@ -104,6 +104,7 @@ class CarveStats:
     derived_records: int = 0
     unknown_columns: int = 0  # rows carved with trailing columns no layout names
     duplicates: int = 0
+    differing_copies: int = 0  # duplicates whose values differ (the note names the one taken)
     # table -> damage met walking its tree from the schema's root (bad pages,
     # child pointers out of the file); a table walked with 0 was read whole
     tree_damage: dict[str, int] = field(default_factory=dict)

@@ -154,7 +154,8 @@ class Carver:
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
         extra = tuple(lay for lay in (FTS_SHADOW, SQLITE_SCHEMA) if lay not in self.fill)
         self.layouts: tuple[Layout, ...] = extra + self.fill
-        self.ptrmap: dict[int, tuple[int, int]] = {}
+        self.ptrmap = False  # auto_vacuum: pointer-map entries are read where needed
+        self._last_map: tuple[int, bytes | None] = (0, None)  # the last map page read
         self.counts: Counter[str] = Counter()
         self.counts_lost = 0
         self.encoding = "utf-8"
@@ -294,15 +295,20 @@ class Carver:
         return harvest_schema(self)
 
     def _load_ptrmap(self) -> None:
+        """Own the pointer-map pages and take the free pages they list. The
+        other entries are read where needed (`_ptrmap_entry`), not kept: a
+        dict of every page's entry grew with the file (~300 bytes a page)."""
         usable, n = self.image.usable_size, self.image.page_count
+        self.ptrmap = True
+        free: set[int] = set()
         pgno = 2
         while pgno <= n:
             self.skip.add(pgno)
             data = self.image.page(pgno)
-            if data is not None:
-                self.ptrmap.update(parse_ptrmap(data, pgno, usable, n))
+            if data is not None:  # type 2: free
+                free.update(p for p, (kind, _) in parse_ptrmap(data, pgno, usable, n).items()
+                            if kind == 2)
             pgno += usable // 5 + 1
-        free = {p for p, (kind, _) in self.ptrmap.items() if kind == 2}  # type 2: free
         self.free_leaves += sorted(p for p in free if p not in self.skip)  # the map knows free pages too
         self.skip |= free
 
@@ -643,12 +649,25 @@ class Carver:
             self.counts[layout.table] += cells
             self.format_counts[layout.fmt] += cells
 
+    def _ptrmap_entry(self, pgno: int) -> tuple[int, int] | None:
+        """(entry type, parent) of ``pgno`` from the map page covering it."""
+        span = self.image.usable_size // 5 + 1
+        base = 2 + (pgno - 2) // span * span if pgno > 2 else 0
+        if not self.ptrmap or base == 0 or base == pgno:
+            return None
+        if self._last_map[0] != base:
+            self._last_map = (base, self.image.page(base))
+        data, at = self._last_map[1], 5 * (pgno - base - 1)
+        if data is None or data[at] not in (1, 2, 3, 4, 5):
+            return None
+        return data[at], int.from_bytes(data[at + 1:at + 5], "big")
+
     def _layout_via_ptrmap(self, pgno: int) -> Layout | None:
         """With auto_vacuum, parent pointers lead an orphan back to its root."""
         seen = set()
-        while pgno in self.ptrmap and pgno not in seen:
+        while (entry := self._ptrmap_entry(pgno)) is not None and pgno not in seen:
             seen.add(pgno)
-            kind, parent = self.ptrmap[pgno]
+            kind, parent = entry
             if kind == 1:
                 return self.roots.get(pgno)
             if kind != 5:
@@ -683,7 +702,12 @@ class Carver:
 
     def result(self) -> CarveResult:
         """Deduplicate by (table, rowid): the gentlest lane wins, then confidence;
-        uncommitted or freelist copies of a row already found are dropped."""
+        uncommitted or freelist copies of a row already found are dropped.
+        The lanes rank the live version first: a tree walk reads only cell
+        pointer arrays (never freeblocks or unallocated space) of the newest
+        committed image of each page (WAL frames over the main file), so an
+        older copy can only come from a free page or an uncommitted frame.
+        When two copies differ, a note says which was taken."""
         best: dict[tuple[str, int | None], _Found] = {}
         for f in self.found:
             key = (f.table, f.origin.rowid)
@@ -695,6 +719,12 @@ class Carver:
             if (_LANE_RANK[f.origin.lane], -f.origin.confidence) < (
                     _LANE_RANK[old.origin.lane], -old.origin.confidence):
                 best[key] = f
+            if f.row != old.row:  # two versions of one row: say which one was taken
+                taken, other = best[key], (old if best[key] is f else f)
+                self.stats.differing_copies += 1
+                self.stats.note(f"{key[0]} rowid {key[1]}: took the {taken.origin.lane} copy "
+                                f"on page {taken.origin.page} over a different "
+                                f"{other.origin.lane} copy on page {other.origin.page}")
         out = CarveResult(lost_and_found=self.lost, stats=self.stats,
                           harvested=list(self.harvested))
         for (table, _rowid), f in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generator
 
@@ -170,14 +170,45 @@ def layouts_for(cat: Catalog | None) -> tuple[Resolver | None, tuple[Layout, ...
 
     def resolve(name: str, sql: str | None) -> Layout | None:
         cols = [c[0] for c in parse_columns(name, sql)] if sql else []
-        return registry_layout(fmt, name, cols) or layout_from_sql(name, sql)
+        own = layout_from_sql(name, sql)
+        known = registry_layout(fmt, name, cols)
+        return own if known is None else with_named_extras(known, own)
 
     own = [resolve(t.name, t.sql) for t in cat.data_tables()]
     fill = [lay for lay in own if lay is not None]
     orders = {(lay.table, tuple(c.name for c in lay.columns)) for lay in fill}
     fill += [lay for lay in (format_layouts(fmt) if fmt else ())
              if (lay.table, tuple(c.name for c in lay.columns)) not in orders]
-    return resolve, tuple(fill)
+    return resolve, tuple(_later_columns_allowed(lay) for lay in fill)
+
+
+WIDE = 8  # columns from which a registered table's checks pin its records down
+LATER_COLUMNS = 8  # trailing columns a later release may have added to it
+
+
+def _later_columns_allowed(lay: Layout) -> Layout:
+    """A page outside every walked tree (page 1 lost) is matched against
+    the registered layouts; a later release of the program may have added
+    columns at the end of a wide table, whose records the registered layout
+    would refuse as too long. Its first columns still decide the fit; the
+    unnamed extras are left out of the row (a template names them)."""
+    if lay.fmt == "sqlite" or not lay.strict or len(lay.columns) < WIDE \
+            or lay.max_extra >= LATER_COLUMNS:
+        return lay
+    return replace(lay, max_extra=LATER_COLUMNS)
+
+
+def with_named_extras(known: Layout, own: Layout | None) -> Layout:
+    """The registered layout, plus the trailing columns the file's own
+    CREATE TABLE adds after the registry's (a later release's column, such
+    as one a trigger fills in the inserting transaction): mapped by name
+    instead of dropped as unknown extras, so a carved row keeps them."""
+    if own is None or len(own.columns) <= len(known.columns):
+        return known
+    extra = own.columns[len(known.columns):]
+    return replace(known, columns=known.columns + extra,
+                   max_extra=max(0, known.max_extra - len(extra)),
+                   min_columns=known.oldest)
 
 
 def _gaps_after(ctx: LaneContext, state: TableState, tally: _Tally,

@@ -168,10 +168,37 @@ def _fix_fields(data: bytearray, head: HeaderReport, path: Path, wal_page_size: 
         data[56:60] = (1).to_bytes(4, "big")  # the store only ever writes UTF-8
         fixes.append("text encoding -> utf-8")
     size = parse_header(bytes(data)).page_size
+    if h.reserved_bytes and valid_page_size(size) and _reserved_disproved(path, size,
+                                                                          h.reserved_bytes):
+        data[20] = 0
+        fixes.append("reserved bytes -> 0 (the pages keep cells there)")
     if valid_page_size(size) and h.page_count_trusted and h.page_count > head.file_size // size:
         # SQLite refuses a file shorter than its header says; count what is there.
         data[28:32] = (head.file_size // size).to_bytes(4, "big")
         fixes.append(f"page count -> {head.file_size // size}")
+
+
+def _reserved_disproved(path: Path, page_size: int, reserved: int, sample: int = 64) -> bool:
+    """Whether b-tree pages point at cells inside the last ``reserved`` bytes
+    of a page, which SQLite never writes to: the header's count is then
+    damage, and trusting it would cut every page's cells short."""
+    limit = page_size - reserved
+    with open(path, "rb") as f:
+        f.seek(page_size)  # page 2 on: page 1's b-tree header sits after the file header
+        for _ in range(sample):
+            data = f.read(page_size)
+            if len(data) < page_size:
+                break
+            if data[0] not in (2, 5, 10, 13):
+                continue
+            start = 12 if data[0] in (2, 5) else 8
+            count = min(int.from_bytes(data[3:5], "big"), (page_size - start) // 2)
+            pointers = [int.from_bytes(data[start + 2 * i:start + 2 * i + 2], "big")
+                        for i in range(count)]
+            if pointers and all(start < p < page_size for p in pointers) \
+                    and max(pointers) >= limit:
+                return True
+    return False
 
 
 def _header_despite_checksum(path: Path) -> WalHeader | None:

@@ -77,3 +77,11 @@ def test_ours_counts_a_session_past_the_whole_load_limit(tmp_path):
         assert ours.load(50) == 50
     finally:
         ours.close()
+
+
+def test_salvage_summary_claims_no_lead_without_a_peer():
+    import run_all  # noqa: E402  (bench/run_all.py)
+    classes = [{"class": "a", "ours": 5, "recover": 0}, {"class": "b", "ours": 3, "recover": 4}]
+    alone = run_all.salvage_line(classes, compared=False)
+    assert "not compared" in alone and "ahead" not in alone
+    assert "equal or ahead on 1/2" in run_all.salvage_line(classes, compared=True)

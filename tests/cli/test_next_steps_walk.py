@@ -31,7 +31,7 @@ from sessiondb import Cause, SessionDB
 from sessiondb.base.explain import all_causes, describe
 from tests.helpers.search_damage import junk_pages
 from tests.helpers.stores import fill_home, held_by_another_process, raw_sql
-from tests.helpers.tinyfs import fill, mount_tmpfs, remount, unmount
+from tests.helpers.tinyfs import cannot_mount, fill, mount_tmpfs, remount, unmount
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_STEPS = 10
@@ -125,7 +125,7 @@ def table_first(cause: Cause, home: Path) -> str:
 def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     where = tmp_path / "fs"
     if not mount_tmpfs(where, request.param):
-        pytest.skip("needs permission to mount a 2 MiB tmpfs (root or CAP_SYS_ADMIN)")
+        cannot_mount()
     try:
         yield where
     finally:

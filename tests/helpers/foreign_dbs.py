@@ -284,6 +284,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_sessions_title_unique ON sessions(title)
     WHERE title IS NOT NULL;
 """
 
+HERMES_MESSAGE_UID_SQL = """
+ALTER TABLE messages ADD COLUMN message_uid TEXT;
+CREATE TRIGGER IF NOT EXISTS messages_mint_uid AFTER INSERT ON messages
+WHEN new.message_uid IS NULL
+BEGIN
+    UPDATE messages SET message_uid = lower(hex(randomblob(16))) WHERE id = new.id;
+END;
+"""
+
 _GATE = """(%s.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
                          WHERE key = 'fts_rebuild_high_water'), -1)
    OR %s.id <= COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta
@@ -399,17 +408,23 @@ def _hermes_upgrade(conn: apsw.Connection) -> None:
 
 def build_hermes_agent(path: Path, sessions: int = 40, messages: int = 30, *,
                        page_size: int = 4096, upgraded: bool = False,
-                       wal_tail: int = 0) -> GroundTruth:
+                       wal_tail: int = 0, message_uid: bool = False) -> GroundTruth:
     """A Hermes Agent state.db at schema v31 with ``sessions`` sessions of
     ``messages`` messages each (plus system prompts, per-model usage, meta).
 
     ``upgraded``: born at v1 with the first half of the sessions written,
-    then upgraded column by column to v31 (see the module docstring)."""
+    then upgraded column by column to v31 (see the module docstring).
+    ``message_uid``: messages end with a ``message_uid`` column that an AFTER
+    INSERT trigger mints, so every row is rewritten in the transaction that
+    inserts it (a column the registry does not list)."""
+    assert not (upgraded and message_uid), "message_uid comes after v31's columns"
     path = Path(path)
     _prepare(path, page_size)
     conn = apsw.Connection(str(path))
     early = sessions // 2 if upgraded else 0
     conn.execute(_HERMES_V1 if upgraded else HERMES_TABLES_SQL)
+    if message_uid:
+        conn.execute(HERMES_MESSAGE_UID_SQL)
     ids = []
     with conn:
         for i in range(early):

@@ -158,7 +158,9 @@ def test_sessions_root_damage_without_index_lane_gives_placeholders(pristine, st
     (16, b"\xab\xcd\x7f\x7f\x00\x01\x02\x03", "page size -> 1024"),
     (0, b"\x00" * 16, "magic string"),
     (44, b"\x00\x00\x00\x09", "schema format -> 4"),
-], ids=["page-size-versions-fractions", "magic", "schema-format"])
+    # a reserved-bytes count the pages disprove, beside broken fractions
+    (20, b"\xb2\x09\xef\x20", "reserved bytes -> 0 (the pages keep cells there)"),
+], ids=["page-size-versions-fractions", "magic", "schema-format", "reserved-bytes"])
 def test_page1_header_fields_damage_is_fixed_on_the_copy(pristine, store, tmp_path, offset,
                                                           data, fix):
     truth, _, _ = pristine

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 import apsw
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from sessiondb import InvalidInput, SchemaTooNew, SessionDB, StorageError, StoreCorrupt, UnsafeSQLiteVersion
 from sessiondb.engine import migrations
 from sessiondb.base import policy
+from tests.helpers.pgserver import UNPRIVILEGED_UID
 
 
 def mode(p: Path) -> int:
@@ -139,14 +143,51 @@ def test_non_database_file_is_corrupt(tmp_path):
     assert junk.read_bytes() == before
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="running as root: file permissions are not "
-                    "enforced for this user, so an unreadable file cannot be made")
-def test_unreadable_file_is_a_clear_error(tmp_path):
-    f = tmp_path / "locked.db"
+def _unreadable_is_a_clear_error(folder: Path) -> None:
+    f = folder / "locked.db"
     SessionDB(f).close()
     f.chmod(0)
     with pytest.raises(StorageError):
         SessionDB(f)
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    """As root (CI) file modes bind nobody, so the check runs in a forked
+    child that dropped to an unprivileged uid, in a folder that uid owns."""
+    if os.geteuid() != 0:
+        _unreadable_is_a_clear_error(tmp_path)
+        return
+    folder = Path(tempfile.mkdtemp(prefix="unprivileged-"))
+    try:
+        os.chown(folder, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        run_unprivileged(lambda: _unreadable_is_a_clear_error(folder))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_unprivileged(check: Callable[[], None]) -> None:
+    """``check`` in a forked child running as `UNPRIVILEGED_UID` (modules
+    already imported stay usable: the interpreter's own files need not be
+    readable by that uid); what it raised comes back as the failure."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        os.close(read)
+        code = 0
+        try:
+            os.setgroups([])
+            os.setgid(UNPRIVILEGED_UID)
+            os.setuid(UNPRIVILEGED_UID)
+            check()
+        except BaseException as e:  # pytest's failures are BaseExceptions
+            os.write(write, f"{type(e).__name__}: {e}".encode()[:8000])
+            code = 1
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode(errors="replace")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, said or f"child ended with {status}"
 
 
 def test_close_is_idempotent_and_closed_handle_refuses(db):

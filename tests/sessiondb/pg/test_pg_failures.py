@@ -134,7 +134,7 @@ def tiny_tablespace(pg_db_url, pg_url, pg_server):
     """The messages table moved onto a 2 MB tmpfs (a tablespace)."""
     where = pg_server.root / f"tiny{os.getpid()}"  # a directory the server can reach
     if not tinyfs.mount_tmpfs(where):
-        pytest.skip("mounting a tmpfs needs root or CAP_SYS_ADMIN")
+        tinyfs.cannot_mount("mounting a tmpfs needs root or CAP_SYS_ADMIN")
     try:
         if os.geteuid() == 0:
             os.chown(where, UNPRIVILEGED_UID, UNPRIVILEGED_UID)

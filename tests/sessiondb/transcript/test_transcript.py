@@ -197,6 +197,21 @@ def test_new_message_before_a_stored_one_is_refused(db, sid, writer):
     assert all_rows(db) == before
 
 
+def test_new_message_before_unchanged_stored_ones_is_refused(db, sid, writer):
+    """The stored dicts after it need no write, so only their markers show
+    that the new one would be stored out of order."""
+    msgs = [user("a"), user("b"), user("c")]
+    writer.flush(msgs)
+    msgs.insert(1, user("sneaked in"))
+    before = all_rows(db)
+    with pytest.raises(InvalidInput, match="only be added at the end"):
+        writer.flush(msgs)
+    assert all_rows(db) == before
+    del msgs[1]
+    assert writer.flush(msgs).inserted == 0
+    assert writer.verify(msgs) == []
+
+
 def test_same_dict_twice_is_refused(db, sid, writer):
     m = user("a")
     with pytest.raises(InvalidInput, match="same dict"):

@@ -1,5 +1,27 @@
 """A state machine over the transcript API: after every flush the live rows
-equal the in-memory transcript (without markers), with no duplicates."""
+equal the in-memory transcript (without markers), with no duplicates.
+
+Besides the writer's edit operations it changes the list by hand between
+flushes, as agents do: edits a stored dict in place, pops the last dict and
+appends an edited copy of it, replaces a slice with edited copies, inserts
+new dicts (at the end, and before stored ones, which the flush must refuse)
+and reassigns the transcript to a new list. A hand change inside the run the
+cursor trusts is only seen once the list is reassigned or the run's last
+(boundary) dict is replaced (the writer's contract), so the machine
+reassigns exactly when neither happened. Every flush also checks how many
+dicts the cursor let it skip.
+
+The flush cursor has two guards; each must make this machine fail when
+removed. To repeat the check, plant one at a time in
+sessiondb/transcript.py and run this file (it fails within seconds):
+
+1. In ``TranscriptWriter._resume_point`` drop ``last is not c.boundary or``
+   (a boundary dict replaced by a copy carrying its marker is trusted), or
+   drop that whole ``if`` (any dict at the boundary's index is trusted).
+2. In ``TranscriptWriter._plan`` skip every marked dict whatever its
+   fingerprint (replace ``if marker.fingerprint == enc.fingerprint:`` by
+   ``if True:``): a dict edited by hand is never rewritten.
+"""
 from __future__ import annotations
 
 import itertools
@@ -11,8 +33,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from sessiondb import (MARKER_KEY, CompactionError, Persisted, SessionDB, StorageError,
-                       TranscriptWriter)
+from sessiondb import (MARKER_KEY, UID_KEY, CompactionError, InvalidInput, Persisted, SessionDB,
+                       StorageError, TranscriptWriter)
 
 ROLES = st.sampled_from(["user", "assistant", "tool"])
 
@@ -116,6 +138,92 @@ class TranscriptMachine(RuleBasedStateMachine):
                                      supersede_previous=supersede)
         self.compactions.append(result.compaction_id)
         self.trusted = None  # recomputed by the writer; checked loosely below
+
+    # -- changing the list by hand ---------------------------------------------
+
+    def _trusted_now(self) -> int:
+        """The run the cursor may trust (all of it when the model lost count)."""
+        return len(self.msgs) if self.trusted is None else self.trusted
+
+    def _seen_by_next_flush(self, lo: int, hi: int, replaced: bool) -> None:
+        """``msgs[lo:hi]`` changed by hand: make sure the next flush looks.
+        A changed dict after the boundary is scanned anyway; a replaced
+        boundary resets the cursor; anything else needs a new list object."""
+        trusted = self._trusted_now()
+        if lo >= trusted:
+            return
+        if replaced and lo <= trusted - 1 < hi:
+            self.trusted = 0 if self.trusted is not None else None
+            return
+        self.reassign()
+
+    def _edited_copy(self, m: dict) -> dict:
+        return {**m, "content": self._text()}  # keeps the marker and uid: same row
+
+    @rule()
+    def reassign(self) -> None:
+        """A new list object holding the same dicts: the next flush rescans."""
+        self.msgs = list(self.msgs)
+        if self.trusted is not None:
+            self.trusted = 0
+
+    @precondition(lambda self: self.msgs)
+    @rule(data=st.data())
+    def hand_edit(self, data: st.DataObject) -> None:
+        i = data.draw(st.integers(0, len(self.msgs) - 1))
+        self.msgs[i]["content"] = self._text()  # in place: identity and marker unchanged
+        self._seen_by_next_flush(i, i + 1, replaced=False)
+
+    @precondition(lambda self: self.msgs)
+    @rule()
+    def hand_pop_and_append(self) -> None:
+        self.msgs.append(self._edited_copy(self.msgs.pop()))
+        n = len(self.msgs)
+        self._seen_by_next_flush(n - 1, n, replaced=True)
+
+    @precondition(lambda self: self.trusted)
+    @rule()
+    def hand_replace_boundary(self) -> None:
+        """An edited copy in place of the last dict the cursor trusts."""
+        i = self._trusted_now() - 1
+        self.msgs[i] = self._edited_copy(self.msgs[i])
+        self._seen_by_next_flush(i, i + 1, replaced=True)
+
+    @precondition(lambda self: self.msgs)
+    @rule(data=st.data())
+    def hand_replace_slice(self, data: st.DataObject) -> None:
+        lo = data.draw(st.integers(0, len(self.msgs) - 1))
+        hi = data.draw(st.integers(lo + 1, min(len(self.msgs), lo + 3)))
+        self.msgs[lo:hi] = [self._edited_copy(m) for m in self.msgs[lo:hi]]
+        self._seen_by_next_flush(lo, hi, replaced=True)
+
+    def _first_new(self) -> int:
+        """Where the trailing run of never-stored dicts starts."""
+        i = len(self.msgs)
+        while i and MARKER_KEY not in self.msgs[i - 1] and UID_KEY not in self.msgs[i - 1]:
+            i -= 1
+        return i
+
+    @rule(data=st.data(), role=ROLES)
+    def hand_insert_new(self, data: st.DataObject, role: str) -> None:
+        """A new dict among the unstored tail: stored in list order."""
+        i = data.draw(st.integers(self._first_new(), len(self.msgs)))
+        self.msgs.insert(i, {"role": role, "content": self._text()})
+
+    @precondition(lambda self: any(_marked(m) for m in self.msgs))
+    @rule(data=st.data())
+    def hand_insert_before_stored(self, data: st.DataObject) -> None:
+        """A new dict before a stored one is refused and nothing is written."""
+        last = max(i for i, m in enumerate(self.msgs) if _marked(m))
+        i = data.draw(st.integers(0, last))
+        sneaked = {"role": "user", "content": self._text()}
+        self.msgs.insert(i, sneaked)
+        before = self._rows()
+        with pytest.raises(InvalidInput, match="only be added at the end"):
+            self.writer.flush(self.msgs)
+        assert self._rows() == before
+        del self.msgs[i]
+        self.trusted = 0 if self.trusted is not None else None
 
     # -- persisting ------------------------------------------------------------
 
