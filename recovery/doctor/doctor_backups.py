@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sessiondb.recovery_api import open_holders, own_entries
+from sessiondb.recovery_api import open_holders, own_entries, read_damage_record
 
 from ..base import Severity
 from ..repairs import backups, online_backup
@@ -47,10 +47,16 @@ def check_backups(t: Target) -> list[Finding]:
     where = backups.backup_dir(t.pdir)
     found = online_backup.list_backup_infos(where, "state")
     newest = online_backup.newest_verified(where)
-    create = t.command("backup", "create")
+    create: str | None = t.command("backup", "create")
+    record = read_damage_record(t.db)
+    if record is not None and record.names(t.db):
+        # A backup of a damaged file would not verify: offer no command that fails.
+        create = None
     if newest is None:
         what = (f"{len(found)} backup(s), none verified" if found
                 else "no backups yet")
+        if create is None:
+            what += " (none can be made of a store recorded as damaged)"
         return [Finding("backups", Severity.INFO, what, create)]
     age = time.time() - newest.created
     data = {"newest": newest.path, "age_s": round(age, 1), "count": len(found),

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from hstate_cli.main import cli
 from hstate_recovery.repairs import create_backup
 from sessiondb import SessionDB
+from sessiondb.recovery_api import record_damage
 
 
 def finding(check: str) -> dict:
@@ -41,6 +42,17 @@ def test_backups_age_is_reported_and_warned_past_the_maximum(
     assert f["severity"] == "warn" and "30.0 h old" in f["message"]
     monkeypatch.setenv("HERMES_BACKUP_MAX_AGE_HOURS", "48")
     assert finding("backups")["severity"] == "ok"
+
+
+def test_a_store_recorded_as_damaged_is_not_offered_a_backup(hermes_home: Path) -> None:
+    """A backup of a damaged file fails its own check: doctor must not print
+    `backup create` as the next step for it (it did, beside the damage record)."""
+    SessionDB.open(hermes_home).close()
+    record_damage(hermes_home / "state.db", "quick_check: page 4 is never used", "doctor")
+    f = finding("backups")
+    assert f["severity"] == "info" and f["fix"] is None
+    assert "recorded as damaged" in f["message"]
+    assert not list((hermes_home / "backups").glob("*.db"))
 
 
 def ltx_header(txid: int, wal_offset: int, wal_size: int, salts: tuple[int, int]) -> bytes:
