@@ -61,7 +61,7 @@ def test_human_output_is_a_table_with_a_summary(hermes_home: Path) -> None:
     assert res.exit_code == 0
     assert res.output.splitlines()[0].split() == ["severity", "check", "finding", "fix"]
     assert res.output.rstrip().splitlines()[-1] == \
-        "21 checks: 20 ok, 1 info, 0 warn, 0 error; worst: info"
+        "22 checks: 21 ok, 1 info, 0 warn, 0 error; worst: info"
 
 
 def test_permissions_warn_and_fix_tightens(hermes_home: Path) -> None:
