@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,11 @@ def test_stored_highlight_marks_and_asterisks_cannot_fake_attributes(hermes_home
     assert "\\ue000" in shown and "\\u001b[1m" in shown
 
 
+#: a command printed to be pasted: a hint's own line, or doctor's numbered fix
+#: (``(1) hermes ...``, ``    then: hermes ...``) below its table.
+PRINTED_COMMAND = re.compile(r"^(  |\(\d+\) |    then: )hermes ")
+
+
 def test_tables_fit_the_terminal(hermes_home):
     long_id = "a" * 120
     with SessionDB.open() as db:
@@ -141,7 +147,7 @@ def test_tables_fit_the_terminal(hermes_home):
             assert res.exit_code in (0, 3), (args, res.output)
             # Commands to paste are printed whole on their own line.
             too_wide = [line for line in res.stdout.splitlines()
-                        if len(line) > width and not line.startswith("  hermes ")]
+                        if len(line) > width and not PRINTED_COMMAND.match(line)]
             assert not too_wide, (args, width, too_wide)
     listed = run("sessions", "list", width=80).stdout.splitlines()
     first = len(listed[1].split()[0])  # the id column's rule

@@ -190,13 +190,10 @@ def test_the_readme_example_runs_as_written(store: StoreFace) -> None:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     section = readme.split("### Agents on other frameworks", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    builder = StateGraph(MessagesState)
-    builder.add_node("echo", _echo)
-    builder.add_edge(START, "echo")
-    scope: dict[str, Any] = {"builder": builder}
+    scope: dict[str, Any] = {}
     exec(blocks[1], scope)  # noqa: S102 - the documented example, as written
     scope["graph"].checkpointer.close()
-    assert [m["content"] for m in store.get_messages("chat-7")] == ["Hello", "echo of Hello"]
+    assert [m["content"] for m in store.get_messages("chat-7")] == ["Hello", "Hello back"]
 
 
 def test_prune_checkpoints_keeps_the_newest_of_each_thread(store: StoreFace) -> None:
