@@ -16,11 +16,11 @@ import struct
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
 from ..rows import time_in_range
+from .llm_threads import parse_time
 
 #: a title is the first line of the summary or prompt, cut to this many characters
 TITLE_CHARS = 120
@@ -137,16 +137,8 @@ class RecordFile:
 def iso_time(value: Any) -> float | None:
     """An ISO 8601 time (``Z`` or an offset; naive is UTC) as epoch seconds,
     or None when it is not one we can store."""
-    if not isinstance(value, str):
-        return None
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    t = dt.timestamp()
-    return t if time_in_range(t) else None
+    t = parse_time(value)
+    return t if t is not None and time_in_range(t) else None
 
 
 def file_time(path: Path) -> float:

@@ -193,11 +193,10 @@ def test_a_cancelled_write_still_lands_before_the_cancel_is_raised(store: StoreF
     run(main())
 
 
+@pytest.mark.sqlite_only  # a path names a SQLite file
 def test_a_path_or_the_home_opens_a_store_that_close_closes(hermes_home: Path,
                                                             tmp_path: Path,
                                                             backend: str) -> None:
-    if backend != "sqlite":
-        pytest.skip("a path names a SQLite file")
     by_path = HermesSession("p", tmp_path / "own.db")
     run(by_path.add_items([{"role": "user", "content": "x"}]))
     by_path.close()
