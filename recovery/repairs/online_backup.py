@@ -6,6 +6,8 @@ the store as of that moment, writers in other processes go on committing
 to the WAL meanwhile, and the backup never restarts (a restart happens only
 when the source's snapshot moves under it). It is stepped a few MiB at a
 time (``STEP_PAGES``) so a progress callback can be told how far it is.
+The copy and its check run in a thread at a lower CPU priority
+(``BACKUP_NICE``), so on a busy machine the store's writers go first.
 
 Crash safety: the copy is written to a hidden temp name in the backups
 directory (``.<prefix>-<stamp>-<pid>.db.tmp``), checked (quick_check, and
