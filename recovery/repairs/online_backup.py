@@ -231,8 +231,16 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
     stamp = _stamp()
     tmp = directory / f".{prefix}-{stamp}-{os.getpid()}.db.tmp"
     final = directory / f"{prefix}-{stamp}.db"
+    stop = threading.Event()
+
+    def step(phase: str, done: int, total: int) -> None:
+        if stop.is_set():  # the caller was interrupted: stop copying at this step
+            raise BackupFailed("backup create was interrupted; nothing was kept")
+        if progress is not None:
+            progress(phase, done, total)
     try:
-        info, copy_s, verify_s = _at_low_priority(lambda: _copy_and_verify(source, tmp, progress))
+        info, copy_s, verify_s = _at_low_priority(
+            lambda: _copy_and_verify(source, tmp, step), stop)
         info.path = str(final)
         write_manifest(final, info)  # a manifest without its file is ignored
         publish(tmp, final)
@@ -243,15 +251,18 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
     return CreateReport(info, removed, stale, copy_s, verify_s)
 
 
-def _at_low_priority(work: Callable[[], Any]) -> Any:
+def _at_low_priority(work: Callable[[], Any], stop: threading.Event) -> Any:
     """``work()`` in a thread of its own that lowers its own CPU priority first.
     On Linux a nice value belongs to the thread, so the caller's priority is
     untouched; elsewhere it would be the whole process's, so there it runs as is.
-    apsw lets go of the GIL inside SQLite, where the time goes."""
+    apsw lets go of the GIL inside SQLite, where the time goes. An interrupt
+    of the caller (Ctrl-C) sets ``stop``, which ``work`` checks at each step,
+    and is raised once the thread has let go of the files."""
     if not sys.platform.startswith("linux"):
         return work()
     result: list[Any] = []
     failure: list[BaseException] = []
+    finished = threading.Event()
 
     def run() -> None:
         try:
@@ -259,10 +270,19 @@ def _at_low_priority(work: Callable[[], Any]) -> Any:
             result.append(work())
         except BaseException as e:  # handed to the caller's thread, raised there
             failure.append(e)
+        finally:
+            finished.set()
 
-    t = threading.Thread(target=run, name="hermes-backup")
-    t.start()
-    t.join()
+    # Waited for on an Event, not by join(): an interrupted join() of Python
+    # before 3.13 can mark a running thread stopped, and the next join() then
+    # returns at once. Daemon: a second Ctrl-C does not wait for the copy.
+    threading.Thread(target=run, name="hermes-backup", daemon=True).start()
+    try:
+        finished.wait()
+    except BaseException:
+        stop.set()
+        finished.wait()
+        raise
     if failure:
         raise failure[0]
     return result[0]
