@@ -8,9 +8,9 @@ OUT"` (the floor: one backup-API copy, no check) and `hermes backup create`
 (the stepped copy, then quick_check and every table's count). Each runs as
 its own process under `/usr/bin/time` (wall time, peak RSS; wait4's figure
 would include the forked Python parent). Then a writer
-process appends at a fixed rate (one commit each) for a quiet window and a
-window with a `backup create` running; its p99 append latency in each
-window. Prints one JSON document.
+process appends at a fixed rate (one commit each) through R rounds of a
+quiet window and a window with a `backup create` running; its p99 append
+latency over each kind of window. Prints one JSON document.
 """
 from __future__ import annotations
 
@@ -92,25 +92,32 @@ def rounds(db: Path, work: Path, n: int) -> dict[str, list[dict[str, Any]]]:
     return res
 
 
-def writer_latency(db: Path, work: Path, rate: float, window: float) -> dict[str, float]:
+def writer_latency(db: Path, work: Path, rate: float, window: float,
+                   n: int) -> dict[str, float]:
+    """One writer; ``n`` rounds of a quiet window then a window with a
+    `backup create` running, so both see the same machine load."""
     stop, out = work / "stop", work / "lat.json"
     stop.unlink(missing_ok=True)
     w = subprocess.Popen([sys.executable, "-c", WRITER, str(db.parent), str(rate), str(stop),
                           str(out)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
     assert w.stdout is not None and w.stdout.readline().strip() == "ready"
     time.sleep(1.0)
-    quiet = (time.time(), time.time() + window)
-    time.sleep(window)
-    during_start = time.time()
-    subprocess.run(hermes(db.parent, work / "backups"), check=True, capture_output=True,
-                   cwd=ROOT)
-    during = (during_start, time.time())
+    quiet, during = [], []
+    for _ in range(n):
+        quiet.append((time.time(), time.time() + window))
+        time.sleep(window)
+        start = time.time()
+        subprocess.run(hermes(db.parent, work / "backups"), check=True, capture_output=True,
+                       cwd=ROOT)
+        during.append((start, time.time()))
+        time.sleep(0.5)
     stop.touch()
     w.wait()
     lat = json.loads(out.read_text())
-    pick = lambda a, b: [d * 1000 for t, d in lat if a <= t <= b]  # noqa: E731
-    q, d = pick(*quiet), pick(*during)
-    return {"rate_per_s": rate, "quiet_appends": len(q), "during_appends": len(d),
+    pick = lambda spans: [d * 1000 for t, d in lat  # noqa: E731
+                          if any(a <= t <= b for a, b in spans)]
+    q, d = pick(quiet), pick(during)
+    return {"rate_per_s": rate, "rounds": n, "quiet_appends": len(q), "during_appends": len(d),
             "p99_quiet_ms": round(percentile(q, 99), 2),
             "p99_during_ms": round(percentile(d, 99), 2),
             "p50_quiet_ms": round(percentile(q, 50), 2),
@@ -135,7 +142,7 @@ def main() -> None:
            "ratio_best_wall": round(best["hermes_backup"] / best["sqlite3_backup"], 2),
            "ratio_best_copy_phase": round(min(r["copy_s"] for r in res["hermes_backup"])
                                           / best["sqlite3_backup"], 2),
-           "writer": writer_latency(db, work, args.rate, window)}
+           "writer": writer_latency(db, work, args.rate, window, args.rounds)}
     print(json.dumps(doc, indent=1))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

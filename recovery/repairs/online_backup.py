@@ -6,6 +6,8 @@ the store as of that moment, writers in other processes go on committing
 to the WAL meanwhile, and the backup never restarts (a restart happens only
 when the source's snapshot moves under it). It is stepped a few MiB at a
 time (``STEP_PAGES``) so a progress callback can be told how far it is.
+The copy and its check run in a thread at a lower CPU priority
+(``BACKUP_NICE``), so on a busy machine the store's writers go first.
 
 Crash safety: the copy is written to a hidden temp name in the backups
 directory (``.<prefix>-<stamp>-<pid>.db.tmp``), checked (quick_check, and
@@ -21,6 +23,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +39,9 @@ from ..source import check_space, liveread, source_bytes
 DEFAULT_KEEP = 5
 STEP_PAGES = 1024  # 2 MiB of the store's 2 KiB pages per step: a progress tick
 MANIFEST_SUFFIX = ".json"
+# the copy and its check run at this CPU priority (nice), so on a busy machine a
+# writer's commits come first (measured: p99 append during a backup 3.0 -> 1.2 ms)
+BACKUP_NICE = 10
 ORPHAN_MANIFEST_S = 60.0  # a manifest this old without its file: its create was killed
 # our temp files: the copy (.<prefix>-<stamp>-<pid>.db.tmp) and its manifest's
 _TMP_RE = re.compile(r"^\.(?:.+-\d{8}T\d{6}-\d{9}-(?P<pid>\d+)\.db"
@@ -224,8 +231,16 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
     stamp = _stamp()
     tmp = directory / f".{prefix}-{stamp}-{os.getpid()}.db.tmp"
     final = directory / f"{prefix}-{stamp}.db"
+    stop = threading.Event()
+
+    def step(phase: str, done: int, total: int) -> None:
+        if stop.is_set():  # the caller was interrupted: stop copying at this step
+            raise BackupFailed("backup create was interrupted; nothing was kept")
+        if progress is not None:
+            progress(phase, done, total)
     try:
-        info, copy_s, verify_s = _copy_and_verify(source, tmp, progress)
+        info, copy_s, verify_s = _at_low_priority(
+            lambda: _copy_and_verify(source, tmp, step), stop)
         info.path = str(final)
         write_manifest(final, info)  # a manifest without its file is ignored
         publish(tmp, final)
@@ -234,6 +249,43 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
         Path(f"{tmp}-journal").unlink(missing_ok=True)
     removed = rotate(directory, prefix, keep) if keep is not None else []
     return CreateReport(info, removed, stale, copy_s, verify_s)
+
+
+def _at_low_priority(work: Callable[[], Any], stop: threading.Event) -> Any:
+    """``work()`` in a thread of its own that lowers its own CPU priority first.
+    On Linux a nice value belongs to the thread, so the caller's priority is
+    untouched; elsewhere it would be the whole process's, so there it runs as is.
+    apsw lets go of the GIL inside SQLite, where the time goes. An interrupt
+    of the caller (Ctrl-C) sets ``stop``, which ``work`` checks at each step,
+    and is raised once the thread has let go of the files."""
+    if not sys.platform.startswith("linux"):
+        return work()
+    result: list[Any] = []
+    failure: list[BaseException] = []
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            os.nice(BACKUP_NICE)
+            result.append(work())
+        except BaseException as e:  # handed to the caller's thread, raised there
+            failure.append(e)
+        finally:
+            finished.set()
+
+    # Waited for on an Event, not by join(): an interrupted join() of Python
+    # before 3.13 can mark a running thread stopped, and the next join() then
+    # returns at once. Daemon: a second Ctrl-C does not wait for the copy.
+    threading.Thread(target=run, name="hermes-backup", daemon=True).start()
+    try:
+        finished.wait()
+    except BaseException:
+        stop.set()
+        finished.wait()
+        raise
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def _copy_and_verify(source: Path, tmp: Path,

@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 import apsw
+import pytest
 from click.testing import CliRunner
 
 from hstate_cli.main import cli
-from hstate_recovery.repairs import create_backup, list_backup_infos, verify_backup
+from hstate_recovery.repairs import create_backup, list_backup_infos, online_backup, verify_backup
 from sessiondb import SessionDB
 from tests.helpers.backup_workers import content
 
@@ -122,6 +123,31 @@ def test_progress_is_told_each_step_of_the_copy(hermes_home: Path) -> None:
     assert len(copying) >= 2 and copying[-1][0] == copying[-1][1] > 0
     assert [d for d, _ in copying] == sorted(d for d, _ in copying)
     assert seen[-1][0] == "verifying the copy"
+
+
+def test_an_interrupt_stops_the_copy_at_its_next_step_and_keeps_nothing(
+        hermes_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during the copy (which runs in a thread of its own) stops it at
+    the next step instead of letting it copy the rest into a deleted file."""
+    monkeypatch.setattr(online_backup, "STEP_PAGES", 8)
+    with SessionDB.open(hermes_home) as db:
+        sid = db.create_session(source="t")
+        db.append_messages(sid, [{"role": "user", "content": os.urandom(2000).hex()}
+                                 for _ in range(500)])
+    steps: list[int] = []
+
+    def tick(what: str, done: int, total: int) -> None:
+        steps.append(done)
+        if len(steps) == 2:  # as a terminal's Ctrl-C reaches the main thread
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+            time.sleep(0.2)  # the main thread takes it while this step goes on
+    with pytest.raises(KeyboardInterrupt):
+        create_backup(hermes_home / "state.db", hermes_home / "backups", progress=tick)
+    stopped_at = len(steps)
+    time.sleep(0.3)  # a copy still running would go on ticking
+    assert 2 <= len(steps) == stopped_at <= 3
+    assert not [t for t in threading.enumerate() if t.name == "hermes-backup"]
+    assert not list((hermes_home / "backups").iterdir())
 
 
 def test_verify_reports_a_damaged_backup(hermes_home: Path) -> None:
