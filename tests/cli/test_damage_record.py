@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from hstate_cli.main import cli
 from sessiondb import SessionDB, StoreCorrupt
 from sessiondb.engine import read_record, record_damage
-from tests.cli.test_next_steps_walk import smash_one_leaf
+from tests.helpers.damage import smash_middle_leaves
 from tests.helpers.stores import fill_home
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def session_ids(db: Path) -> list[str]:
 @pytest.fixture
 def damaged_home(hermes_home: Path) -> Path:
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     return hermes_home
 
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from hstate_cli.main import cli
 from hstate_recovery.inspection import inspect
+from tests.helpers.damage import smash_middle_leaves
 from tests.helpers.foreign_dbs import build_hermes_agent, build_llm
-from tests.helpers.runbook_samples import smash_leaves
 
 BUILD = {"hermes-agent": (build_hermes_agent, "state.db", "messages"),
          "llm": (build_llm, "state.db", "responses")}
@@ -38,7 +38,7 @@ def foreign_home(tmp_path: Path, kind: str, damaged: bool) -> Path:
     build, name, table = BUILD[kind]
     build(home / name)
     if damaged:
-        smash_leaves(home / name, table)
+        smash_middle_leaves(home / name, table, 2)
     return home
 
 

@@ -29,6 +29,7 @@ from click.testing import CliRunner
 from hstate_cli.main import cli
 from sessiondb import Cause, SessionDB
 from sessiondb.base.explain import all_causes, describe
+from tests.helpers.damage import smash_middle_leaves
 from tests.helpers.search_damage import junk_pages
 from tests.helpers.stores import fill_home, held_by_another_process, raw_sql
 from tests.helpers.tinyfs import cannot_mount, fill, mount_tmpfs, remount, unmount
@@ -132,27 +133,9 @@ def small_fs(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
         unmount(where)
 
 
-def smash_one_leaf(db: Path, table: str) -> None:
-    """Random bytes over the middle leaf page of ``table`` (the file's page size)."""
-    import random
-
-    import apsw
-    conn = apsw.Connection(str(db))
-    try:
-        leaves = [r[0] for r in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
-            (table,))]
-        (size,) = conn.execute("PRAGMA page_size").fetchone()
-    finally:
-        conn.close()
-    with open(db, "r+b") as f:
-        f.seek((leaves[len(leaves) // 2] - 1) * size)
-        f.write(random.Random(3).randbytes(size))
-
-
 def test_corrupt_walks_to_a_healthy_installed_store(hermes_home: Path) -> None:
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     w = walk(hermes_home, cli_error_next(hermes_home, "sessions", "show", "shared"))
     assert w.ended == "healthy", w
     assert any("install-recovered" in s for s in w.steps), w.steps
@@ -318,7 +301,7 @@ def test_structural_damage_with_a_spool_walks_to_an_installed_store(hermes_home:
     """The chat turn's line is spooled; the walk recovers, installs (which
     imports the spool) and ends healthy with the line in the store."""
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     chat = CliRunner().invoke(cli, ["--home", str(hermes_home), "doctor"])
     assert chat.exit_code == 4
     chat = CliRunner().invoke(cli, ["--home", str(hermes_home), "chat", "--offline", "-q",
@@ -335,7 +318,7 @@ def test_a_partial_result_beside_the_store_walks_on(hermes_home: Path) -> None:
     """An earlier recover left `state.recovered.db.partial`: the recover doctor
     and inspect print writes to a name that is still free."""
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     (hermes_home / "state.recovered.db.partial").write_bytes(b"an earlier, partial result")
     w = walk(hermes_home, doctor_first(hermes_home))
     assert w.ended == "healthy", w
@@ -347,7 +330,7 @@ def test_a_profile_is_kept_in_every_step(hermes_home: Path) -> None:
         store.create_session("shared", source="test")
         store.append_messages("shared", [{"role": "user", "content": f"line {i}"}
                                          for i in range(600)])
-    smash_one_leaf(hermes_home / "profiles" / "work" / "state.db", "messages")
+    smash_middle_leaves(hermes_home / "profiles" / "work" / "state.db", "messages")
     first = cli_error_next(hermes_home, "--profile", "work", "sessions", "show", "shared")
     w = walk(hermes_home, first, profile="work")
     assert w.ended == "healthy", w
@@ -360,7 +343,7 @@ def test_doctor_prints_every_fix_whole_below_the_table(hermes_home: Path,
     """However narrow the terminal, each command is on a line of its own, as
     doctor --json has it (the table only refers to it)."""
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     monkeypatch.setenv("COLUMNS", "60")
     doc = json.loads(CliRunner().invoke(cli, ["--home", str(hermes_home), "doctor",
                                               "--json"]).stdout)
@@ -378,7 +361,7 @@ def test_invoked_as_hermes_state_the_commands_say_so(hermes_home: Path) -> None:
     """Beside Hermes Agent (whose script is `hermes`) a printed `hermes ...`
     would run the other program: the commands use the name we were run by."""
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     script = Path(sys.executable).with_name("hermes-state")
     res = subprocess.run([str(script), "--home", str(hermes_home), "sessions", "show",
                           "shared"], capture_output=True, text=True, timeout=120)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
 import struct
 from dataclasses import dataclass, field
@@ -225,3 +226,24 @@ def pages_of(path: Path, name: str, pagetype: str | None = None) -> list[int]:
     rows = sql(path, "SELECT pageno, pagetype FROM dbstat WHERE name = ? ORDER BY pageno",
                (name,))
     return [p for p, kind in rows if pagetype is None or kind == pagetype]
+
+
+def smash_middle_leaves(db: Path, table: str, count: int = 1) -> None:
+    """Random bytes (seed 3) over ``count`` leaf pages of ``table`` from its
+    middle on, at the file's page size; the WAL is checkpointed into the
+    file first, so the damage is what every reader sees."""
+    conn = apsw.Connection(str(db))
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        leaves = [r[0] for r in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
+            (table,))]
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    finally:
+        conn.close()
+    rng = random.Random(3)
+    middle = len(leaves) // 2
+    with open(db, "r+b") as f:
+        for page in leaves[middle:middle + count]:
+            f.seek((page - 1) * size)
+            f.write(rng.randbytes(size))

@@ -11,7 +11,6 @@ tests/project/test_runbook_samples.py compares the document with them;
 from __future__ import annotations
 
 import os
-import random
 import re
 import shlex
 import shutil
@@ -20,11 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-import apsw
 from click.testing import CliRunner
 
 from hstate_cli.main import cli
 from sessiondb import SessionDB
+from tests.helpers.damage import smash_middle_leaves
 from tests.helpers.search_damage import junk_fts_blocks
 
 RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "state-db-recovery.md"
@@ -45,25 +44,6 @@ def build_store(home: Path, sessions: int = 6, per_session: int = 50) -> Path:
                  + f" message {s}-{i}"} for i in range(per_session)])
             db.catch_up_index()
     return home / "state.db"
-
-
-def smash_leaves(db: Path, table: str, count: int = 2) -> None:
-    """Random bytes (a fixed seed) over ``count`` middle leaf pages of ``table``."""
-    conn = apsw.Connection(str(db))
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        leaves = [r[0] for r in conn.execute(
-            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno",
-            (table,))]
-        (size,) = conn.execute("PRAGMA page_size").fetchone()
-    finally:
-        conn.close()
-    rng = random.Random(3)
-    middle = len(leaves) // 2
-    with open(db, "r+b") as f:
-        for page in leaves[middle:middle + count]:
-            f.seek((page - 1) * size)
-            f.write(rng.randbytes(size))
 
 
 _VARYING: tuple[tuple[str, str], ...] = (
@@ -102,7 +82,7 @@ def sample_repair(home: Path) -> str:
 def damaged(home: Path) -> Path:
     """The two-stage run's store: two leaf pages of ``messages`` destroyed."""
     db = build_store(home)
-    smash_leaves(db, "messages")
+    smash_middle_leaves(db, "messages", 2)
     return db
 
 
