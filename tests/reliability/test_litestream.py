@@ -56,6 +56,15 @@ class Writer:
         for line in self.proc.stdout:
             self.acks.append((int(line), time.monotonic()))
 
+    def wait_for_old_acks(self, count: int, age: float) -> None:
+        """Until ``count`` acknowledgements are at least ``age`` seconds old
+        (several syncs behind them), however slowly the writer started."""
+        deadline = time.monotonic() + 60
+        while sum(at <= time.monotonic() - age for _, at in list(self.acks)) < count:
+            assert self.proc.poll() is None, "the writer died"
+            assert time.monotonic() < deadline, f"the writer stalled at {len(self.acks)}"
+            time.sleep(0.05)
+
 
 def replicate(db: Path, replica: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([BINARY, "replicate", str(db), replica.as_uri()],
@@ -77,7 +86,7 @@ def test_kill_9_of_writer_and_litestream_loses_nothing_older_than_the_sync_windo
         # speed on a loaded 2-core machine a sync takes long enough to push
         # the window past one interval (measured 1.2-1.3 s; docs/backups.md).
         writer = Writer(hermes_home, pause=0.002)
-        time.sleep(4.0)
+        writer.wait_for_old_acks(300, SYNC_INTERVAL_S + SYNC_TIME_S + 1.0)
         killed_at = time.monotonic()  # the host is lost: both die at once
         writer.proc.send_signal(signal.SIGKILL)
         ls.send_signal(signal.SIGKILL)
