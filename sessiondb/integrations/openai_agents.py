@@ -100,7 +100,7 @@ class HermesSession:
         await _run_to_end(asyncio.to_thread(self._clear))
 
     def close(self) -> None:
-        """Refuse further calls; close the store if this session opened it."""
+        """Refuse further calls; close the store if this HermesSession opened it."""
         if self._closed:
             return
         self._closed = True

@@ -21,11 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from ..base import Cause, InvalidInput, InvalidQuery, MessageState, SearchIndexCorrupt, StorageError, one
+from ..base import (Cause, InvalidInput, InvalidQuery, MessageState, SearchIndexCorrupt,
+                    StorageError, one)
 from ..index import search_index
 from ..rows import ROLE_CODES, role_key, role_text
 from . import search_tail
