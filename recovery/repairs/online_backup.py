@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import create_private_file, ensure_private_dir, own_entries, publish
+from sessiondb.recovery_api import (MAGIC, create_private_file, ensure_private_dir, own_entries,
+                                    publish)
 
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
@@ -225,6 +226,10 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
     ``directory`` as ``<prefix>-<time>.db``, verified; then keep the newest ``keep``."""
     if keep is not None and keep < 1:
         raise BackupFailed(f"--keep must be at least 1, not {keep}")
+    with open(source, "rb") as f:  # say what the file is, not that a store is damaged
+        if f.read(len(MAGIC)) != MAGIC:
+            raise BackupFailed(f"{source} is not an SQLite database: nothing to back up",
+                               path=str(source))
     ensure_private_dir(directory)
     stale = remove_stale_temps(directory)
     check_space({directory: source_bytes(source)})

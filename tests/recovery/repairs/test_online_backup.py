@@ -219,3 +219,15 @@ def test_kill_9_of_create_leaves_no_partial_backup(hermes_home: Path) -> None:
     assert not [p for p in where.iterdir() if p.name.startswith(".")]
     assert report.backup.messages == 10_000
 
+
+
+def test_a_source_that_is_not_sqlite_is_named_so_and_left_alone(hermes_home: Path,
+                                                                tmp_path: Path) -> None:
+    """Before: "The session database ... is damaged" and a recover command,
+    for a text file given to --source."""
+    text = tmp_path / "notes.db"
+    text.write_text("hello\n")
+    res = CliRunner().invoke(cli, ["backup", "create", "--source", str(text)])
+    assert res.exit_code == 1 and res.output.splitlines() == [
+        f"Error: {text} is not an SQLite database: nothing to back up"]
+    assert text.read_text() == "hello\n" and not (hermes_home / "backups").exists()
