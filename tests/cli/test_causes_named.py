@@ -16,7 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from hstate_cli.main import cli
-from tests.cli.test_next_steps_walk import smash_one_leaf
+from tests.helpers.damage import smash_middle_leaves
 from tests.helpers.stores import fill_home
 
 
@@ -65,7 +65,7 @@ def test_archived_and_all_conflict(hermes_home: Path) -> None:
 
 def test_doctor_fix_refused_by_structural_damage_says_why(hermes_home: Path) -> None:
     db = fill_home(hermes_home, n=600)
-    smash_one_leaf(db, "messages")
+    smash_middle_leaves(db, "messages")
     res = run("--home", str(hermes_home), "doctor", "--fix")
     assert res.exit_code == 1, res.output
     assert "Error: not fixed: " in res.output and "structural damage" in res.output
