@@ -135,17 +135,28 @@ def test_an_interrupt_stops_the_copy_at_its_next_step_and_keeps_nothing(
         db.append_messages(sid, [{"role": "user", "content": os.urandom(2000).hex()}
                                  for _ in range(500)])
     steps: list[int] = []
+    taken = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        taken.set()
+        raise KeyboardInterrupt
 
     def tick(what: str, done: int, total: int) -> None:
         steps.append(done)
         if len(steps) == 2:  # as a terminal's Ctrl-C reaches the main thread
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-            time.sleep(0.2)  # the main thread takes it while this step goes on
-    with pytest.raises(KeyboardInterrupt):
-        create_backup(hermes_home / "state.db", hermes_home / "backups", progress=tick)
-    stopped_at = len(steps)
-    time.sleep(0.3)  # a copy still running would go on ticking
-    assert 2 <= len(steps) == stopped_at <= 3
+            # this step goes on until the main thread has taken the interrupt
+            assert taken.wait(30), "the main thread never took the interrupt"
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            create_backup(hermes_home / "state.db", hermes_home / "backups", progress=tick)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    for t in threading.enumerate():  # the copy's thread ends once it let go of the files
+        if t.name == "hermes-backup":
+            t.join(30)
+    assert len(steps) == 2  # the next step saw the stop before copying more
     assert not [t for t in threading.enumerate() if t.name == "hermes-backup"]
     assert not list((hermes_home / "backups").iterdir())
 
