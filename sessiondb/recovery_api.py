@@ -66,6 +66,7 @@ from .pg import (SEARCH_INDEXES as PG_SEARCH_INDEXES, TSV_COLUMN,
                  connect_timeout as pg_connect_timeout,
                  applied_migrations as pg_applied_migrations,
                  pending_migrations as pg_pending_migrations,
+                 redact as redact_url,
                  unknown_migrations as pg_unknown_migrations, url_label)
 
 __all__ = [
@@ -109,5 +110,5 @@ __all__ = [
     "spool_dir_for", "import_spool",
     # pg
     "pg_applied_migrations", "pg_pending_migrations", "pg_unknown_migrations",
-    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label", "pg_connect_timeout",
+    "PG_SEARCH_INDEXES", "TSV_COLUMN", "url_label", "redact_url", "pg_connect_timeout",
 ]

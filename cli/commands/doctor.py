@@ -80,7 +80,7 @@ def doctor(app: AppContext, do_fix: bool, full: bool, as_json: bool) -> None:
         raise click.UsageError("--fix and --full are for SQLite stores, not --store-url")
     try:
         if store_url:
-            findings = run_pg_doctor(store_url)
+            findings = run_pg_doctor(store_url, command=app.command)
         elif do_fix:
             report = fix(app.home, app.profile, full=full)
             findings, applied, refused = report.after, report.applied, report.refused

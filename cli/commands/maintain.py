@@ -145,6 +145,10 @@ def prune_cmd(app: AppContext, older_than: float | None, source: str | None, end
       hermes sessions prune --older-than 180d --ended --dry-run
       hermes sessions prune --older-than 180d --ended --export-to old.jsonl
     """
+    if app.store_url:  # it sizes and frees the pages of a SQLite file
+        raise click.ClickException("prune does not run on a PostgreSQL store (it sizes and "
+                                   "frees the pages of a SQLite file); delete sessions there "
+                                   "one at a time with sessions delete")
     f = PruneFilter(older_than, source, ended, never_active, larger_than, with_children)
     with app.open_store(create=False) as db:
         plan = db.prune_sessions(f, dry_run=dry_run, export_to=export_to)
@@ -204,6 +208,10 @@ def optimize_cmd(app: AppContext, as_json: bool) -> None:
     Example:
       hermes sessions prune --older-than 180d --ended && hermes sessions optimize
     """
+    if app.store_url:  # not the home's SQLite file, which optimize would look for
+        raise click.ClickException("optimize rewrites a SQLite store file; the store is the "
+                                   "PostgreSQL database at --store-url, whose space "
+                                   "autovacuum reclaims")
     try:
         report = optimize(app.home, app.profile)
     except RecoveryError as e:

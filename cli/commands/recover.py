@@ -58,6 +58,9 @@ def print_inspect(r: InspectReport) -> None:
     click.echo(f"source: {r.source}")
     if _identity_line(r.identification):
         click.echo(_identity_line(r.identification))
+    check = r.identification.get("version_check")
+    if check:
+        click.echo(("warning: " if check["warns"] else "") + f"format version: {check['message']}")
     click.echo(f"verdict: {r.verdict}" + (f" (data: {r.data_verdict})"
                                           if r.data_verdict != r.verdict else ""))
     click.echo(_header_line(r))

@@ -8,7 +8,9 @@ its page accounting come from inspect's private snapshot (the same run
 holders and deleted WAL generations are read from the file system and the
 process table. The fixes are the ones that apply to such a file: recover
 into a file of the same format, install that in its place, or the owning
-program's own tool; never ours (no repair, reindex or migration).
+program's own tool; never ours (no repair, reindex or migration). The
+file's format version is checked against the versions the registry knows
+(`format_version`: the check inspect prints, from the same snapshot).
 """
 from __future__ import annotations
 
@@ -35,7 +37,19 @@ def check_foreign_store(t: Target) -> list[Finding]:
         return [Finding("integrity", Severity.ERROR, f"could not snapshot {t.db}: {e}",
                         t.command("sessions", "recover", "--source", str(t.db),
                                   "--inspect-only"))]
-    return [integrity_finding(t, r), *fts_findings(r), size_finding(r)]
+    return [integrity_finding(t, r), version_finding(r), *fts_findings(r), size_finding(r)]
+
+
+def version_finding(r: InspectReport) -> Finding:
+    """The file's format version against the registry, as inspect found it."""
+    check = r.identification.get("version_check")
+    if not check:
+        why = ("its schema could not be read" if not r.schema_readable else
+               "it is not a registered format")
+        return Finding("format_version", Severity.INFO, f"no version checked: {why}")
+    severity = (Severity.WARN if check["warns"] else
+                Severity.INFO if check["status"] == "unrecorded" else Severity.OK)
+    return Finding("format_version", severity, check["message"])
 
 
 def integrity_finding(t: Target, r: InspectReport) -> Finding:

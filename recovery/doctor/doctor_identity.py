@@ -38,7 +38,10 @@ def foreign_finding(t: Target, ident: Identity) -> Finding:
     actions = ident.commands(t.home, t.profile)
     if ident.kind in ("hermes-agent", "llm"):
         actions = actions[-1:] + actions[:-1]  # the import first: it is what a user wants
-    return Finding("identity", Severity.WARN,
+    # informational: whose file it is is no problem in itself (the checks that
+    # follow say whether anything is wrong with it), so doctor's verdict on a
+    # healthy file of another program is inspect's: healthy
+    return Finding("identity", Severity.INFO,
                    f"{t.db} is {ident.label}, not a hermes-state store; hermes never "
                    f"changes it (no migrations, repair or reindex apply)",
                    "; or ".join(actions))

@@ -8,11 +8,13 @@ PostgreSQL has its own recovery tooling; none of SQLite's applies here.
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any, Callable
 
 from sessiondb.recovery_api import (PG_SEARCH_INDEXES as INDEXES, TSV_COLUMN,
                                     pg_applied_migrations, pg_pending_migrations,
-                                    pg_connect_timeout, pg_unknown_migrations, url_label)
+                                    pg_connect_timeout, pg_unknown_migrations, redact_url,
+                                    url_label)
 
 from ..base import Severity
 from .model import Finding
@@ -31,7 +33,17 @@ def check_version(conn: Any) -> list[Finding]:
     return [Finding("pg_version", Severity.OK, f"PostgreSQL {text}", data={"server_version_num": num})]
 
 
-def check_schema(conn: Any) -> list[Finding]:
+Command = Callable[..., str]  # a hermes command line pinned to the home and store URL
+
+
+def _writing_command(command: Command) -> str:
+    """What applies pending migrations: any command that opens the store to
+    write does (under an advisory lock); this one writes nothing else unless
+    the home has spooled messages, which belong in the store anyway."""
+    return command("sessions", "import-spool")
+
+
+def check_schema(conn: Any, command: Command) -> list[Finding]:
     done = pg_applied_migrations(conn)
     newer, todo = pg_unknown_migrations(conn), pg_pending_migrations(conn)
     data = {"applied": len(done), "pending": todo, "unknown": newer}
@@ -41,9 +53,8 @@ def check_schema(conn: Any) -> list[Finding]:
                         "upgrade hermes on this host", data=data)]
     if todo:
         return [Finding("pg_schema", Severity.WARN, f"{len(todo)} pending migration(s): "
-                        f"{', '.join(todo)}", "open the store once with a writing command "
-                        "(hermes --store-url URL ...) or hermes sessions migrate --to URL;"
-                        " migrations run under an advisory lock", data=data)]
+                        f"{', '.join(todo)}; any command that writes applies them (under an "
+                        "advisory lock)", _writing_command(command), data=data)]
     return [Finding("pg_schema", Severity.OK, f"schema current ({done[-1] if done else 'empty'})",
                     data=data)]
 
@@ -57,7 +68,7 @@ def _index_state(conn: Any) -> dict[str, str]:
     return {name: state.get(name, "missing") for name in INDEXES}
 
 
-def check_search_index(conn: Any) -> list[Finding]:
+def check_search_index(conn: Any, command: Command) -> list[Finding]:
     has_column = conn.execute(
         "SELECT 1 FROM information_schema.columns WHERE table_name = 'messages'"
         " AND column_name = %s AND table_schema = current_schema()",
@@ -67,6 +78,10 @@ def check_search_index(conn: Any) -> list[Finding]:
     data = {"column": has_column, "indexes": state}
     if not has_column or bad:
         what = ", ".join(f"{n} {s}" for n, s in bad.items()) or f"column {TSV_COLUMN} missing"
+        if pg_pending_migrations(conn) and "invalid" not in state.values():
+            return [Finding("pg_search_index", Severity.ERROR, f"search index unhealthy: {what}"
+                            "; the pending migrations create it", _writing_command(command),
+                            data=data)]
         return [Finding("pg_search_index", Severity.ERROR, f"search index unhealthy: {what}",
                         "REINDEX INDEX CONCURRENTLY <name> (psql) for an invalid index; a "
                         "missing one comes back with the pending migrations", data=data)]
@@ -109,14 +124,22 @@ def check_role(conn: Any) -> list[Finding]:
     return [Finding("pg_replication", Severity.OK, "primary (accepts writes)", data={"role": "primary"})]
 
 
-PG_CHECKS: tuple[Callable[[Any], list[Finding]], ...] = (
+PG_CHECKS: tuple[Callable[..., list[Finding]], ...] = (
     check_version, check_schema, check_search_index, check_locks, check_role)
+NEEDS_COMMAND = (check_schema, check_search_index)  # their fixes are hermes commands
 
 
-def run_pg_doctor(url: str) -> list[Finding]:
-    """Every PostgreSQL check; a server that cannot be reached is one error."""
+def _plain_command(*args: str) -> str:
+    return shlex.join(["hermes", *args])
+
+
+def run_pg_doctor(url: str, command: Command | None = None) -> list[Finding]:
+    """Every PostgreSQL check; a server that cannot be reached is one error.
+    ``command`` makes the hermes command lines the fixes name, pinned to the
+    home and this store URL (the CLI's own)."""
     import psycopg
     label = url_label(url)
+    command = command or (lambda *args: _plain_command("--store-url", redact_url(url), *args))
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=pg_connect_timeout(url),
                                options="-c default_transaction_read_only=on")
@@ -124,12 +147,12 @@ def run_pg_doctor(url: str) -> list[Finding]:
         first = (str(e).strip().splitlines() or ["connection failed"])[0]
         return [Finding("pg_connect", Severity.ERROR, f"cannot connect to {label}: {first}",
                         "check that the server runs and the URL, user and database are right "
-                        "(psql URL)")]
+                        f"(psql {shlex.quote(redact_url(url))})")]
     out = [Finding("pg_connect", Severity.OK, f"connected to {label}")]
     with conn:
         for check in PG_CHECKS:
             try:
-                out += check(conn)
+                out += check(conn, command) if check in NEEDS_COMMAND else check(conn)
             except psycopg.Error as e:
                 out.append(Finding(check.__name__.replace("check_", "pg_"), Severity.ERROR,
                                    f"the check failed: {e.sqlstate} "

@@ -24,6 +24,7 @@ from .doctor_backups import check_backups, check_replication
 from .doctor_foreign import check_foreign_store
 from .doctor_identity import check_identity, identity_of
 from .doctor_scale import check_size, check_store_scaled
+from .doctor_wal import check_wal_checkpoint
 from .model import Finding, SEVERITIES, Target
 
 HOME_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
@@ -37,7 +38,7 @@ STORE_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
 # read only from inspect's private snapshot, and no fix of ours (doctor_foreign.py).
 FOREIGN_CHECKS: tuple[Callable[[Target], list[Finding]], ...] = (
     check_identity, check_disk, check_sqlite, check_sidecars, check_holders,
-    check_foreign_store, doctor_health.check_deleted_wal)
+    check_wal_checkpoint, check_foreign_store, doctor_health.check_deleted_wal)
 
 
 def target(home: str | os.PathLike[str] | None, profile: str | None,

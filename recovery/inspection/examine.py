@@ -75,6 +75,8 @@ class InspectReport:
     # what the file is (hstate_recovery.schema.formats): kind, label, version, commands;
     # with page 1 lost, what its pages look like (``guessed``)
     identification: dict[str, Any] = field(default_factory=dict)
+    # what is wrong besides the verdict (a format version the registry does not know)
+    warnings: list[str] = field(default_factory=list)
 
     def table(self, name: str) -> TableHealth | None:
         return next((t for t in self.tables if t.name == name), None)
@@ -293,6 +295,9 @@ def _analyse_open(conn: apsw.Connection, report: InspectReport, quick_seconds: f
         return None
     if cat.identification is not None:
         report.identification = cat.identification.to_dict()
+        check = report.identification.get("version_check") or {}
+        if check.get("warns"):
+            report.warnings.append(f"format version: {check['message']}")
     if cat.unreadable:
         report.schema_error = (report.schema_error or "") + (
             f"schema entries not readable (not valid UTF-8): {', '.join(cat.unreadable[:5])}")

@@ -7,12 +7,13 @@ SQLite's own tables and the migration ledger are bookkeeping, not data.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import apsw
 
-from .formats import EMPTY, Identification, OURS, identify, parse_columns, schema_version
+from .formats import (EMPTY, Identification, OURS, check_version, identify,
+                      matching_format, parse_columns, schema_version)
 from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
@@ -181,7 +182,11 @@ def _identify(conn: apsw.Connection, rows: list[tuple], virtual: set[str]) -> Id
             columns[name] = [r[1] for r in conn.execute(f"PRAGMA table_info({quote(name)})")]
         except READ_ERRORS:
             columns[name] = [c[0] for c in parse_columns(name, sql or "")]
-    return identify(columns, schema_version(conn, columns))
+    ident = identify(columns, schema_version(conn, columns))
+    fmt = matching_format(columns)
+    if fmt is None or fmt.kind == OURS:
+        return ident
+    return replace(ident, version_check=check_version(conn, fmt, columns).to_dict())
 
 
 def read_catalog(conn: apsw.Connection) -> Catalog:

@@ -95,6 +95,21 @@ class FormatTable:
     orphan_min: float = 0.75
 
 
+@dataclass(frozen=True)
+class Versions:
+    """The versions of a format the registry knows: where a file records its
+    version (``sql`` gives one row per recorded version) and every version
+    whose tables the registry's statements and column orders describe,
+    oldest first."""
+
+    sql: str
+    known: tuple[str, ...]
+    name: str = "schema v{}"  # how a version is named in a message
+
+    def named(self, version: str) -> str:
+        return self.name.format(version)
+
+
 @dataclass(frozen=True, eq=False)
 class Format:
     """A program's state database: how to recognise it and what it holds."""
@@ -105,12 +120,15 @@ class Format:
     tables: tuple[FormatTable, ...] = ()
     version_sql: str | None = None  # a query for the schema version, if it keeps one
     commands: tuple[str, ...] = ("recover",)
+    versions: Versions | None = None  # None: the program records no version
 
     def table(self, name: str) -> FormatTable | None:
         return next((t for t in self.tables if t.name == name), None)
 
 
 # -- Hermes Agent state.db (schema v31) -------------------------------------
+
+HERMES_AGENT_NEWEST = 31  # hermes_state_common.py's SCHEMA_VERSION the statements are from
 
 _HERMES_SESSIONS = (
     "id TEXT PRIMARY KEY, source TEXT NOT NULL, created_source TEXT, user_id TEXT, "
@@ -220,7 +238,11 @@ HERMES_AGENT = Format(
              "expires_at": timestamp_shape}, orphan_min=1.0),
     ),
     version_sql="SELECT max(version) FROM schema_version",
-    commands=("recover", "import --from hermes-agent"))
+    commands=("recover", "import --from hermes-agent"),
+    # v31's statements, and v1's tables with the later columns appended in
+    # declaration order (how Hermes Agent upgrades a file): every version up to v31
+    versions=Versions("SELECT version FROM schema_version",
+                      tuple(str(v) for v in range(1, HERMES_AGENT_NEWEST + 1))))
 
 # -- llm logs.db -------------------------------------------------------------
 
@@ -241,6 +263,21 @@ _LLM_MIGRATIONS = FormatTable(
     "_llm_migrations", 'CREATE TABLE "_llm_migrations" ("name" TEXT PRIMARY KEY, '
     '"applied_at" TEXT)', {"name": lambda v: isinstance(v, str) and bool(
         re.match(r"^m\d{3}_\w+$", v)), "applied_at": iso_time}, orphan_min=1.0)
+
+# llm 0.36's migrations, in the order it applies them (its _llm_migrations
+# ledger names them); the layouts below are the tables they leave.
+LLM_MIGRATIONS = (
+    "m001_initial", "m002_id_primary_key", "m003_chat_id_foreign_key", "m004_column_order",
+    "m004_drop_provider", "m005_debug", "m006_new_logs_table", "m007_finish_logs_table",
+    "m008_reply_to_id_foreign_key", "m008_fix_column_order_in_logs",
+    "m009_delete_logs_table_if_empty", "m010_create_new_log_tables", "m011_fts_for_responses",
+    "m012_attachments_tables", "m013_usage", "m014_schemas", "m015_fragments_tables",
+    "m016_fragments_table_pks", "m017_tools_tables", "m017_tools_plugin",
+    "m018_tool_instances", "m019_resolved_model", "m020_tool_results_attachments",
+    "m021_tool_results_exception", "m022_response_reasoning", "m023_message_store",
+    "m024_tool_instance_references", "m025_turn_tools_instance_backfill",
+    "m026_message_tree_view", "m027_turns_response_json")
+LLM_VERSIONS = Versions("SELECT name FROM _llm_migrations", LLM_MIGRATIONS, "migration {}")
 
 LLM_THREADS = Format(
     "llm", "llm logs.db (threads/turns)",
@@ -277,14 +314,14 @@ LLM_THREADS = Format(
                     '"turn_id" TEXT REFERENCES "turns"("id"), "prompt" TEXT, "response" TEXT)',
                     {"turn_id": ident}),
     ),
-    commands=("recover", "import --from llm"))
+    commands=("recover", "import --from llm"), versions=LLM_VERSIONS)
 
 LLM_RESPONSES = Format(
     "llm", "llm logs.db (responses/conversations)",
     {"responses": ("id", "model", "prompt", "response", "conversation_id"),
      "conversations": ("id", "name", "model")},
     (_LLM_MIGRATIONS, _LLM_CONVERSATIONS, _LLM_RESPONSES),
-    commands=("recover", "import --from llm"))
+    commands=("recover", "import --from llm"), versions=LLM_VERSIONS)
 
 # -- OpenAI Agents SDK SQLiteSession, LangGraph SqliteSaver ------------------
 
@@ -346,6 +383,7 @@ class Identification:
     label: str
     version: int | None = None
     commands: tuple[str, ...] = ()
+    version_check: dict[str, Any] | None = None  # `VersionCheck.to_dict`, registered formats
 
     @property
     def ours(self) -> bool:
@@ -357,7 +395,7 @@ class Identification:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "label": self.label, "version": self.version,
-                "commands": list(self.commands)}
+                "commands": list(self.commands), "version_check": self.version_check}
 
 
 def format_named(label: str) -> Format | None:
@@ -398,6 +436,87 @@ def schema_version(conn: apsw.Connection, columns: dict[str, list[str]]) -> int 
     except (apsw.Error, UnicodeDecodeError):
         return None
     return row[0] if row and isinstance(row[0], int) else None
+
+
+# -- the file's version against the registry ----------------------------------
+
+#: What a version or columns the registry does not know mean for recovery.
+UNKNOWN_MEANS = ("Recovery keeps the columns it does not know, from the file's own schema; "
+                 "if the schema page is lost, carving uses the registry's layouts, which "
+                 "lack them, and may miss or misread the rows that hold them.")
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """A registered file's version against the versions the registry knows.
+    ``status``: known, unversioned (the program records none; the tables
+    have the registry's columns), unrecorded (the format records one, the
+    file holds none), newer (a version the registry does not know), or
+    unknown_columns (a registered table has columns the registry lacks)."""
+
+    status: str
+    version: str | None
+    message: str
+    unknown_columns: tuple[str, ...] = ()
+
+    @property
+    def warns(self) -> bool:
+        return self.status in ("newer", "unknown_columns")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "version": self.version, "message": self.message,
+                "unknown_columns": list(self.unknown_columns), "warns": self.warns}
+
+
+def _recorded(conn: apsw.Connection, versions: Versions) -> list[str]:
+    try:
+        return [str(r[0]) for r in conn.execute(versions.sql) if r[0] is not None]
+    except (apsw.Error, UnicodeDecodeError):
+        return []
+
+
+def _extra_columns(fmt: Format, columns: dict[str, list[str]]) -> tuple[str, ...]:
+    out = []
+    for t in fmt.tables:
+        known = {c[0] for c in parse_columns(t.name, t.sql)}
+        out += [f"{t.name}.{c}" for c in columns.get(t.name, []) if known and c not in known]
+    return tuple(out)
+
+
+def _newest_of(versions: Versions, recorded: list[str]) -> str:
+    """The newest of the recorded versions: the highest number, or the last recorded."""
+    if all(v.lstrip("-").isdigit() for v in recorded):
+        return max(recorded, key=int)
+    return recorded[-1]
+
+
+def check_version(conn: apsw.Connection, fmt: Format,
+                  columns: dict[str, list[str]]) -> VersionCheck:
+    """The file's recorded version (and its registered tables' columns)
+    against what the registry knows of ``fmt``."""
+    extra = _extra_columns(fmt, columns)
+    v = fmt.versions
+    recorded = _recorded(conn, v) if v is not None else []
+    if v is not None and any(r not in v.known for r in recorded):
+        newest = _newest_of(v, [r for r in recorded if r not in v.known])
+        return VersionCheck("newer", newest, f"{v.named(newest)} is newer than any version "
+                            f"of {fmt.label} the registry knows ({v.named(v.known[0])} to "
+                            f"{v.named(v.known[-1])}). {UNKNOWN_MEANS}", extra)
+    if extra:
+        shown = ", ".join(extra[:6]) + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")
+        return VersionCheck("unknown_columns", _newest_of(v, recorded) if recorded and v else
+                            None, f"columns the registry's {fmt.label} does not have: {shown}"
+                            f" (a newer version of the program, or another variant). "
+                            f"{UNKNOWN_MEANS}", extra)
+    if v is None:
+        return VersionCheck("unversioned", None, f"{fmt.label} records no version; its "
+                            "tables have the columns the registry knows")
+    if not recorded:
+        return VersionCheck("unrecorded", None, f"the file records no {fmt.label} version; "
+                            "its tables have the columns the registry knows")
+    newest = _newest_of(v, recorded)
+    return VersionCheck("known", newest, f"{v.named(newest)} is a version the registry "
+                        f"knows ({v.named(v.known[0])} to {v.named(v.known[-1])})")
 
 
 # -- layouts -----------------------------------------------------------------

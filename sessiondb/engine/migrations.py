@@ -222,12 +222,25 @@ def m013_graph_checkpoints(conn: apsw.Connection) -> None:
     checkpoints.install(conn)
 
 
+def m014_nul_text(conn: apsw.Connection) -> None:
+    """A NUL character in a message is indexed as a space, so the words after
+    it are found (docs/search.md, "What is indexed"): the text view and the
+    change-log triggers take the new rule, and the rows the index holds cut
+    at a NUL are indexed again, each deleted by the text it was indexed
+    with (`search_index.reindex_nul_text`). Only rows holding a NUL (or,
+    in JSON content, its escape) are read twice; nothing else is rewritten."""
+    n = search_index.reindex_nul_text(conn)
+    if n:
+        log.info("m014: %s messages with a NUL character indexed again", f"{n:,}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions,
                                      m004_search_index, m005_generation,
                                      m006_index_watermark, m007_usage_ledger,
                                      m008_session_flags, m009_index_shape,
                                      m010_compact_rows, m011_compact_indexes,
-                                     m012_coded_rows, m013_graph_checkpoints)
+                                     m012_coded_rows, m013_graph_checkpoints,
+                                     m014_nul_text)
 
 
 def _ensure_ledger(conn: apsw.Connection) -> None:

@@ -140,8 +140,9 @@ class Folder:
 # SQLITE_NOMEM rather than SQLITE_CORRUPT_VTAB; such errors are checked too.
 INDEX_DAMAGE_ERRORS = (apsw.CorruptError, apsw.NoMemError)
 
-def _blocks_text(row: str) -> str:
-    """Readable text of a JSON block list: text blocks, tool_result text."""
+def _blocks_text(row: str, source: str | None = None) -> str:
+    """Readable text of a JSON block list: text blocks, tool_result text.
+    ``source``: the SQL of the JSON to read (default: the row's content)."""
     return f"""(SELECT group_concat(part, ' ') FROM (
   SELECT CASE json_extract(b.value, '$.type')
     WHEN 'text' THEN json_extract(b.value, '$.text')
@@ -152,10 +153,44 @@ def _blocks_text(row: str) -> str:
             WHERE r.type = 'object' AND json_extract(r.value, '$.type') = 'text')
       END, 1, {TOOL_TEXT_CAP})
   END AS part
-  FROM json_each({row}.content) AS b WHERE b.type = 'object'))"""
+  FROM json_each({source or f'{row}.content'}) AS b WHERE b.type = 'object'))"""
 
 
-def text_expr(row: str) -> str:
+# NUL characters in the indexed text. SQLite's substr() counts characters up
+# to the first NUL and FTS5 reads a value as C text, so text after a NUL was
+# never indexed (before m014). replace() cannot take a pattern that starts
+# with NUL, so the NUL goes by way of JSON: json_quote() writes it as the
+# escape \u0000, which becomes \u0020 (a space) before the text is read
+# back. Backslash pairs are parked on char(1) meanwhile (no valid JSON text
+# holds a raw control character), so an escaped backslash followed by
+# "u0000" stays literal text. Only rows holding a NUL (a raw one in text
+# content, its escape in JSON content) take this path.
+_BACKSLASH_PAIR = "'" + "\\" * 2 + "'"  # SQL text of two backslashes
+_NUL_ESCAPE = "'" + "\\" + "u0000'"  # SQL text of JSON's escape of NUL
+_SPACE_ESCAPE = "'" + "\\" + "u0020'"
+
+
+def _nul_escapes_to_spaces(json_sql: str) -> str:
+    return (f"replace(replace(replace({json_sql}, {_BACKSLASH_PAIR}, char(1)), {_NUL_ESCAPE},"
+            f" {_SPACE_ESCAPE}), char(1), {_BACKSLASH_PAIR})")
+
+
+def _raw_text(row: str, nul_rule: bool) -> str:
+    if not nul_rule:  # the text before m014 (the index holds it until m014 runs)
+        return (f"CASE WHEN {row}.content_kind = 'text' THEN {row}.content"
+                f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
+                f" THEN {_blocks_text(row)} END")
+    text = (f"CASE WHEN instr({row}.content, char(0)) > 0 THEN json_extract("
+            f"{_nul_escapes_to_spaces(f'json_quote({row}.content)')}, '$')"
+            f" ELSE {row}.content END")
+    blocks = (f"CASE WHEN instr({row}.content, {_NUL_ESCAPE}) > 0 THEN"
+              f" {_nul_escapes_to_spaces(f'{row}.content')} ELSE {row}.content END")
+    return (f"CASE WHEN {row}.content_kind = 'text' THEN {text}"
+            f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
+            f" THEN {_blocks_text(row, blocks)} END")
+
+
+def text_expr(row: str, *, nul_rule: bool = True) -> str:
     """SQL for the indexed text of the messages row named ``row``.
 
     Pure SQL (no application functions), so every connection that writes a
@@ -163,12 +198,12 @@ def text_expr(row: str) -> str:
     message's role is ``'t'`` in a coded row (m012) and ``'tool'`` in an
     older one (a file m012 has not rewritten yet, rows carved from one):
     both give the same text, so the indexes never depend on the form.
+    A NUL character is indexed as a space (m014), so the words after it
+    are found; ``nul_rule=False`` gives the text from before m014, which
+    stopped at the first NUL (what an older index holds for such a row).
     """
-    raw = (f"CASE WHEN {row}.content_kind = 'text' THEN {row}.content"
-           f" WHEN {row}.content_kind = 'json' AND json_valid({row}.content)"
-           f" THEN {_blocks_text(row)} END")
-    return (f"substr({raw}, 1, CASE WHEN {row}.role IN ('t', 'tool') THEN {TOOL_TEXT_CAP}"
-            f" ELSE {TEXT_CAP} END)")
+    return (f"substr({_raw_text(row, nul_rule)}, 1, CASE WHEN {row}.role IN ('t', 'tool')"
+            f" THEN {TOOL_TEXT_CAP} ELSE {TEXT_CAP} END)")
 
 
 def _create_tables(conn: apsw.Connection) -> None:
@@ -190,9 +225,11 @@ CURRENT_TOOL_RULE = "m.role IN ('t', 'tool')"
 
 def update_text_view(conn: apsw.Connection) -> bool:
     """The text view's SQL brought to today's `text_expr` (m012: the coded
-    tool role too), in place, in the caller's transaction; False when it
-    already was (a new store) or there is no view. Every row's text is the
-    same as before, so the indexes built from it stay true.
+    tool role too; m014: NUL as a space), in place, in the caller's
+    transaction; False when it already was (a new store) or there is no
+    view. m012's change gives every row the same text as before; m014's
+    changes the text of rows holding a NUL, which `reindex_nul_text`
+    indexes again in the same transaction.
 
     In place, not by DROP and CREATE VIEW: a content view created after the
     FTS5 tables that read it makes SQLite 3.54's ``PRAGMA quick_check`` and
@@ -214,6 +251,52 @@ def update_text_view(conn: apsw.Connection) -> bool:
     finally:
         conn.execute("PRAGMA writable_schema=OFF")
     return True
+
+
+def reindex_nul_text(conn: apsw.Connection) -> int:
+    """Migration body (m014): NUL indexed as a space. In the caller's one
+    transaction: the text view and the change-log triggers take today's
+    `text_expr` (in place), and every row the index holds with the text
+    from before (cut at its first NUL) is deleted from both indexes by
+    exactly that text and indexed again with today's; returns how many.
+
+    Rows the index does not hold yet (above the watermark) and rows the
+    change log holds are left to the indexer: a logged row's ``old_text``
+    is what the index holds, so the indexer deletes it by that text. An
+    index marked stale is not touched (a rebuild refills it with today's
+    text); an index that turns out damaged here is marked stale, so the
+    store still opens and search scans until `repair`."""
+    update_text_view(conn)
+    if triggers_attached(conn) and not _triggers_log_current_text(conn):
+        drop_triggers(conn)
+        attach_triggers(conn)
+    w = watermark(conn)
+    if w is None or stale_marker(conn) is not None:
+        return 0
+    old, new = text_expr("m", nul_rule=False), text_expr("m")
+    rows: list[tuple[Any, ...]] = conn.execute(
+        f"SELECT id, old, new FROM (SELECT m.id AS id, {old} AS old, {new} AS new"
+        f" FROM messages AS m WHERE m.id <= ? AND (instr(m.content, char(0)) > 0"
+        f" OR (m.content_kind = 'json' AND instr(m.content, {_NUL_ESCAPE}) > 0))"
+        f" AND NOT EXISTS (SELECT 1 FROM {CHANGES} AS c WHERE c.message_id = m.id))"
+        f" WHERE old IS NOT new ORDER BY id", (w,)).fetchall()
+    try:
+        for mid, before, after in rows:
+            for table in INDEXES:
+                conn.execute(f"INSERT INTO {table}({table}, rowid, text)"
+                             " VALUES ('delete', ?, ?)", (mid, before))
+            _put(conn, [(mid, after)])
+    except INDEX_DAMAGE_ERRORS as e:
+        mark_stale(conn, f"m014: {type(e).__name__}: {e}", code_of(e))
+    return len(rows)
+
+
+def _triggers_log_current_text(conn: apsw.Connection) -> bool:
+    """Whether the triggers that log an indexed row's text log today's."""
+    current = text_expr("old")
+    rows = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name IN"
+                        " (?, ?)", TRIGGERS[1:]).fetchall()
+    return len(rows) == 2 and all(current in str(sql) for (sql,) in rows)
 
 
 def _fill(conn: apsw.Connection) -> None:

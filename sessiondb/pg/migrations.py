@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from .append import p011_append_function
 from .plans import p013_append_plans
-from .search_schema import SEARCH_MIGRATIONS, p012_search_statistics
+from .search_schema import SEARCH_MIGRATIONS, p012_search_statistics, p015_nul_text
 
 #: pg_advisory_lock key of the migration run ("hermes" in ASCII, as a bigint).
 MIGRATION_LOCK = 0x6865726D6573
@@ -151,7 +151,7 @@ MIGRATIONS: tuple[Migration, ...] = (p001_meta, p002_sessions, p003_session_coun
                                      p007_usage_ledger, p008_session_flags,
                                      *SEARCH_MIGRATIONS, p011_append_function,
                                      p012_search_statistics, p013_append_plans,
-                                     p014_graph_checkpoints)
+                                     p014_graph_checkpoints, p015_nul_text)
 
 _LEDGER = ("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY,"
            " applied_at DOUBLE PRECISION NOT NULL,"

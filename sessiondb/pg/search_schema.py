@@ -32,6 +32,13 @@ def text_expr(row: str) -> str:
     return f"{TEXT_FUNCTION}({row}.role, {row}.content_kind, {row}.content)"
 
 
+# JSON's escape of NUL (\u0000), which jsonb refuses: a block list holding it
+# has each one turned into a space's escape first, so the message is
+# searchable and NUL reads as a space, as on SQLite (search_index.text_expr).
+# Backslash pairs are parked on chr(1) meanwhile (valid JSON text holds no
+# raw control character), so an escaped backslash before "u0000" stays text.
+_NUL_JSON = (r"replace(replace(replace(content, '\\', chr(1)), '\u0000', '\u0020'), chr(1),"
+             r" '\\')")
 _BLOCKS = f"""
 CREATE OR REPLACE FUNCTION hermes_blocks_text(content text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $f$
@@ -39,6 +46,7 @@ DECLARE doc jsonb;
 BEGIN
   -- content_kind 'json' rows are written by our codec, but a row written by
   -- another tool may hold anything: invalid JSON is simply not searchable.
+  IF strpos(content, '\\u0000') > 0 THEN content := {_NUL_JSON}; END IF;
   BEGIN doc := content::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END;
   IF jsonb_typeof(doc) <> 'array' THEN RETURN NULL; END IF;
   RETURN (SELECT string_agg(part, ' ' ORDER BY n) FROM (
@@ -54,10 +62,14 @@ BEGIN
 END $f$;
 """
 
+# Text content holds NUL as the adapter's escape (U+E000 then '0', adapter.py),
+# which is indexed as a space, as SQLite indexes NUL (before p015 it was
+# indexed as is, which joined the words on either side into one).
 _TEXT = f"""
 CREATE OR REPLACE FUNCTION {TEXT_FUNCTION}(role text, kind text, content text) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
-  SELECT left(CASE kind WHEN 'text' THEN content WHEN 'json' THEN hermes_blocks_text(content)
+  SELECT left(CASE kind WHEN 'text' THEN replace(content, chr(57344) || '0', ' ')
+              WHEN 'json' THEN hermes_blocks_text(content)
               END, CASE WHEN role = 'tool' THEN {TOOL_TEXT_CAP} ELSE {TEXT_CAP} END) $f$;
 """
 
@@ -143,6 +155,19 @@ def p012_search_statistics(conn: Any) -> None:
     conn.execute(f"ALTER TABLE messages ALTER COLUMN {TSV_COLUMN}"
                  f" SET STATISTICS {TSV_STATISTICS}")
     conn.execute(f"ANALYZE messages ({TSV_COLUMN})")
+
+
+def p015_nul_text(conn: Any) -> None:
+    """NUL indexed as a space (the SQLite store's m014): the text functions
+    take the rule, and the rows holding a NUL (its escape in text content,
+    JSON's in a block list) are rewritten in place, which recomputes their
+    word vector and trigram index entries in this transaction. No other
+    row's text changes, so no other index entry does."""
+    conn.execute(_BLOCKS)
+    conn.execute(_TEXT)
+    conn.execute("UPDATE messages SET content = content WHERE (content_kind = 'text'"
+                 " AND strpos(content, chr(57344) || '0') > 0) OR (content_kind = 'json'"
+                 " AND strpos(content, '\\u0000') > 0)")
 
 
 SEARCH_MIGRATIONS = (p009_search_text, p010_search_index)

@@ -367,3 +367,91 @@ def test_invoked_as_hermes_state_the_commands_say_so(hermes_home: Path) -> None:
                           "shared"], capture_output=True, text=True, timeout=120)
     nexts = [ln for ln in res.stderr.splitlines() if ln.startswith("Next: ")]
     assert nexts and all(ln.startswith("Next: hermes-state --home ") for ln in nexts), res.stderr
+
+
+# -- PostgreSQL: every command printed while the store is a PostgreSQL URL runs,
+# in the state that printed it, and carries that URL --
+
+_PRINTED = re.compile(r"(?:^|\s)(hermes --home \S.*?)\s*$", re.M)
+
+
+def printed_commands(output: str) -> list[str]:
+    """Every hermes command line an output prints (Next:, Run:, Earlier:, a
+    hint on its own line, doctor's fixes below its table)."""
+    return _PRINTED.findall(output)
+
+
+def run_every_printed(home: Path, url: str, *args: str) -> list[str]:
+    """Run ``args`` against the store at ``url``, then every command it printed;
+    returns them. None may be a usage error, and each names this store."""
+    res = CliRunner().invoke(cli, ["--home", str(home), "--store-url", url, *args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    commands = printed_commands(res.output)
+    for command in commands:
+        words = shlex.split(command)
+        assert words[words.index("--store-url") + 1] == url, command
+        out = CliRunner().invoke(cli, words[1:])
+        assert out.exit_code != 2, f"{command} was called wrongly:\n{out.output}"
+        assert out.exception is None or isinstance(out.exception, SystemExit), out.output
+    return commands
+
+
+def pg_doctor_first(home: Path, url: str) -> str:
+    return shlex.join(["hermes", "--home", str(home), "--store-url", url, "doctor"])
+
+
+def test_pg_healthy_store_prints_commands_that_run_there(hermes_home: Path,
+                                                         pg_databases) -> None:  # type: ignore[no-untyped-def]
+    url = pg_databases.create()
+    with SessionDB.open(url=url) as store:
+        store.create_session("long", source="test")
+        store.append_messages("long", [{"role": "user", "content": f"alpha line {i}"}
+                                       for i in range(120)])
+        store.create_session("old", source="old")
+    seen = []
+    for args in (("doctor",), ("sessions", "list"), ("sessions", "show", "long", "--limit", "50"),
+                 ("sessions", "search", "alpha"), ("sessions", "prune", "--source", "old"),
+                 ("sessions", "optimize"), ("chat", "--offline", "-q", "hello")):
+        seen += run_every_printed(hermes_home, url, *args)
+    assert any("--before" in c for c in seen) and any("--around" in c for c in seen), seen
+    assert any(c.endswith(" export long") for c in seen), seen
+    for sqlite_file_only in ("prune", "optimize"):  # said plainly, not an unexpected error
+        res = CliRunner().invoke(cli, ["--home", str(hermes_home), "--store-url", url,
+                                       "sessions", sqlite_file_only])
+        assert res.exit_code == 1 and "PostgreSQL" in res.output, res.output
+        assert "unexpected" not in res.output and "no store at" not in res.output
+    assert walk(hermes_home, pg_doctor_first(hermes_home, url)).ended == "healthy"
+
+
+@pytest.mark.parametrize("state", ["pending", "empty"])
+def test_pg_store_needing_migrations_walks_to_healthy(hermes_home: Path, pg_databases,  # type: ignore[no-untyped-def]
+                                                      state: str) -> None:
+    import psycopg
+    url = pg_databases.create(schema=state != "empty")
+    if state == "pending":
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM migrations WHERE name = 'p015_nul_text'")
+    w = walk(hermes_home, pg_doctor_first(hermes_home, url))
+    assert w.ended == "healthy" and "sessions import-spool" in w.steps[1], w
+    assert shlex.split(w.steps[1])[3:5] == ["--store-url", url], w
+
+
+def test_pg_newer_schema_ends_at_upgrading(hermes_home: Path, pg_databases) -> None:  # type: ignore[no-untyped-def]
+    import psycopg
+    url = pg_databases.create()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO migrations(name, applied_at) VALUES ('p999_future', 0)")
+    (first,) = run_every_printed(hermes_home, url, "sessions", "list")
+    w = walk(hermes_home, first)
+    assert w.ended == "person: upgrade hermes on this host", w
+
+
+def test_pg_unreachable_server_ends_at_checking_it(hermes_home: Path) -> None:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"postgresql://u@127.0.0.1:{s.getsockname()[1]}/db"
+    for args in (("sessions", "list"), ("chat", "--offline", "-q", "hello"), ("doctor",)):
+        run_every_printed(hermes_home, url, *args)
+    w = walk(hermes_home, pg_doctor_first(hermes_home, url))
+    assert w.ended.startswith("person: check that the server runs") and url in w.ended, w

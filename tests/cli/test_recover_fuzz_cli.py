@@ -50,7 +50,8 @@ def _targets(path: Path, rng: random.Random) -> list[int]:
 def _scribble(path: Path, page: int, rng: random.Random) -> None:
     base = (page - 1) * PS
     for _ in range(24):
-        write_at(path, base + rng.randrange(PS), bytes(rng.randrange(256) for _ in range(4)))
+        # inside the page: a write at its last 3 bytes would spill into the next one
+        write_at(path, base + rng.randrange(PS - 3), bytes(rng.randrange(256) for _ in range(4)))
 
 
 def _run(args: list[str]) -> tuple[int, str]:
