@@ -2,7 +2,10 @@
 
 A file inspect finds sound needs no row-by-row copy: recover copies the
 private snapshot (never the source) into the new file with SQLite's backup
-API and checks that the new file is that snapshot, page for page.
+API and checks that the new file is that snapshot, page for page. When the
+snapshot's copy is on the output's filesystem and had no WAL to fold in,
+the copy itself becomes the new file (a hard link, synced): no second
+write, and its sha256 must be the one the snapshot took of the source.
 
 What "sound" means here, exactly (`reason_not` and `unsound_indexes`):
 
@@ -27,14 +30,16 @@ the freelist or in pages no tree owns (quick_check's page accounting, when
 it did not get that far) and a search index damaged beyond the sampled
 checks' reach.
 
-The new file is verified (`verify_copy`): the same page size and count,
-every page equal to the snapshot's (page 1's change counter, schema cookie
+The new file is verified (`verify_copy`): the same size, every page equal
+to the snapshot's (page 1's change counter, schema cookie
 and version-valid-for number aside, which the backup sets), each
 table's row count equal to what inspect read, our schema current, and a
 MATCH probe of every FTS5 table.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import time
 from pathlib import Path
@@ -84,18 +89,39 @@ def _other_schema(cat: Catalog) -> bool:
     return kept(cat.entries) != kept(reference_catalog().entries)
 
 
-def checkpoint_copy(copy: Path) -> None:
+def checkpoint_copy(copy: Path) -> bool:
     """Fold the private copy's -wal into it (never the source's), so the new
-    file can be compared with it page for page."""
+    file can be compared with it page for page; whether there was one."""
     wal = Path(f"{copy}-wal")
     if not wal.exists() or wal.stat().st_size == 0:
-        return
+        return False
     conn = apsw.Connection(str(copy), flags=apsw.SQLITE_OPEN_READWRITE)
     try:
         conn.set_busy_timeout(1000)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     finally:
         conn.close()
+    return True
+
+
+def link_copy(copy: Path, tmp: Path) -> int | None:
+    """The snapshot's copy itself as the new file, when it is on the same
+    filesystem (a hard link, then synced: the copy is scratch, never synced):
+    its bytes are then the source's as the snapshot hashed them, with no
+    second write. The pages it holds, or None when it cannot be linked."""
+    try:
+        os.link(copy, tmp)
+    except OSError:
+        return None
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    with open(tmp, "rb") as f:
+        head = f.read(100)
+    size = int.from_bytes(head[16:18], "big")
+    return tmp.stat().st_size // (65536 if size == 1 else size or 1)
 
 
 def unsound_indexes(conn: apsw.Connection, cat: Catalog, rows: dict[str, int]) -> list[str]:
@@ -171,12 +197,15 @@ def copy_pages(copy: Path, tmp: Path, vfs: str | None,
     return pages
 
 
-def verify_copy(copy: Path, tmp: Path, cat: Catalog, rows: dict[str, int]) -> Verification:
+def verify_copy(copy: Path, tmp: Path, cat: Catalog, rows: dict[str, int],
+                sha256: str | None = None) -> Verification:
     """The new file is the copy, page for page, and reads as it (see the
-    module docstring)."""
+    module docstring); a linked copy (``sha256``: the snapshot's hash of the
+    source) is read whole and hashed instead."""
     v = Verification()
     started = time.monotonic()
-    v.checks["pages_equal"] = _same_pages(copy, tmp, v)
+    v.checks["pages_equal"] = (_same_pages(copy, tmp, v) if sha256 is None
+                               else _same_digest(tmp, sha256, v))
     v.seconds["pages"] = round(time.monotonic() - started, 3)
     started = time.monotonic()
     conn = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READONLY)
@@ -195,6 +224,17 @@ def verify_copy(copy: Path, tmp: Path, cat: Catalog, rows: dict[str, int]) -> Ve
         conn.close()
     v.seconds["reads"] = round(time.monotonic() - started, 3)
     return v
+
+
+def drop_sidecars(tmp: Path) -> None:
+    """The -wal and -shm that read-only connections to the new file leave
+    (the file is in WAL mode, as the source was): nothing was written to
+    them, and the new file is put in place alone."""
+    wal = Path(f"{tmp}-wal")
+    if wal.exists() and wal.stat().st_size == 0:
+        wal.unlink()
+    if not wal.exists():
+        Path(f"{tmp}-shm").unlink(missing_ok=True)
 
 
 def _probe(conn: apsw.Connection, name: str) -> dict[str, Any]:
@@ -233,6 +273,17 @@ def _same_pages(copy: Path, tmp: Path, v: Verification) -> bool:
                 return False
             if not x:
                 return True
+
+
+def _same_digest(tmp: Path, sha256: str, v: Verification) -> bool:
+    digest = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    if digest.hexdigest() != sha256:
+        v.findings.append("the new file's sha256 is not the snapshot's")
+        return False
+    return True
 
 
 def _masked(chunk: bytes) -> bytes:

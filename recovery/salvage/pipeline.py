@@ -517,14 +517,13 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         pages = defer and opts.page_copy and page_copy.reason_not(
             cat, insp, default_lanes=opts.lanes == list(LANES),
             include_freelist=opts.include_freelist) is None
-        if pages:
-            page_copy.checkpoint_copy(snap.db_copy)  # before the check opens it
+        folded = pages and page_copy.checkpoint_copy(snap.db_copy)  # before the check opens it
         check = QuickCheck(snap.db_copy, cat) if cat is not None and not insp.quick_check \
             else None
         try:
             if pages and cat is not None:
                 try:
-                    if _copy_pages(snap, cat, insp, output, report, opts, check):
+                    if _copy_pages(snap, cat, insp, output, report, opts, check, folded):
                         return
                 except Unsound:
                     check = None  # inspect's verdict is final: the lanes run on it
@@ -538,7 +537,8 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
 
 
 def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
-                report: RecoveryReport, opts: RecoverOptions, check: QuickCheck | None) -> bool:
+                report: RecoveryReport, opts: RecoverOptions, check: QuickCheck | None,
+                folded: bool) -> bool:
     """A sound copy into the new file page for page (`page_copy`), verified
     and placed. False, with nothing written, when an index of the copy is
     not whole or the row-by-row path would change a row; `Unsound` when the quick_check beside the copy found damage:
@@ -564,10 +564,15 @@ def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
     tmp = _temp_name(output)
     try:
         started = time.monotonic()
-        copied = page_copy.copy_pages(snap.db_copy, tmp, opts.vfs, opts.progress)
+        # (a vfs is for writing the new file through: it is never linked)
+        linked = None if folded or opts.vfs else page_copy.link_copy(snap.db_copy, tmp)
+        copied = linked if linked is not None else page_copy.copy_pages(
+            snap.db_copy, tmp, opts.vfs, opts.progress)
         report.timings["pages_copy_s"] = round(time.monotonic() - started, 3)
         started = time.monotonic()
-        verification = page_copy.verify_copy(snap.db_copy, tmp, cat, rows)
+        verification = page_copy.verify_copy(
+            snap.db_copy, tmp, cat, rows,
+            snap.before[snap.source.name].sha256 if linked is not None else None)
         report.timings["verify_s"] = round(time.monotonic() - started, 3)
         report.timings.update({f"verify_{k}_s": t for k, t in verification.seconds.items()})
         if check is not None:
@@ -577,6 +582,8 @@ def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
         _remove(tmp)
         raise
     _page_copy_report(report, cat, rows, copied, tmp if verification.ok else None)
+    report.lane_stats["backup"]["linked"] = linked is not None
+    page_copy.drop_sidecars(tmp)
     report.verification = verification.to_dict()
     report.outcome = Outcome.RECOVERED if verification.ok else Outcome.UNVERIFIED
     report.loss_reasons = [] if verification.ok else ["the new file could not be verified"]

@@ -116,9 +116,29 @@ def test_sound_store_copied_page_for_page(pristine, tmp_path):
     assert fast.outcome == "recovered" and fast.verification["checks"]["pages_equal"]
     assert fast.tables["messages"].copied == 3000 and fast.search_index["method"] == "copied"
     assert sum(s["messages_recovered"] for s in fast.sessions.values()) == 3000
+    assert not list(tmp_path.glob(".*recovering*"))  # no temporary name, no sidecar left
     new = Path(fast.output)
     assert damage.sql(new, "PRAGMA integrity_check") == [("ok",)]
     assert damage.sql(new, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'the'")
+
+
+def test_a_store_with_its_wal_is_copied_by_the_backup_api(pristine, tmp_path):
+    """A source whose -wal holds commits (a store still open): the copy's WAL
+    is folded into the copy (never the source's), the backup API writes the
+    new file, and it is compared with the copy byte for byte."""
+    src = damage.private_copy(pristine.path, tmp_path)
+    with SessionDB(src) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": "late"}])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    assert Path(f"{crashed}-wal").stat().st_size > 0
+    before = damage.bundle_hashes(crashed)
+    rep = hstate_recovery.recover(crashed, tmp_path / "new.db", work_dir=tmp_path)
+    assert damage.bundle_hashes(crashed) == before
+    stats = rep.lane_stats["backup"]
+    assert stats["page_copy"] and not stats["linked"] and rep.outcome == "recovered"
+    assert rep.verification["checks"]["pages_equal"] and rep.tables["messages"].copied == 3001
+    assert damage.sql(Path(rep.output), "SELECT count(*) FROM messages")[0][0] == 3001
 
 
 @pytest.mark.parametrize("change", ["json", "counter", "orphan", "unique"])
