@@ -56,7 +56,10 @@ def harvest_schema(carver: Any) -> list[SchemaEntry] | None:
     entries: list[SchemaEntry] = []
     for pgno in range(2, carver.image.page_count + 1):
         data = carver.image.page(pgno)
-        if data is None or data[0] != TABLE_LEAF:
+        # every schema row but an automatic index's holds SQL SQLite begins
+        # with "CREATE ": a page without it is not decoded (decoding every
+        # record of every page to find a few schema rows was most of the time)
+        if data is None or data[0] != TABLE_LEAF or b"CREATE " not in data:
             continue
         try:
             page = parse_page_header(data, pgno, carver.image.usable_size)

@@ -185,6 +185,8 @@ class Carver:
                 schema = self._read_schema()
         if schema is None and self.harvest:
             schema = self._harvest_schema()
+        elif schema is not None and self.harvest and self.damage_seen:
+            schema = self._complete_schema(schema)
         self._plan(schema)
         for root, layout in sorted(self.roots.items()):
             yield from self._walk(root, layout)
@@ -255,8 +257,11 @@ class Carver:
             self.skip |= fl.pages
             if fl.errors or len(fl.pages) < hdr.freelist_count:
                 self._guess_freelist()  # a broken chain: find the other trunks by shape
-            if hdr.auto_vacuum:
+            if hdr.auto_vacuum and self._is_pointer_map(2):
                 self._load_ptrmap()
+            elif hdr.auto_vacuum:
+                self.stats.note("the header says auto_vacuum, but page 2 is no pointer map: "
+                                "the header field is taken for damage")
         else:
             self._guess_freelist()
         self.stats.freelist_pages = len(self.free_leaves)
@@ -293,6 +298,33 @@ class Carver:
 
     def _harvest_schema(self) -> list[SchemaEntry] | None:
         return harvest_schema(self)
+
+    def _complete_schema(self, schema: list[SchemaEntry]) -> list[SchemaEntry]:
+        """Page 1 read, but the schema's tree met damage (a scribbled child
+        pointer): the leaves it no longer reaches still hold schema rows.
+        Those are added to what the tree gave (which wins for a name), and
+        the whole is kept as harvested: SQLite cannot read such a schema,
+        and a recovery's catalog is made from these rows."""
+        found = harvest_schema(self) or []
+        have = {(e.type, e.name) for e in schema}
+        schema = schema + [e for e in found if (e.type, e.name) not in have]
+        self.harvested = list(schema)
+        return schema
+
+    def _is_pointer_map(self, pgno: int) -> bool:
+        """Whether the page reads as a pointer map: nearly every entry it has
+        for a page of the file names a map entry type. A header scribbled on
+        page 1 can claim auto_vacuum; taking a b-tree page for the map then
+        marks live pages as free, and their rows as lost."""
+        data = self.image.page(pgno)
+        usable, n = self.image.usable_size, self.image.page_count
+        if data is None:
+            return False
+        entries = min(usable // 5, n - pgno)
+        if entries <= 0:
+            return True
+        good = len(parse_ptrmap(data, pgno, usable, n))
+        return good >= 0.9 * entries
 
     def _load_ptrmap(self) -> None:
         """Own the pointer-map pages and take the free pages they list. The

@@ -192,15 +192,18 @@ def _check_one_file(conn: apsw.Connection) -> list[str]:
 
 
 def bounded_quick_check(conn: apsw.Connection, cat: Catalog, seconds: float,
-                        steps: int = 1000) -> dict[str, Any]:
+                        steps: int = 1000, stop: Callable[[], bool] | None = None
+                        ) -> dict[str, Any]:
     """``PRAGMA quick_check``, interrupted after ``seconds`` on large files.
     The whole file once (it covers every table, the freelist and the page
     accounting); only when it finds damage, table by table, so the damage
     can be placed in data or in derived tables. The deadline is looked at
     every ``steps`` SQLite steps (each look takes the GIL: a check on a
-    thread beside busy Python code looks less often)."""
+    thread beside busy Python code looks less often); ``stop`` returning
+    True ends the check as the deadline would."""
     deadline = time.monotonic() + seconds
-    conn.set_progress_handler(lambda: time.monotonic() > deadline, steps)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline or bool(stop and stop()),
+                              steps)
     per_table: dict[str, list[str]] = {}
     timed_out = False
     try:

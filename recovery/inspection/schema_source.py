@@ -118,11 +118,31 @@ def _any_format_layout(name: str, sql: str | None) -> Layout | None:
     return layout_for_schema(name, sql)
 
 
+_SURVEYED: dict[tuple, Any] = {}  # the last survey, by its files' identity
+
+
+def _identity(path: Path) -> tuple:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (str(path), None)
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def survey(copy: Path) -> Any:
-    """A count of the copy's cells by registered format (page 1 lost)."""
+    """A count of the copy's cells by registered format (page 1 lost). The
+    last one is kept while its files stay as they were: inspect's carving
+    estimate and the fallback schema of the recover that follows read the
+    same unchanged copy, and each survey walks every page."""
     wal = Path(f"{copy}-wal")
-    return estimate(copy, wal if wal.exists() else None, resolve=_any_format_layout,
-                    fill=all_layouts() + KNOWN_LAYOUTS, harvest=True)
+    key = (_identity(copy), _identity(wal))
+    if key in _SURVEYED:
+        return _SURVEYED[key]
+    est = estimate(copy, wal if wal.exists() else None, resolve=_any_format_layout,
+                   fill=all_layouts() + KNOWN_LAYOUTS, harvest=True)
+    _SURVEYED.clear()
+    _SURVEYED[key] = est
+    return est
 
 
 def guess(est: Any) -> tuple[Identification | None, Catalog | None]:

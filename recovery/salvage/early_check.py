@@ -49,6 +49,7 @@ class QuickCheck:
         self.outcome: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self.elapsed = 0.0
+        self.stopping = False
         self.thread: threading.Thread | None = None
         self.conn: apsw.Connection | None = None
         try:
@@ -63,7 +64,8 @@ class QuickCheck:
         started = time.monotonic()
         try:
             assert self.conn is not None  # opened before the thread starts
-            self.outcome = bounded_quick_check(self.conn, self.cat, self.seconds, THREAD_STEPS)
+            self.outcome = bounded_quick_check(self.conn, self.cat, self.seconds, THREAD_STEPS,
+                                               stop=lambda: self.stopping)
         except BaseException as e:  # handed to the caller in `result`
             self.error = e
         finally:
@@ -77,7 +79,7 @@ class QuickCheck:
 
     def result(self) -> dict[str, Any]:
         """The check's findings, as `inspect` records them."""
-        if self.thread is None:
+        if self.thread is None and self.outcome is None:
             started = time.monotonic()
             conn = open_copy(self.copy)  # the connection inspect itself would have used
             try:
@@ -85,12 +87,20 @@ class QuickCheck:
             finally:
                 conn.close()
                 self.elapsed = time.monotonic() - started
-        else:
+        elif self.thread is not None:
             self.thread.join()
         if self.error is not None:
             raise self.error
         assert self.outcome is not None
         return self.outcome
+
+    def stop(self) -> None:
+        """End the check now, as its deadline would (``timed_out``): what it
+        found so far still counts. A check that never got a thread is not run."""
+        self.stopping = True
+        if self.thread is None:
+            self.outcome = {"ok": None, "timed_out": True, "damaged": {},
+                            "derived_only": False}
 
     def cancel(self) -> None:
         """Stop a check nobody will wait for (recover failed meanwhile)."""

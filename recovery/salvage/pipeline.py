@@ -34,7 +34,7 @@ from ..lanes import (Budget, DEFAULT_BUDGET, DEFAULT_CHUNK, EVERYTHING, ImageRow
 from ..output import LOST_SUFFIX, RowSink, StoreSink, WriteStats, fill_search, search_reuse
 from ..schema import Catalog, PARTIAL_KEY, ROWID_KEY
 from ..source import DEFAULT_HEADROOM, Snapshot, source_bytes, take_snapshot
-from . import recover_foreign
+from . import page_copy, recover_foreign
 from .early_check import QuickCheck, Unsound, forget_lanes, settle
 from .verify import Verification, verify_output
 
@@ -404,6 +404,7 @@ class RecoverOptions:
     snapshot_kw: dict[str, Any] = field(default_factory=dict)
     template: Path | None = None
     fast_paths: bool = True  # quick_check beside the backup lane, batches in one statement
+    page_copy: bool = True  # a sound store of ours copied page for page (with fast_paths)
 
 
 def _context(snap: Any, cat: Catalog | None, insp: InspectReport,
@@ -449,7 +450,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
             keep_work: bool = False, vfs: str | None = None,
             progress: Progress | None = None, include_freelist: bool = False,
             template: str | Path | None = None, fast_paths: bool = True,
-            **snapshot_kw: Any) -> RecoveryReport:
+            page_copy: bool = True, **snapshot_kw: Any) -> RecoveryReport:
     """Recover ``source`` into ``output``; see the module docstring for names.
 
     ``lanes`` restricts the copy lanes (default: all of ``LANES`` in order);
@@ -460,7 +461,9 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     ``template`` (a healthy file or a .sql schema from the same program)
     gives the schema when the source's own cannot be read. ``fast_paths``
     False runs quick_check before the lanes and writes every row on its own
-    (the same output and report, slower: for comparisons). Raises
+    (the same output and report, slower: for comparisons); ``page_copy``
+    False leaves a sound store to the lanes too (`hstate_recovery.salvage.page_copy`:
+    the same rows and counts). Raises
     RecoveryUsageError for bad options (before any I/O) and other
     RecoveryError subclasses for runtime failures.
     """
@@ -469,7 +472,7 @@ def recover(source: str | Path, output: str | Path, *, report_path: str | Path |
     opts = RecoverOptions(Path(work_dir) if work_dir else None, allow_partial,
                           list(lanes) if lanes else list(LANES), budget, chunk, headroom,
                           keep_work, vfs, progress, include_freelist, snapshot_kw,
-                          Path(template) if template else None, fast_paths)
+                          Path(template) if template else None, fast_paths, page_copy)
     check_options(source, output, report_file, opts.work_dir, template=opts.template)
     unknown = [n for n in opts.lanes if n not in LANES]
     if unknown:
@@ -511,9 +514,19 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         defer = opts.fast_paths and "backup" in opts.lanes
         insp, cat = inspect_snapshot(snap, estimate=None, defer_quick_check=defer)
         report.timings["inspect_s"] = round(time.monotonic() - t0, 3)
+        pages = defer and opts.page_copy and page_copy.reason_not(
+            cat, insp, default_lanes=opts.lanes == list(LANES),
+            include_freelist=opts.include_freelist) is None
+        folded = pages and page_copy.checkpoint_copy(snap.db_copy)  # before the check opens it
         check = QuickCheck(snap.db_copy, cat) if cat is not None and not insp.quick_check \
             else None
         try:
+            if pages and cat is not None:
+                try:
+                    if _copy_pages(snap, cat, insp, output, report, opts, check, folded):
+                        return
+                except Unsound:
+                    check = None  # inspect's verdict is final: the lanes run on it
             _recover_copy(snap, cat, insp, output, report, opts, check)
         finally:
             if check is not None:
@@ -521,6 +534,88 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
     finally:
         if not opts.keep_work:
             snap.cleanup()
+
+
+def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
+                report: RecoveryReport, opts: RecoverOptions, check: QuickCheck | None,
+                folded: bool) -> bool:
+    """A sound copy into the new file page for page (`page_copy`), verified
+    and placed. False, with nothing written, when an index of the copy is
+    not whole or the row-by-row path would change a row; `Unsound` when the quick_check beside the copy found damage:
+    the lanes run then, as for any file not sound."""
+    report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
+    report.fingerprints = snap.to_dict()
+    _describe_schema(report, cat, opts.template)
+    rows = {t.name: t.rows for t in insp.tables}
+    started = time.monotonic()
+    conn = open_copy(snap.db_copy)
+    try:
+        bad = page_copy.unsound_indexes(conn, cat, rows)
+        if not bad and not cat.foreign:
+            bad = page_copy.needs_rewrite(conn, cat)
+    except (apsw.Error, UnicodeDecodeError) as e:
+        bad = [f"{type(e).__name__}: {e}"]
+    finally:
+        conn.close()
+    report.timings["pages_checks_s"] = round(time.monotonic() - started, 3)
+    if bad:
+        log.info("no page copy: %s", "; ".join(bad[:3]))
+        return False
+    tmp = _temp_name(output)
+    try:
+        started = time.monotonic()
+        # (a vfs is for writing the new file through: it is never linked)
+        linked = None if folded or opts.vfs else page_copy.link_copy(snap.db_copy, tmp)
+        copied = linked if linked is not None else page_copy.copy_pages(
+            snap.db_copy, tmp, opts.vfs, opts.progress)
+        report.timings["pages_copy_s"] = round(time.monotonic() - started, 3)
+        started = time.monotonic()
+        verification = page_copy.verify_copy(
+            snap.db_copy, tmp, cat, rows,
+            snap.before[snap.source.name].sha256 if linked is not None else None)
+        report.timings["verify_s"] = round(time.monotonic() - started, 3)
+        report.timings.update({f"verify_{k}_s": t for k, t in verification.seconds.items()})
+        if check is not None:
+            check.stop()
+            settle(check, snap, insp, report)
+    except BaseException:
+        _remove(tmp)
+        raise
+    _page_copy_report(report, cat, rows, copied, tmp if verification.ok else None)
+    report.lane_stats["backup"]["linked"] = linked is not None
+    page_copy.drop_sidecars(tmp)
+    report.verification = verification.to_dict()
+    report.outcome = Outcome.RECOVERED if verification.ok else Outcome.UNVERIFIED
+    report.loss_reasons = [] if verification.ok else ["the new file could not be verified"]
+    report.loss = not verification.ok
+    report.output = str(_place(tmp, output, "" if verification.ok else UNVERIFIED_SUFFIX))
+    return True
+
+
+def _page_copy_report(report: RecoveryReport, cat: Catalog, rows: dict[str, int],
+                      pages: int, tmp: Path | None) -> None:
+    """The report of a page copy, as the backup lane would have written it
+    (the sessions read from the new file ``tmp`` once it is verified)."""
+    for spec in cat.data_tables():
+        n = rows.get(spec.name, 0)
+        report.tables[spec.name] = TableReport(
+            n, True, recovered=n, copied=n, lanes={"backup": n} if n else {},
+            lane_used="backup" if n else None)
+    report.lanes_run = ["backup"]
+    report.lane_stats["backup"] = {"applicable": True, "page_copy": True, "pages": pages}
+    if cat.foreign:
+        report.virtual_tables = {name: "copied with its pages" for name in cat.fts5}
+        return
+    report.search_index = {"method": "copied", "reason": None}
+    if tmp is None:
+        return
+    conn = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        report.sessions = {sid: {"messages_recovered": n, "placeholder": False}
+                           for sid, n in conn.execute("SELECT session_id, count(*) FROM "
+                                                      "messages GROUP BY session_id")}
+    finally:
+        conn.close()
 
 
 def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, output: Path,

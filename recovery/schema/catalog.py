@@ -12,8 +12,9 @@ from typing import Any
 
 import apsw
 
-from .formats import (EMPTY, Identification, OURS, check_version, identify,
-                      matching_format, parse_columns, schema_version)
+from .formats import (EMPTY, FORMATS, Format, Identification, OURS, OUR_STORE, check_version,
+                      identify, matching_format, parse_columns, registry_statements,
+                      schema_version)
 from .layouts import is_shadow_name
 
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
@@ -214,8 +215,74 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
                 if not spec.columns:
                     cat.unreadable.append(f"table {name!r} (columns)")
                     continue
+        if spec.kind == "data" and not spec.columns:  # SQLite could not parse its statement
+            continue
         cat.tables[name] = spec
+    hidden = _hidden(cat, rows, virtual)
+    garbled = {n for n in cat.tables if f"table {n!r}" in bad}  # read leniently
+    if hidden or garbled:
+        _fill_hidden(conn, cat, hidden, garbled, virtual)
     return cat
+
+
+def _hidden(cat: Catalog, rows: list[tuple], virtual: set[str]) -> set[str]:
+    """Tables the schema names (as an index's or a trigger's table, or by a
+    table entry whose statement does not parse) that are missing from the
+    catalog: their own entry is garbled, so SQLite does not know them."""
+    views = {name for kind, name, _t, _r, _s in rows if kind == "view"}
+    named = {tbl for kind, _n, tbl, _r, _s in rows if kind in ("index", "trigger")}
+    named |= {name for kind, name, _t, _r, _s in rows if kind == "table"}
+    return {n for n in named if isinstance(n, str) and n and n not in cat.tables
+            and n not in views and n not in virtual and not n.startswith("sqlite_")
+            and not is_shadow_name(n, virtual)}
+
+
+def _fill_hidden(conn: apsw.Connection, cat: Catalog, hidden: set[str], garbled: set[str],
+                 virtual: set[str]) -> None:
+    """Columns for tables whose schema entry is garbled, from the first
+    reference schema (ours, then each registered format's) that knows them
+    and that, with them, the file's tables fit: the rows of such a table
+    come back through the carver instead of the table being dropped. A
+    table whose statement was read leniently (not UTF-8) keeps its own
+    columns while they still hold every column of the reference's."""
+    have = {n: t.columns for n, t in cat.tables.items() if t.kind != "derived"
+            and not n.startswith("sqlite_")}
+    for fmt, ref in _references():
+        mine = {n: t for n, t in ref.tables.items() if t.kind != "derived"}
+        known = sorted((hidden & set(mine)) | {
+            n for n in garbled & set(mine) if not set(mine[n].columns) <= set(have[n])})
+        merged = {**have, **{n: ref.tables[n].columns for n in known}}
+        if not known or matching_format(merged) is not fmt:
+            continue
+        cat.identification = identify(merged, schema_version(conn, merged))
+        for n in known:
+            spec = ref.tables[n]
+            cat.tables[n] = TableSpec(n, list(spec.columns), spec.rowid, 0, spec.sql,
+                                      required=list(spec.required))
+            cat.entries = [e for e in cat.entries if not (e[0] == "table" and e[1] == n)]
+            cat.entries.append(("table", n, n, spec.sql))
+            cat.unreadable.append(f"table {n!r} (its schema entry is garbled: columns from "
+                                  f"the reference schema of {cat.identification.label})")
+        ours = not cat.foreign
+        for spec in cat.tables.values():
+            spec.kind = _kind(spec.name, spec.sql, virtual, ours)
+        return
+
+
+def _references() -> list[tuple[Format, Catalog]]:
+    """Our current schema, then the tables of every registered format."""
+    out = [(OUR_STORE, reference_catalog())]
+    for fmt in FORMATS:
+        if not fmt.tables or fmt is OUR_STORE:
+            continue
+        conn = apsw.Connection(":memory:")
+        try:
+            for _k, _n, _t, sql in registry_statements(fmt):
+                conn.execute(sql)
+            out.append((fmt, read_catalog(conn)))
+        finally:
+            conn.close()
+    return out
 
 
 def _begin_immediate(conn: apsw.Connection) -> None:

@@ -1,11 +1,13 @@
 """recover's fast paths on a sound copy give exactly what the slow ones give.
 
-Two of them (`recover(..., fast_paths=False)` turns both off): the backup
-lane's batches copied from its image in one statement each
-(`hstate_recovery.output.image_copy`), and inspect's quick_check run beside that lane
-(`hstate_recovery.salvage.early_check`). Each test recovers the same source both ways and
-compares every table of the two outputs and the reports' per-table counts,
-lanes, loss and verdicts.
+Three of them (`recover(..., fast_paths=False)` turns them all off): a
+sound store of ours copied page for page (`hstate_recovery.salvage.page_copy`;
+``page_copy=False`` turns it alone off, so the other two can be seen), the
+backup lane's batches copied from its image in one statement each
+(`hstate_recovery.output.image_copy`), and inspect's quick_check run beside
+that lane or that copy (`hstate_recovery.salvage.early_check`). Each test
+recovers the same source both ways and compares every table of the two
+outputs and the reports' per-table counts, lanes, loss and verdicts.
 """
 from __future__ import annotations
 
@@ -45,10 +47,15 @@ def _digest(path: Path) -> dict[str, tuple[int, str]]:
         conn.close()
 
 
-def _essence(report: Any) -> dict[str, Any]:
+def _essence(report: Any, pages: bool = False) -> dict[str, Any]:
     """What must not depend on the path taken: the report without timings,
-    paths and the lanes' own statistics."""
+    paths and the lanes' own statistics. A page copy (``pages``) verifies
+    with checks of its own, and copies ``state_meta`` with the pages (the
+    lanes write the new store's own)."""
     doc = report.to_dict()
+    if pages:
+        doc.pop("verification")
+        doc["tables"]["state_meta"].pop("copied")
     for key in ("timings", "output", "requested_output", "fingerprints", "report_path",
                 "lane_stats"):
         doc.pop(key, None)
@@ -59,16 +66,18 @@ def _essence(report: Any) -> dict[str, Any]:
     return doc
 
 
-def _both(src: Path, tmp_path: Path, **kw: Any) -> tuple[Any, Any]:
-    """The source recovered with the fast paths and without; both outputs compared."""
+def _both(src: Path, tmp_path: Path, pages: bool = False, **kw: Any) -> tuple[Any, Any]:
+    """The source recovered with the fast paths (the page copy only with
+    ``pages``) and without; both outputs compared."""
     reports = []
     for fast in (True, False):
         out = tmp_path / f"out-{'fast' if fast else 'slow'}.db"
-        reports.append(hstate_recovery.recover(src, out, fast_paths=fast, allow_partial=True, **kw))
+        reports.append(hstate_recovery.recover(src, out, fast_paths=fast, allow_partial=True,
+                                               page_copy=pages, **kw))
     fast_report, slow_report = reports
     assert fast_report.output is not None and slow_report.output is not None
     assert _digest(Path(fast_report.output)) == _digest(Path(slow_report.output))
-    assert _essence(fast_report) == _essence(slow_report)
+    assert _essence(fast_report, pages) == _essence(slow_report, pages)
     return fast_report, slow_report
 
 
@@ -94,6 +103,60 @@ def test_healthy_store_same_output_and_report_both_ways(pristine, tmp_path):
     assert _copied_by_statement(slow) == 0
     assert "inspect_quick_check_s" in fast.timings and fast.inspect["quick_check"]["ok"]
     assert fast.search_index["method"] == slow.search_index["method"] == "copied"
+
+
+def test_sound_store_copied_page_for_page(pristine, tmp_path):
+    """The same rows, counts and report as the lanes give; the new file is
+    the snapshot page for page, verified as such, with its search index."""
+    src = damage.private_copy(pristine.path, tmp_path)
+    before = damage.bundle_hashes(src)
+    fast, slow = _both(src, tmp_path, pages=True)
+    assert damage.bundle_hashes(src) == before
+    assert fast.lane_stats["backup"]["page_copy"] and "page_copy" not in slow.lane_stats["backup"]
+    assert fast.outcome == "recovered" and fast.verification["checks"]["pages_equal"]
+    assert fast.tables["messages"].copied == 3000 and fast.search_index["method"] == "copied"
+    assert sum(s["messages_recovered"] for s in fast.sessions.values()) == 3000
+    assert not list(tmp_path.glob(".*recovering*"))  # no temporary name, no sidecar left
+    new = Path(fast.output)
+    assert damage.sql(new, "PRAGMA integrity_check") == [("ok",)]
+    assert damage.sql(new, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'the'")
+
+
+def test_a_store_with_its_wal_is_copied_by_the_backup_api(pristine, tmp_path):
+    """A source whose -wal holds commits (a store still open): the copy's WAL
+    is folded into the copy (never the source's), the backup API writes the
+    new file, and it is compared with the copy byte for byte."""
+    src = damage.private_copy(pristine.path, tmp_path)
+    with SessionDB(src) as db:
+        db.create_session("late", source="test")
+        db.append_messages("late", [{"role": "user", "content": "late"}])
+        crashed = damage.copy_open_bundle(db, tmp_path / "crash", with_shm=False)
+    assert Path(f"{crashed}-wal").stat().st_size > 0
+    before = damage.bundle_hashes(crashed)
+    rep = hstate_recovery.recover(crashed, tmp_path / "new.db", work_dir=tmp_path)
+    assert damage.bundle_hashes(crashed) == before
+    stats = rep.lane_stats["backup"]
+    assert stats["page_copy"] and not stats["linked"] and rep.outcome == "recovered"
+    assert rep.verification["checks"]["pages_equal"] and rep.tables["messages"].copied == 3001
+    assert damage.sql(Path(rep.output), "SELECT count(*) FROM messages")[0][0] == 3001
+
+
+@pytest.mark.parametrize("change", ["json", "counter", "orphan", "unique"])
+def test_what_the_lanes_would_rewrite_is_never_copied_by_page(pristine, tmp_path, change):
+    """A value the row-by-row path quarantines, a session counter it
+    recounts, a message whose session is gone, a constraint taken out of
+    the schema: the page copy declines, and the lanes decide as before."""
+    src = damage.private_copy(pristine.path, tmp_path)
+    if change == "json":
+        damage.sql(src, "UPDATE messages SET meta = '{not json' WHERE id = 2500")
+    elif change == "counter":
+        damage.sql(src, "UPDATE sessions SET message_count = 1 WHERE rowid = 2")
+    elif change == "orphan":
+        damage.sql(src, "PRAGMA foreign_keys=OFF; DELETE FROM sessions WHERE rowid = 3")
+    else:
+        _without_unique_uid(src)
+    fast, _slow = _both(src, tmp_path, pages=True)
+    assert "page_copy" not in fast.lane_stats.get("backup", {})
 
 
 def test_plain_messages_with_empty_meta_go_by_statement(tmp_path):
