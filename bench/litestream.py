@@ -1,7 +1,7 @@
 """The store beside Litestream: the WAL's bound, and the loss window after a crash.
 
     python bench/litestream.py wal [--seconds 60] [--alone]
-    python bench/litestream.py window [--runs 3] [--pause 0.002]
+    python bench/litestream.py window [--runs 3] [--pause 0.002] [--monitor-interval 100ms]
     python bench/litestream.py legacy --binary PATH [--seconds 5]
 
 `wal`: one writer appends as fast as it can (one commit each) for
@@ -41,9 +41,20 @@ from sessiondb import SessionDB  # noqa: E402
 BINARY = shutil.which("litestream") or str(Path(sys.executable).parent / "litestream")
 
 
-def replicate(db: Path, replica: Path, binary: str = BINARY) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([binary, "replicate", str(db), replica.as_uri()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def replicate(db: Path, replica: Path, binary: str = BINARY,
+              monitor: str | None = None) -> subprocess.Popen[bytes]:
+    """``litestream replicate`` to a file replica (sync interval 1 s); with
+    ``monitor``, through a config file that sets the database's
+    monitor-interval (how often Litestream looks at the WAL)."""
+    if monitor is None:
+        argv = [binary, "replicate", str(db), replica.as_uri()]
+    else:
+        cfg = replica.parent / "litestream.yml"
+        cfg.write_text(f"dbs:\n  - path: {db}\n    monitor-interval: {monitor}\n"
+                       f"    replicas:\n      - type: file\n        path: {replica}\n"
+                       "        sync-interval: 1s\n")
+        argv = [binary, "replicate", "-config", str(cfg)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def wal(work: Path, seconds: float, alone: bool) -> dict[str, object]:
@@ -75,10 +86,10 @@ def wal(work: Path, seconds: float, alone: bool) -> dict[str, object]:
                              "restarts": stats.restarts}}
 
 
-def window_once(work: Path, pause: float) -> dict[str, float]:
+def window_once(work: Path, pause: float, monitor: str | None) -> dict[str, float]:
     home, replica = work / "home", work / "replica"
     SessionDB.open(home).close()
-    ls = replicate(home / "state.db", replica)
+    ls = replicate(home / "state.db", replica, monitor=monitor)
     writer = subprocess.Popen([sys.executable, "-m", "tests.helpers.backup_workers", str(home),
                                "w", str(10**9), str(pause)], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT)
@@ -143,6 +154,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("what", choices=("wal", "window", "legacy"))
     ap.add_argument("--binary", default=BINARY)
+    ap.add_argument("--monitor-interval", help="window: Litestream's monitor-interval "
+                    "(e.g. 100ms; default: Litestream's own)")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--alone", action="store_true")
     ap.add_argument("--runs", type=int, default=3)
@@ -158,7 +171,7 @@ def main() -> None:
                 results.append(legacy(work, args.binary, min(args.seconds, 10.0)))
             else:
                 results.append(wal(work, args.seconds, args.alone) if args.what == "wal"
-                               else window_once(work, args.pause))
+                               else window_once(work, args.pause, args.monitor_interval))
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results, indent=1))
