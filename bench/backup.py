@@ -5,7 +5,8 @@
 Builds a store of N messages (default 1,000,000, ~230 characters each, 1,000
 per session), then alternates for R rounds: the system `sqlite3 DB ".backup
 OUT"` (the floor: one backup-API copy, no check) and `hermes backup create`
-(the stepped copy, then quick_check and every table's count). Each runs as
+(the stepped copy, then quick_check and every table's count), and the
+command's start alone (Python importing the CLI). Each runs as
 its own process under `/usr/bin/time` (wall time, peak RSS; wait4's figure
 would include the forked Python parent). Then a writer
 process appends at a fixed rate (one commit each) through R rounds of a
@@ -76,7 +77,8 @@ def hermes(home: Path, to: Path) -> list[str]:
 
 
 def rounds(db: Path, work: Path, n: int) -> dict[str, list[dict[str, Any]]]:
-    res: dict[str, list[dict[str, Any]]] = {"sqlite3_backup": [], "hermes_backup": []}
+    res: dict[str, list[dict[str, Any]]] = {"sqlite3_backup": [], "hermes_backup": [],
+                                            "python_start": []}
     subprocess.run(["cat", str(db)], stdout=subprocess.DEVNULL, check=True)  # warm, for both
     for _ in range(n):
         out = work / "floor.db"
@@ -89,6 +91,9 @@ def rounds(db: Path, work: Path, n: int) -> dict[str, list[dict[str, Any]]]:
         doc = json.loads(r.pop("stdout"))
         r.update(copy_s=doc["copy_seconds"], verify_s=doc["verify_seconds"])
         res["hermes_backup"].append(r)
+        r = timed([sys.executable, "-c", "from hstate_cli.main import main"])
+        r.pop("stdout")  # the command's start alone: interpreter and imports
+        res["python_start"].append(r)
     return res
 
 
@@ -142,6 +147,11 @@ def main() -> None:
            "ratio_best_wall": round(best["hermes_backup"] / best["sqlite3_backup"], 2),
            "ratio_best_copy_phase": round(min(r["copy_s"] for r in res["hermes_backup"])
                                           / best["sqlite3_backup"], 2),
+           # the command without its start: copy, check, manifest, sync and rename
+           "ratio_best_wall_less_start": round(
+               min(r["wall_s"] - p["wall_s"] for r, p in zip(res["hermes_backup"],
+                                                             res["python_start"]))
+               / best["sqlite3_backup"], 2),
            "writer": writer_latency(db, work, args.rate, window, args.rounds)}
     print(json.dumps(doc, indent=1))
     if args.work is None:

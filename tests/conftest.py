@@ -9,6 +9,9 @@ import pytest
 
 from sessiondb import SessionDB, StoreFace
 from tests.helpers import pgserver
+from tests.helpers.litestream_run import WalRun, litestream_binary
+
+WAL_RUN = pytest.StashKey[WalRun]()
 
 
 @pytest.fixture(autouse=True)
@@ -22,8 +25,38 @@ def hermes_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "both_backends: the module's store tests run on SQLite "
                             "and on PostgreSQL (the `backend` fixture)")
+    config.addinivalue_line("markers", "litestream_run: asserts on the minute of appends "
+                            "beside Litestream that runs in the background of the session "
+                            "(the `litestream_wal_run` fixture); such a test runs last")
     config.addinivalue_line("markers", "sqlite_only(reason): in a both_backends module, a test "
                             "about the SQLite file itself (pages, WAL, files, carving, recovery)")
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: start only for a selected test
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked litestream_run go last, and the background run they assert
+    on starts now, so the rest of the session runs beside it."""
+    late = [i for i in items if i.get_closest_marker("litestream_run") is not None]
+    if not late:
+        return
+    items[:] = [i for i in items if i not in late] + late
+    if not config.option.collectonly and os.access(litestream_binary(), os.X_OK):
+        config.stash[WAL_RUN] = WalRun().start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(WAL_RUN, None)
+    if run is not None:
+        run.close()
+
+
+@pytest.fixture(scope="session")
+def litestream_wal_run(pytestconfig: pytest.Config) -> WalRun:
+    """The background run started after collection (see above)."""
+    run = pytestconfig.stash.get(WAL_RUN, None)
+    if run is None:  # not started at collection (e.g. the binary appeared since)
+        run = pytestconfig.stash[WAL_RUN] = WalRun().start()
+    return run
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -74,3 +74,29 @@ def test_replication_recognises_a_litestream_sidecar(hermes_home: Path) -> None:
     assert f["data"]["txid"] == 7 and f["data"]["litestream_pids"] == []
     os.utime(ltx / "0000000000000007-0000000000000007.ltx", (0, 0))
     assert "last sync" in finding("replication")["message"]
+
+
+def test_replication_reads_litestream_0_3s_generations_layout(hermes_home: Path) -> None:
+    """Litestream 0.3 keeps ``generation`` and ``generations/<id>/wal/<index>.wal``
+    (shadow copies of the WAL, header first) instead of LTX files; the layout
+    as the 0.3.13 binary writes it (`python bench/litestream.py legacy` runs
+    the real binary)."""
+    side = hermes_home / ".state.db-litestream"
+    wal_dir = side / "generations" / "9b1c0843f1806d91" / "wal"
+    with SessionDB.open(hermes_home) as db:  # open: its WAL stays
+        db.append_message(db.create_session(source="t"), {"role": "user", "content": "hi"})
+        wal_dir.mkdir(parents=True)
+        (side / "generation").write_text("9b1c0843f1806d91")
+        assert "no shadow WAL" in finding("replication")["message"]
+        live = (hermes_home / "state.db-wal").read_bytes()[:32]
+        assert len(live) == 32
+        (wal_dir / "00000001.wal").write_bytes(bytes(32) + bytes(2072))  # an older WAL's
+        (wal_dir / "00000002.wal").write_bytes(live + bytes(2072))
+        f = finding("replication")
+        assert f["severity"] == "warn" and "no Litestream process holds the store" in f["message"]
+        assert "generation 9b1c0843f1806d91, WAL 00000002:2104" in f["message"]
+        assert "WAL read to byte 2104 of" in f["message"]
+        assert f["data"]["layout"] == "generations" and f["data"]["wal_index"] == 2
+        assert f["data"]["wal_salt_matches"] is True and "txid" not in f["data"]
+        (side / "generation").write_text("not a generation")
+        assert "no shadow WAL" in finding("replication")["message"]

@@ -21,6 +21,8 @@ from hstate_cli.main import cli
 from hstate_recovery.repairs import create_backup, list_backup_infos, online_backup, verify_backup
 from sessiondb import SessionDB
 from tests.helpers.backup_workers import content
+from tests.helpers.damage import add_fts, build_store, sql
+from tests.helpers.search_damage import junk_fts_blocks
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -170,6 +172,43 @@ def test_verify_reports_a_damaged_backup(hermes_home: Path) -> None:
     assert not verify_backup(path).verified
     res = CliRunner().invoke(cli, ["backup", "verify", str(path)])
     assert res.exit_code == 1 and "does NOT verify" in res.output
+
+
+def _full_quick_check(path: Path) -> list[str]:
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return [ln for r in conn.execute("PRAGMA quick_check") for ln in str(r[0]).splitlines()]
+    finally:
+        conn.close()
+
+
+def test_the_split_check_finds_what_quick_check_finds(tmp_path: Path) -> None:
+    """The copy's check runs quick_check's parts in parallel (the b-trees
+    with the freelist and page accounting; each FTS5 table's own check):
+    sound, a smashed freelist, and a junk search index give the same
+    verdict as one quick_check, and the same kinds of lines."""
+    db = tmp_path / "state.db"
+    build_store(db, sessions=4, per_session=60)
+    add_fts(db)
+    sql(db, "PRAGMA journal_mode = DELETE")
+    sql(db, "DELETE FROM messages WHERE session_id IN (SELECT id FROM sessions LIMIT 2)")
+    assert sql(db, "PRAGMA freelist_count")[0][0] > 0
+    assert online_backup.split_quick_check(db) == _full_quick_check(db) == ["ok"]
+    freelist = tmp_path / "freelist.db"
+    freelist.write_bytes(db.read_bytes())
+    with open(freelist, "r+b") as f:  # no free pages: the freed ones are never used
+        f.seek(32)
+        f.write(bytes(8))
+    split = online_backup.split_quick_check(freelist)
+    assert any("never used" in ln for ln in split), split
+    assert any("never used" in ln for ln in _full_quick_check(freelist))
+    fts = tmp_path / "fts.db"
+    fts.write_bytes(db.read_bytes())
+    assert junk_fts_blocks(fts, leaves_only=True) > 0
+    full = _full_quick_check(fts)
+    assert full != ["ok"]
+    split = online_backup.split_quick_check(fts)
+    assert split != ["ok"] and any("messages_fts" in ln for ln in split), (split, full)
 
 
 def test_rotation_keeps_exactly_n_verified_backups(hermes_home: Path) -> None:
