@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, median, percentile  # noqa: E402
 
 ITEM_TEXT = "a question about the harbour and its tides " * 4
+#: Calls of one subject in a row before the next subject's (see `_rounds`).
+PER_ROUND = 5
 
 
 def _item(i: int) -> dict[str, Any]:
@@ -69,22 +71,37 @@ async def bench_agents(root: Path, items: int, calls: int) -> dict[str, Any]:
     subjects["hermes"].db.catch_up_index()
     timings: dict[str, dict[str, list[float]]] = {n: {"add_items(1)": [], "get_items(50)": []}
                                                   for n in subjects}
-    # Reads first, then writes (each interleaved by subject, call by call):
-    # a read right after a write would meet the store's indexer catching up.
-    for _ in range(calls):
-        for name, session in subjects.items():
-            t0 = time.perf_counter()
-            got = await session.get_items(limit=50)
-            timings[name]["get_items(50)"].append(time.perf_counter() - t0)
-            assert len(got) == 50
-    for i in range(calls):
-        for name, session in subjects.items():
-            t0 = time.perf_counter()
-            await session.add_items([_item(items + i)])
-            timings[name]["add_items(1)"].append(time.perf_counter() - t0)
+    # Reads first, then writes: a read right after a write would meet the
+    # store's indexer catching up.
+    added = {id(s): items for s in subjects.values()}  # each subject gets the same items
+
+    async def read(session: Any) -> None:
+        assert len(await session.get_items(limit=50)) == 50
+
+    async def write(session: Any) -> None:
+        await session.add_items([_item(added[id(session)])])
+        added[id(session)] += 1
+    for op, call in (("get_items(50)", read), ("add_items(1)", write)):
+        await _rounds(subjects, calls, call, timings, op)
     for session in subjects.values():
         session.close()
     return _summary(timings)
+
+
+async def _rounds(subjects: dict[str, Any], calls: int, call: Callable[[Any], Any],
+                  timings: dict[str, dict[str, list[float]]], op: str) -> None:
+    """``calls`` timed calls per subject, in rounds of `PER_ROUND` calls of
+    one subject after another, the order rotating each round: every subject
+    follows every other equally often, so none is always timed right after
+    a slower subject's call has left the CPU caches cold."""
+    names = list(subjects)
+    for r in range(-(-calls // PER_ROUND)):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            for _ in range(min(PER_ROUND, calls - r * PER_ROUND)):
+                t0 = time.perf_counter()
+                await call(subjects[name])
+                timings[name][op].append(time.perf_counter() - t0)
 
 
 def _summary(timings: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
