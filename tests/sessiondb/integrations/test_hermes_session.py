@@ -243,3 +243,28 @@ def test_the_fast_reader_gives_what_the_general_decoder_gives() -> None:
                     items_from_rows([row])
                 continue
             assert items_from_rows([row]) == [expected], meta
+
+
+def test_the_sdks_compaction_wrapper_rewinds_the_old_rows_never_deletes(
+        store: StoreFace) -> None:
+    """`OpenAIResponsesCompactionSession` over a HermesSession: its history
+    rewrite hook is private, so it clears and re-adds through the protocol;
+    the old rows stay on disk, rewound (the compact call is a stand-in)."""
+    import types
+
+    from agents.memory import OpenAIResponsesCompactionSession
+    summary = {"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "summary of the voyage"}]}
+
+    class Responses:
+        async def compact(self, **kw: Any) -> Any:
+            return types.SimpleNamespace(output=[summary], usage=None)
+    inner = HermesSession("voyage", store)
+    client: Any = types.SimpleNamespace(responses=Responses())
+    wrapper = OpenAIResponsesCompactionSession("voyage", inner, client=client,
+                                               compaction_mode="input")
+    legs = [{"role": "user", "content": f"leg {i}"} for i in range(4)]
+    run(wrapper.add_items(legs))
+    run(wrapper.run_compaction({"force": True}))
+    assert run(inner.get_items()) == [summary]
+    assert store.count_messages(["voyage"]) == len(legs) + 1  # nothing deleted
