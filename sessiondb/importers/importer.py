@@ -11,7 +11,10 @@ A session missing from the store is created with the exported row's
 values (start/update/end times, token usage), its message and tool-call
 counters derived from the rows actually inserted, never taken from the
 file; a session that exists keeps its row and only gains the messages it
-lacks (its counters move with them). Messages are written in chunks of
+lacks (its counters move with them). A LangGraph thread's checkpoints,
+channel values and pending writes (the export's ``graph_*`` records) go
+into their session after its messages; a row the session already holds
+under its table's key is kept. Messages are written in chunks of
 ``CHUNK``, and the writing pass commits every ``BATCH_ROWS`` rows (one
 transaction spans many short sessions; each session's writes are savepoints
 in it), so a large import never holds the write lock for long, memory holds
