@@ -3,8 +3,15 @@
 Agents SDK: ``add_items`` of one item and ``get_items(limit=50)`` on a
 10,000-item session, HermesSession against the SDK's ``SQLiteSession``
 (a file) and ``AdvancedSQLiteSession`` (when installed), each on its own
-file in the same directory: the reads, then the writes, each call
-interleaved by subject.
+file in the same directory: the reads, then the writes. Every subject is
+timed the same way: rounds of ``--per-round`` calls (5) of one subject,
+the rounds going through every order of the subjects in turn, so each
+subject's first call of a round follows each other subject equally often.
+(Timed call by call in one fixed order, one subject always followed
+``AdvancedSQLiteSession``'s ~12-25 ms call, which leaves the CPU caches
+cold, and the others never did.) ``--per-round 1`` times every call right
+after another subject's: the cold case, as in an agent loop where a model
+call comes between two reads.
 
 LangGraph: a three-node graph (``MessagesState``, nodes a -> b -> c each
 adding a message) run turn after turn on one thread with HermesSaver and
@@ -12,12 +19,13 @@ with ``SqliteSaver``: wall time per checkpoint (the saver's put, put_writes
 and get_tuple calls the graph makes), and bytes per checkpoint (the saver's
 tables and indexes, from ``dbstat``, after a checkpoint of the WAL).
 
-    python bench/frameworks.py [--quick] [--json]
+    python bench/frameworks.py [--quick] [--json] [--calls N] [--per-round N]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import sqlite3
 import sys
@@ -31,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, median, percentile  # noqa: E402
 
 ITEM_TEXT = "a question about the harbour and its tides " * 4
+#: Calls of one subject in a row before the next subject's (see `_rounds`).
+PER_ROUND = 5
 
 
 def _item(i: int) -> dict[str, Any]:
@@ -58,7 +68,8 @@ def agents_subjects(root: Path) -> dict[str, Any]:
     return subjects
 
 
-async def bench_agents(root: Path, items: int, calls: int) -> dict[str, Any]:
+async def bench_agents(root: Path, items: int, calls: int,
+                       per_round: int = PER_ROUND) -> dict[str, Any]:
     subjects = agents_subjects(root)
     for session in subjects.values():
         for start in range(0, items, 500):
@@ -69,22 +80,37 @@ async def bench_agents(root: Path, items: int, calls: int) -> dict[str, Any]:
     subjects["hermes"].db.catch_up_index()
     timings: dict[str, dict[str, list[float]]] = {n: {"add_items(1)": [], "get_items(50)": []}
                                                   for n in subjects}
-    # Reads first, then writes (each interleaved by subject, call by call):
-    # a read right after a write would meet the store's indexer catching up.
-    for _ in range(calls):
-        for name, session in subjects.items():
-            t0 = time.perf_counter()
-            got = await session.get_items(limit=50)
-            timings[name]["get_items(50)"].append(time.perf_counter() - t0)
-            assert len(got) == 50
-    for i in range(calls):
-        for name, session in subjects.items():
-            t0 = time.perf_counter()
-            await session.add_items([_item(items + i)])
-            timings[name]["add_items(1)"].append(time.perf_counter() - t0)
+    # Reads first, then writes: a read right after a write would meet the
+    # store's indexer catching up.
+    added = {id(s): items for s in subjects.values()}  # each subject gets the same items
+
+    async def read(session: Any) -> None:
+        assert len(await session.get_items(limit=50)) == 50
+
+    async def write(session: Any) -> None:
+        await session.add_items([_item(added[id(session)])])
+        added[id(session)] += 1
+    for op, call in (("get_items(50)", read), ("add_items(1)", write)):
+        await _rounds(subjects, calls, call, timings, op, per_round)
     for session in subjects.values():
         session.close()
     return _summary(timings)
+
+
+async def _rounds(subjects: dict[str, Any], calls: int, call: Callable[[Any], Any],
+                  timings: dict[str, dict[str, list[float]]], op: str, per_round: int) -> None:
+    """``calls`` timed calls per subject, in rounds of ``per_round`` calls of
+    one subject after another, each round in the next of the subjects'
+    orders (every permutation in turn): every subject follows every other
+    equally often, so none is always timed right after a slower subject's
+    call has left the CPU caches cold."""
+    orders = list(itertools.permutations(subjects))
+    for r in range(-(-calls // per_round)):
+        for name in orders[r % len(orders)]:
+            for _ in range(min(per_round, calls - r * per_round)):
+                t0 = time.perf_counter()
+                await call(subjects[name])
+                timings[name][op].append(time.perf_counter() - t0)
 
 
 def _summary(timings: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
@@ -171,12 +197,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--calls", type=int, help="timed Agents SDK calls per subject and "
+                        "operation (default 600; --quick 50)")
+    parser.add_argument("--per-round", type=int, default=PER_ROUND,
+                        help=f"calls of one subject in a row (default {PER_ROUND}; 1: every "
+                             "call right after another subject's)")
     args = parser.parse_args()
-    items, calls, turns = (1000, 50, 10) if args.quick else (10_000, 300, 60)
+    items, calls, turns = (1000, 50, 10) if args.quick else (10_000, 600, 60)
+    calls = args.calls or calls
     with tempfile.TemporaryDirectory(prefix="hermes-bench-frameworks-") as tmp:
         root = Path(tmp)
         result = {"machine": machine(), "items": items, "calls": calls, "turns": turns,
-                  "agents": asyncio.run(bench_agents(root, items, calls)),
+                  "per_round": args.per_round,
+                  "agents": asyncio.run(bench_agents(root, items, calls, args.per_round)),
                   "langgraph": bench_langgraph(root, turns)}
     if args.json:
         print(json.dumps(result, indent=2))

@@ -103,6 +103,9 @@ def _report(result: ImportResult) -> None:
     if result.usage_rows_in_file:
         rows.append(("usage rows", result.usage_rows_in_file, result.usage_rows_added,
                      result.usage_rows_in_file - result.usage_rows_added))
+    for table_name, n in result.graph_rows_in_file.items():  # LangGraph's rows
+        added = result.graph_rows_added.get(table_name, 0)
+        rows.append((table_name.replace("_", " "), n, added, n - added))
     table(rows, ("", "in file", verb, "already present"))
     if result.tables:
         click.echo("rows in the source: " + ", ".join(f"{t} {n}" for t, n in
@@ -139,7 +142,8 @@ def import_cmd(app: AppContext, paths: tuple[Path, ...], source: str, dry_run: b
     never opened in place. JSON keys: source_format, path, dry_run,
     sessions_in_file, sessions_created, sessions_existing, messages_in_file,
     messages_added, messages_skipped, search_index, index_backlog,
-    usage_rows_in_file, usage_rows_added, tables, not_carried.
+    usage_rows_in_file, usage_rows_added, graph_rows_in_file, graph_rows_added
+    (LangGraph rows per table), tables, not_carried.
 
     Claude Code and Codex transcripts (--from claude-code, --from codex)
     take several files and directories (~/.claude/projects,

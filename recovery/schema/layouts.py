@@ -304,6 +304,48 @@ SESSION_FLAGS = Layout("session_flags", (  # m008_session_flags (sessiondb/maint
     C("archived_at", REAL, True, timestamp_shape),
 ))
 
+# LangGraph's checkpoints, channel values and pending writes (m013_graph_checkpoints,
+# sessiondb/rows/checkpoints.py). Values are the saver's serializer's bytes.
+BLOB = ("blob",)
+GRAPH_CHECKPOINTS = Layout("graph_checkpoints", (
+    C("id", INT, True),
+    C("session_id", TEXT, check=session_id_shape),
+    C("thread_id", TEXT, True),
+    C("checkpoint_ns", TEXT, check=text_value),
+    C("checkpoint_id", TEXT, check=non_empty),
+    C("parent_checkpoint_id", TEXT, True, non_empty),
+    C("run_id", TEXT, True),
+    C("created_at", REAL, check=timestamp_shape),
+    C("type", TEXT, check=non_empty),
+    C("checkpoint", BLOB),
+    C("metadata_type", TEXT, check=non_empty),
+    C("metadata", BLOB),
+    C("channel_versions", TEXT, check=json_object_shape, default="{}"),
+), rowid_column="id")
+
+GRAPH_BLOBS = Layout("graph_blobs", (
+    C("id", INT, True),
+    C("session_id", TEXT, check=session_id_shape),
+    C("checkpoint_ns", TEXT, check=text_value),
+    C("channel", TEXT, check=non_empty),
+    C("version", TEXT, check=non_empty),
+    C("type", TEXT, check=non_empty),
+    C("value", BLOB, True),
+), rowid_column="id")
+
+GRAPH_WRITES = Layout("graph_writes", (
+    C("id", INT, True),
+    C("session_id", TEXT, check=session_id_shape),
+    C("checkpoint_ns", TEXT, check=text_value),
+    C("checkpoint_id", TEXT, check=non_empty),
+    C("task_id", TEXT, check=non_empty),
+    C("task_path", TEXT, check=text_value),
+    C("idx", INT),
+    C("channel", TEXT, check=non_empty),
+    C("type", TEXT, check=non_empty),
+    C("value", BLOB, True),
+), rowid_column="id")
+
 # FTS5 `_data` and `_docsize` shadow tables: (id INTEGER PRIMARY KEY, block BLOB).
 # Their other shadows are WITHOUT ROWID (index b-trees), never table leaves.
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
@@ -315,8 +357,8 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 ), ignore=True)
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
-                                     COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, FTS_SHADOW,
-                                     SQLITE_SCHEMA)
+                                     COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, GRAPH_CHECKPOINTS,
+                                     GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
 

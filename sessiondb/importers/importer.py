@@ -11,7 +11,10 @@ A session missing from the store is created with the exported row's
 values (start/update/end times, token usage), its message and tool-call
 counters derived from the rows actually inserted, never taken from the
 file; a session that exists keeps its row and only gains the messages it
-lacks (its counters move with them). Messages are written in chunks of
+lacks (its counters move with them). A LangGraph thread's checkpoints,
+channel values and pending writes (the export's ``graph_*`` records) go
+into their session after its messages; a row the session already holds
+under its table's key is kept. Messages are written in chunks of
 ``CHUNK``, and the writing pass commits every ``BATCH_ROWS`` rows (one
 transaction spans many short sessions; each session's writes are savepoints
 in it), so a large import never holds the write lock for long, memory holds
@@ -31,6 +34,8 @@ are written and the result is copied in when nobody else wrote meanwhile
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 import json
 from contextlib import ExitStack
@@ -43,8 +48,9 @@ import apsw
 from ..base import (Cause, InvalidInput, InvalidMessage, MessageState, StorageError,
                     validate_session_id)
 from ..maintenance import EXPORT_FORMAT, EXPORT_VERSION
-from ..rows import (EncodedMessage, MAX_COLUMN_INT, Session, TIME_RANGE_TEXT, encode, key_for,
-                    messages as rows, sessions as session_rows, time_in_range, uid_text, usage)
+from ..rows import (EncodedMessage, MAX_COLUMN_INT, Session, TIME_RANGE_TEXT, checkpoints, encode,
+                    key_for, messages as rows, sessions as session_rows, time_in_range, uid_text,
+                    usage)
 from . import import_index
 from .import_spill import Spill, SpillWriter, encoded_from
 
@@ -108,14 +114,26 @@ def _at(enc: EncodedMessage, timestamp: float) -> EncodedMessage:
     return EncodedMessage._make((*enc[:8], timestamp, *enc[9:]))
 
 
+class GraphIn(NamedTuple):
+    """A LangGraph row to import: ``values`` in `checkpoints.EXPORT_COLUMNS`
+    order of ``table``, bytes decoded."""
+
+    table: str
+    session_id: str
+    values: tuple[Any, ...]
+    line: int | None = None
+
+
 @dataclass(frozen=True)
 class EndIn:
     sessions: int
     messages: int
     line: int | None = None
+    #: rows per graph table the file says it holds (None: not said, older files)
+    graph_rows: dict[str, int] | None = None
 
 
-Record = SessionIn | MessageIn | EndIn
+Record = SessionIn | MessageIn | GraphIn | EndIn
 
 
 @dataclass
@@ -142,6 +160,9 @@ class ImportResult:
     index_build: str = "batches"
     usage_rows_in_file: int = 0
     usage_rows_added: int = 0
+    #: LangGraph rows (checkpoints, channel values, pending writes) per table
+    graph_rows_in_file: dict[str, int] = field(default_factory=dict)
+    graph_rows_added: dict[str, int] = field(default_factory=dict)
     #: Rows per table of a foreign source, and what was not carried over (why).
     tables: dict[str, int] = field(default_factory=dict)
     not_carried: list[dict[str, Any]] = field(default_factory=list)
@@ -228,6 +249,58 @@ def check_message(m: MessageIn) -> EncodedMessage:
         raise _bad(m.line, str(e)) from None
 
 
+def _graph_in(rec: dict[str, Any], line: int) -> GraphIn:
+    """A graph record: its session and its row, each column checked."""
+    table = checkpoints.RECORD_TYPES[rec["type"]]
+    sid, row = rec.get("session_id"), rec.get("row")
+    if not isinstance(sid, str) or not isinstance(row, dict):
+        raise _bad(line, f"{rec['type']} record needs a 'session_id' and a 'row' object")
+    columns = checkpoints.EXPORT_COLUMNS[table]
+    odd = sorted(set(row) ^ set(columns))
+    if odd:
+        raise _bad(line, f"{rec['type']} row has unknown or missing columns: {', '.join(odd)}")
+    return GraphIn(table, sid, tuple(_graph_value(c, row[c], line) for c in columns), line)
+
+
+def _graph_value(column: str, value: Any, line: int) -> Any:
+    """One column of a graph row as the store takes it (bytes from base64)."""
+    if value is None:
+        if column in checkpoints.NULLABLE_COLUMNS:
+            return None
+        raise _bad(line, f"graph row column {column!r} must not be null")
+    if column == "created_at":
+        if not _is_time(value):
+            raise _bad(line, f"graph row 'created_at' must be {TIME_RANGE_TEXT}")
+        return value
+    if column == "idx":
+        if isinstance(value, bool) or not isinstance(value, int) \
+                or not -MAX_COLUMN_INT - 1 <= value <= MAX_COLUMN_INT:
+            raise _bad(line, "graph row 'idx' must be a 64-bit integer")
+        return value
+    if not isinstance(value, str):
+        raise _bad(line, f"graph row column {column!r} must be a string")
+    try:
+        value.encode("utf-8")
+        if column in checkpoints.BYTES_COLUMNS:
+            return base64.b64decode(value, validate=True)
+        if column == "channel_versions" and not isinstance(json.loads(value), dict):
+            raise ValueError("not an object")
+    except (UnicodeError, binascii.Error, ValueError):
+        raise _bad(line, f"graph row column {column!r} is not valid "
+                   f"{'base64' if column in checkpoints.BYTES_COLUMNS else 'text'}") from None
+    return value
+
+
+def _end_in(rec: dict[str, Any], line: int) -> EndIn:
+    n, m, graph = rec.get("sessions"), rec.get("messages"), rec.get("graph_rows")
+    if not isinstance(n, int) or not isinstance(m, int):
+        raise _bad(line, "end record needs integer 'sessions' and 'messages'")
+    if graph is not None and (not isinstance(graph, dict) or set(graph) - set(checkpoints.TABLES)
+                              or not all(type(v) is int for v in graph.values())):
+        raise _bad(line, "end record 'graph_rows' must map graph tables to integers")
+    return EndIn(n, m, line, graph)
+
+
 def _parse_line(raw: str, line: int) -> dict[str, Any]:
     try:
         rec = json.loads(raw)
@@ -297,11 +370,10 @@ def _records(lines: Iterable[str]) -> Iterator[Record]:
                             _usage_rows(rec.get("usage", []), line))
         elif kind == "message":
             yield _message_in(rec, line)
+        elif kind in checkpoints.RECORD_TYPES:
+            yield _graph_in(rec, line)
         elif kind == "end":
-            n, m = rec.get("sessions"), rec.get("messages")
-            if not isinstance(n, int) or not isinstance(m, int):
-                raise _bad(line, "end record needs integer 'sessions' and 'messages'")
-            yield EndIn(n, m, line)
+            yield _end_in(rec, line)
         else:
             raise _bad(line, f"unknown record type {kind!r}")
 
@@ -376,16 +448,40 @@ class _Run:
             self.chunk.append(rec)
             if len(self.chunk) >= CHUNK:
                 self.flush()
+        elif isinstance(rec, GraphIn):
+            self.graph_row(rec)
         else:
             self.finish_session()
             self.ended = True
             if self.spill is not None:
-                self.spill(("e", rec.sessions, rec.messages, rec.line))
-            r = self.result
-            if (rec.sessions, rec.messages) != (r.sessions_in_file, r.messages_in_file):
-                raise _bad(rec.line, f"end record counts {rec.sessions} sessions and "
-                           f"{rec.messages} messages, the file holds {r.sessions_in_file} "
-                           f"and {r.messages_in_file}")
+                self.spill(("e", rec.sessions, rec.messages, rec.line, rec.graph_rows))
+            self.check_end(rec)
+
+    def check_end(self, rec: EndIn) -> None:
+        r = self.result
+        if (rec.sessions, rec.messages) != (r.sessions_in_file, r.messages_in_file):
+            raise _bad(rec.line, f"end record counts {rec.sessions} sessions and "
+                       f"{rec.messages} messages, the file holds {r.sessions_in_file} "
+                       f"and {r.messages_in_file}")
+        said = {t: n for t, n in (rec.graph_rows or {}).items() if n}
+        if rec.graph_rows is not None and said != r.graph_rows_in_file:
+            raise _bad(rec.line, f"end record counts graph rows {said}, the file holds "
+                       f"{r.graph_rows_in_file}")
+
+    def graph_row(self, rec: GraphIn) -> None:
+        """A checkpoint, channel value or pending write of the current session."""
+        if self.session is None or rec.session_id != self.session.id:
+            raise _bad(rec.line, "graph row does not follow its session's record")
+        self.flush()  # the session's messages first, as in the file
+        if self.spill is not None:
+            self.spill(("g", rec.table, rec.session_id, rec.values, rec.line))
+        r, dry = self.result, self.result.dry_run
+        with (self.db.core.read() if dry else self.db.atomic()) as conn:
+            added = checkpoints.insert_exported(conn, rec.table, rec.session_id, rec.values,
+                                                dry_run=dry)
+        r.graph_rows_in_file[rec.table] = r.graph_rows_in_file.get(rec.table, 0) + 1
+        r.graph_rows_added[rec.table] = r.graph_rows_added.get(rec.table, 0) + added
+        self.batch_rows += 1
 
     def start_session(self, rec: SessionIn) -> None:
         self.result.sessions_in_file += 1
@@ -593,8 +689,10 @@ def _unspill(spilled: Iterable[tuple[Any, ...]]) -> Iterator[Record]:
                             encoded_from(rec[7]))
         elif rec[0] == "s":
             yield SessionIn(rec[1], rec[2], tuple(rec[3]))
+        elif rec[0] == "g":
+            yield GraphIn(rec[1], rec[2], tuple(rec[3]), rec[4])
         else:
-            yield EndIn(rec[1], rec[2], rec[3])
+            yield EndIn(rec[1], rec[2], rec[3], rec[4])
 
 
 def import_export_file(db: StoreFace, path: str | Path, *, dry_run: bool = False,

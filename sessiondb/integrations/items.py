@@ -22,7 +22,7 @@ is JSON-equal to ``i`` for every JSON item.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import json
 
@@ -149,26 +149,63 @@ def from_message(message: dict[str, Any], *, owned: bool = False) -> Any:
 #: How a wrapped row's stored meta starts (the codec writes keys in order, compactly).
 _WRAPPED_META = '{"' + ITEM_KEY + '":'
 _ROLE_NAMES = {code: name for name, code in ROLE_CODES.items()}
+#: ``json.loads`` without its whitespace scans: a stored meta has none around
+#: it, and one that has (or has anything after its object) is left to `decode`.
+_parse_at_start = json.JSONDecoder().raw_decode
+
+def items_from_rows(rows: Iterable[tuple[Any, ...]]) -> list[Any]:
+    """The items stored rows hold, from their columns as `messages.live_rows`
+    reads them. The two forms `to_message` writes are read without the
+    general decoder, a wrapped one with one JSON parse of its meta; any
+    other row goes through `decode`."""
+    items: list[Any] = []
+    append = items.append
+    for role, kind, content, tool_calls, meta, finish_reason in rows:
+        if tool_calls is None and finish_reason is None:
+            if not meta and kind == "text":
+                append({"role": _ROLE_NAMES.get(role, role), "content": content})
+                continue
+            if meta.startswith(_WRAPPED_META) and kind in ("text", "absent"):
+                item = _wrapped_item(meta, content)
+                if item is not _NOT_WRAPPED:
+                    append(item)
+                    continue
+        append(from_message(decode(role, kind, content, tool_calls, meta, finish_reason),
+                            owned=True))
+    return items
 
 
 def item_from_row(role: str, kind: str, content: str | None, tool_calls: str | None,
                   meta: str, finish_reason: str | None) -> Any:
-    """The item a stored row holds, from its columns as `messages.live_rows`
-    reads them: the two forms `to_message` writes are read without the
-    general decoder; anything else goes through it."""
-    if tool_calls is None and finish_reason is None:
-        if not meta and kind == "text":
-            return {"role": _ROLE_NAMES.get(role, role), "content": content}
-        if meta.startswith(_WRAPPED_META) and kind in ("text", "absent"):
-            fields = json.loads(meta)
-            if set(fields) <= {ITEM_KEY, TEXT_AT_KEY}:
-                item = fields[ITEM_KEY]
-                path = fields.get(TEXT_AT_KEY)
-                if isinstance(path, list) and path:
-                    _set_in_place(item, path, content)
-                return item
-    return from_message(decode(role, kind, content, tool_calls, meta, finish_reason),
-                        owned=True)
+    """The item one stored row holds (`items_from_rows` of one row)."""
+    return items_from_rows([(role, kind, content, tool_calls, meta, finish_reason)])[0]
+
+
+_NOT_WRAPPED = object()
+
+
+def _wrapped_item(meta: str, content: str | None) -> Any:
+    """The item of a wrapped row's meta (``{"agents_item":ITEM}``, or with
+    ``"agents_text_at":PATH`` after it) with the row's content put back at
+    PATH; `_NOT_WRAPPED` when the meta is not one such JSON object alone."""
+    try:
+        fields, end = _parse_at_start(meta)
+    except ValueError:
+        return _NOT_WRAPPED
+    if end != len(meta) or type(fields) is not dict:
+        return _NOT_WRAPPED
+    item = fields[ITEM_KEY]  # the meta starts with this key
+    if len(fields) == 1:
+        return item
+    path = fields.get(TEXT_AT_KEY)
+    if len(fields) > 2 or path is None:
+        return _NOT_WRAPPED
+    if type(path) is list and path:
+        target = item
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = content
+    return item
 
 
 def _set_in_place(value: Any, path: Path, new: Any) -> None:
@@ -178,5 +215,6 @@ def _set_in_place(value: Any, path: Path, new: Any) -> None:
 
 
 __all__ = ["ITEM_KEY", "TEXT_AT_KEY", "TEXT_KEYS", "to_message", "from_message", "item_from_row",
+           "items_from_rows",
            "role_for",
            "text_slots", "replaced"]

@@ -33,7 +33,7 @@ from typing import Any, Awaitable, TypeVar
 from ..base import SessionNotFound
 from ..face import StoreFace
 from ..rows import UID_KEY, messages
-from .items import from_message, item_from_row, to_message
+from .items import from_message, items_from_rows, to_message
 from .naming import open_store, store_session_id
 
 try:
@@ -119,7 +119,7 @@ class HermesSession:
         tail = limit if limit is not None and limit > 0 else None
         with self.db.core.read() as conn:  # one statement: the rows of one commit
             rows = messages.live_rows(conn, self.store_session_id, tail=tail)
-        return [item_from_row(*row) for row in rows]
+        return items_from_rows(rows)
 
     def _append(self, batch: list[dict[str, Any]]) -> None:
         sid = self.store_session_id

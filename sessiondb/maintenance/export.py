@@ -10,15 +10,22 @@ or a transcript is. JSONL is the interchange format `importer` reads back:
     {"type": "message", "session_id", "uid", "timestamp", "state",
      "compaction_id", "kind", "message": {<the message dict, no markers>}}
     ... (each session's messages follow its session line, in order)
-    {"type": "end", "sessions": N, "messages": M}
+    {"type": "graph_checkpoint" | "graph_blob" | "graph_write", "session_id",
+     "row": {<the row's columns but id and session_id; bytes as base64>}}
+    ... (a LangGraph thread's rows follow its session's messages)
+    {"type": "end", "sessions": N, "messages": M,
+     "graph_rows": {"graph_checkpoints": C, "graph_blobs": B, "graph_writes": W}}
 
-JSON is one document with the same content nested per session; Markdown
-is for reading only. ``usage`` (the session's usage ledger rows) was added
-within version 1: a file without it imports as before, and an older reader
-ignores it.
+JSON is one document with the messages nested per session (no graph rows);
+Markdown is for reading only. ``usage`` (the session's usage ledger rows)
+and the graph records (with the end record's ``graph_rows``) were added
+within version 1: a file without them imports as before, an older reader
+ignores ``usage`` and ``graph_rows``, and a file with graph records is
+refused by an older reader as an unknown record type (nothing imported).
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, IO, Iterator, TYPE_CHECKING
 
 from ..base import InvalidInput, SessionNotFound, check_output, private_output, validate_session_id
-from ..rows import Session, StoredMessage, pages, sessions, usage
+from ..rows import Session, StoredMessage, checkpoints, pages, sessions, usage
 from .render import markdown_message, markdown_session_header
 
 if TYPE_CHECKING:  # for type hints only
@@ -38,6 +45,8 @@ EXPORT_FORMAT = "hermes-export"
 EXPORT_VERSION = 1
 SESSION_PAGE = 200
 MESSAGE_PAGE = 500
+#: Graph rows per read (a row may hold a whole graph state).
+GRAPH_PAGE = 50
 
 Progress = Callable[[int], None]
 
@@ -131,9 +140,32 @@ def message_record(session_id: str, m: StoredMessage) -> dict[str, Any]:
             "message": m.message}
 
 
+def graph_records(core: "Core", session_id: str) -> Iterator[dict[str, Any]]:
+    """The session's LangGraph rows as export records, table by table, one
+    bounded page at a time."""
+    for kind, table in checkpoints.RECORD_TYPES.items():
+        columns = checkpoints.EXPORT_COLUMNS[table]
+        after = 0
+        while True:
+            with core.read() as conn:
+                page = checkpoints.session_page(conn, table, session_id, after, GRAPH_PAGE)
+            for rid, *values in page:
+                row = {c: _b64(v) if c in checkpoints.BYTES_COLUMNS else v
+                       for c, v in zip(columns, values)}
+                yield {"type": kind, "session_id": session_id, "row": row}
+            if len(page) < GRAPH_PAGE:
+                break
+            after = page[-1][0]
+
+
+def _b64(value: Any) -> str | None:
+    return None if value is None else base64.b64encode(bytes(value)).decode("ascii")
+
+
 class _Counter:
     def __init__(self, progress: Progress | None) -> None:
         self.sessions = self.messages = 0
+        self.graph_rows = dict.fromkeys(checkpoints.TABLES, 0)
         self._progress = progress
 
     def tick(self, n: int = 1) -> None:
@@ -151,8 +183,14 @@ def _write_jsonl(core: "Core", ids: list[str] | None, out: IO[str], count: _Coun
         for m in session_messages(core, session.id):
             out.write(_dumps({"type": "message", **message_record(session.id, m)}) + "\n")
             count.tick()
-    out.write(_dumps({"type": "end", "sessions": count.sessions,
-                      "messages": count.messages}) + "\n")
+        for record in graph_records(core, session.id):
+            out.write(_dumps(record) + "\n")
+            count.graph_rows[checkpoints.RECORD_TYPES[record["type"]]] += 1
+    end: dict[str, Any] = {"type": "end", "sessions": count.sessions,
+                           "messages": count.messages}
+    if any(count.graph_rows.values()):
+        end["graph_rows"] = count.graph_rows
+    out.write(_dumps(end) + "\n")
 
 
 def _write_json(core: "Core", ids: list[str] | None, out: IO[str], count: _Counter) -> None:

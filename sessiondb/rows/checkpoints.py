@@ -313,8 +313,61 @@ def count(conn: Any, session_id: str | None = None) -> int:
                             (session_id,)).fetchone()[0])
 
 
+# -- export and import (sessiondb/maintenance/export.py, importers/importer.py) --
+
+#: An export's record type for each table's rows, in the order they are written.
+RECORD_TYPES = {"graph_checkpoint": "graph_checkpoints", "graph_blob": "graph_blobs",
+                "graph_write": "graph_writes"}
+#: The columns an export carries of each table: all but the row id (each
+#: store's own) and the session (the record names it).
+EXPORT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "graph_checkpoints": ("thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id",
+                          "run_id", "created_at", "type", "checkpoint", "metadata_type",
+                          "metadata", "channel_versions"),
+    "graph_blobs": ("checkpoint_ns", "channel", "version", "type", "value"),
+    "graph_writes": ("checkpoint_ns", "checkpoint_id", "task_id", "task_path", "idx", "channel",
+                     "type", "value")}
+#: Columns holding the serializer's bytes (base64 text in an export).
+BYTES_COLUMNS = frozenset({"checkpoint", "metadata", "value"})
+#: Columns that may be null.
+NULLABLE_COLUMNS = frozenset({"thread_id", "parent_checkpoint_id", "run_id", "value"})
+_UNIQUE = {"graph_checkpoints": "session_id, checkpoint_ns, checkpoint_id",
+           "graph_blobs": "session_id, checkpoint_ns, channel, version",
+           "graph_writes": "session_id, checkpoint_ns, checkpoint_id, task_id, idx"}
+
+
+def session_page(conn: Any, table: str, session_id: str, after: int,
+                 limit: int) -> list[tuple[Any, ...]]:
+    """A session's rows of ``table`` after row id ``after``, in id order:
+    (id, *`EXPORT_COLUMNS`)."""
+    return list(conn.execute(
+        f"SELECT id, {', '.join(EXPORT_COLUMNS[table])} FROM {table}"
+        " WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?", (session_id, after, limit)))
+
+
+def insert_exported(conn: Any, table: str, session_id: str, values: Sequence[Any], *,
+                    dry_run: bool = False) -> bool:
+    """Store one exported row (`EXPORT_COLUMNS` order) into the session; a row
+    already there under the table's key is kept. Returns whether it was
+    added (``dry_run``: whether it would be; nothing is written)."""
+    columns = EXPORT_COLUMNS[table]
+    if dry_run:
+        named = dict(zip(columns, values))
+        keys = _UNIQUE[table].split(", ")[1:]
+        return conn.execute(
+            f"SELECT 1 FROM {table} WHERE session_id = ? AND "
+            + " AND ".join(f"{k} = ?" for k in keys),
+            (session_id, *(named[k] for k in keys))).fetchone() is None
+    conn.execute(
+        f"INSERT INTO {table}(session_id, {', '.join(columns)})"
+        f" VALUES ({', '.join('?' * (len(columns) + 1))})"
+        f" ON CONFLICT({_UNIQUE[table]}) DO NOTHING", (session_id, *values))
+    return bool(conn.changes())
+
+
 __all__ = ["TABLES", "CheckpointRow", "WriteRow", "ddl", "install", "put_checkpoint",
            "put_blobs", "put_writes", "get_checkpoint", "list_checkpoints", "blobs_for",
            "writes_for", "delete_thread", "delete_checkpoints", "checkpoint_keys",
            "runs_checkpoints", "drop_unused_values", "prune_thread", "threads", "copy_thread",
-           "count"]
+           "count", "RECORD_TYPES", "EXPORT_COLUMNS", "BYTES_COLUMNS", "NULLABLE_COLUMNS",
+           "session_page", "insert_exported"]

@@ -202,3 +202,76 @@ def test_without_rowid_trees_are_walked_as_index_trees(fts_store: Path, tmp_path
     assert result.lost_and_found == []
     for table, rows in truth.rows.items():
         assert carved_by_key(result, table) == rows, table
+
+
+@pytest.fixture(scope="module")
+def graph_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with two LangGraph threads: checkpoints, channel values and
+    pending writes, checkpointed into the file."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from sessiondb.integrations.langgraph import HermesSaver
+    path = tmp_path_factory.mktemp("graph") / "state.db"
+    build_store(path, sessions=1, per_session=10)
+    builder = StateGraph(MessagesState)
+    builder.add_node("echo", lambda s: {"messages": [AIMessage(content="echo")]})
+    builder.add_edge(START, "echo")
+    with SessionDB(path, background_index=False) as db:
+        graph = builder.compile(checkpointer=HermesSaver(db))
+        for thread in ("graph-a", "graph-b"):
+            for n in range(3):
+                graph.invoke({"messages": [{"role": "user", "content": f"turn {n}"}]},
+                             {"configurable": {"thread_id": thread}})
+        db.checkpoint()
+    return path
+
+
+GRAPH_TABLES = ("graph_checkpoints", "graph_blobs", "graph_writes")
+
+
+def _graph_truth(path: Path) -> dict[str, list[tuple]]:
+    conn = apsw.Connection(str(path))
+    try:
+        return {t: conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall()
+                for t in GRAPH_TABLES}
+    finally:
+        conn.close()
+
+
+def test_graph_rows_are_carved_without_page_1(graph_store: Path, tmp_path: Path) -> None:
+    """LangGraph's three tables have known layouts: with page 1 gone their
+    records come back to their own tables, none lost and found."""
+    truth = _graph_truth(graph_store)
+    assert all(truth.values())
+    blind_path = tmp_path / "blind.db"
+    shutil.copyfile(graph_store, blind_path)
+    zero_page(blind_path, 1, read_truth(graph_store).page_size)
+    blind = carve(blind_path)
+    assert blind.lost_and_found == []
+    for table in GRAPH_TABLES:
+        got = sorted((o.rowid, *row.values()) for row, o in blind.rows(table))
+        assert got == truth[table], table
+
+
+def test_graph_rows_are_recovered_with_every_schema_page_zeroed(graph_store: Path,
+                                                                tmp_path: Path) -> None:
+    """No CREATE TABLE left: recover still puts the checkpoints in their
+    tables, and the saver reads them from the recovered store."""
+    from hstate_recovery import recover
+    from sessiondb.integrations.langgraph import HermesSaver
+    from tests.helpers.damage import pages_of
+    truth = _graph_truth(graph_store)
+    src = tmp_path / "src.db"
+    shutil.copyfile(graph_store, src)
+    page_size = read_truth(graph_store).page_size
+    for p in {1, *pages_of(src, "sqlite_schema")}:
+        zero_page(src, p, page_size)
+    rep = recover(src, tmp_path / "out.db", allow_partial=True, work_dir=tmp_path)
+    assert rep.output and rep.schema_source == "reference"  # our schema, not the file's
+    assert _graph_truth(Path(rep.output)) == truth
+    with SessionDB(rep.output) as db:
+        config = {"configurable": {"thread_id": "graph-b"}}
+        got = HermesSaver(db).get_tuple(config)
+        assert got is not None and len(got.checkpoint["channel_values"]["messages"]) == 6

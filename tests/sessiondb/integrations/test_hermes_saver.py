@@ -241,3 +241,42 @@ def test_recover_reads_checkpoints_around_a_smashed_page_of_their_table(
         newest = HermesSaver(again).get_tuple({"configurable": {"thread_id": "deep"}})
     assert after == before
     assert newest is not None and newest.checkpoint["channel_values"]["count"] == 299
+
+
+def _graph_rows(db: StoreFace) -> dict[str, list[tuple[Any, ...]]]:
+    from sessiondb.rows import checkpoints
+    out = {}
+    with db.core.read() as conn:
+        for table, columns in checkpoints.EXPORT_COLUMNS.items():
+            out[table] = sorted(tuple(bytes(v) if isinstance(v, memoryview) else v for v in r)
+                                for r in conn.execute(
+                                    f"SELECT session_id, {', '.join(columns)} FROM {table}"))
+    return out
+
+
+def test_export_and_import_carry_every_checkpoint_value_and_write(
+        store: StoreFace, open_store: Callable[..., StoreFace], tmp_path: Path) -> None:
+    from sessiondb.importers import import_export_file
+    saver = HermesSaver(store)
+    graph = _graph(saver)
+    for thread in ("exported-a", "exported-b"):
+        for word in ("jib", "keel"):
+            graph.invoke({"messages": [{"role": "user", "content": word}]},
+                         {"configurable": {"thread_id": thread}})
+    before = _graph_rows(store)
+    assert all(before.values())  # checkpoints, values and pending writes all present
+    path = tmp_path / "export.jsonl"
+    store.export_to_path(None, "jsonl", path)
+    end = json.loads(path.read_text().splitlines()[-1])
+    assert end["graph_rows"] == {t: len(rows) for t, rows in before.items()}
+    fresh = open_store(tmp_path / "fresh.db")
+    result = import_export_file(fresh, path)
+    assert result.graph_rows_added == result.graph_rows_in_file == end["graph_rows"]
+    assert _graph_rows(fresh) == before
+    config = {"configurable": {"thread_id": "exported-b"}}
+    got = HermesSaver(fresh).get_tuple(config)
+    assert got is not None and got.checkpoint == saver.get_tuple(config).checkpoint
+    assert [t.checkpoint for t in HermesSaver(fresh).list(config)] == [
+        t.checkpoint for t in saver.list(config)]
+    again = import_export_file(fresh, path)  # a re-run adds nothing
+    assert sum(again.graph_rows_added.values()) == 0 and _graph_rows(fresh) == before

@@ -215,3 +215,56 @@ def test_a_store_passed_in_stays_open(store: StoreFace) -> None:
     session = HermesSession("shared", store)
     session.close()
     assert store.count_messages() == 0  # still usable
+
+
+@pytest.mark.sqlite_only("a pure function: no store")
+def test_the_fast_reader_gives_what_the_general_decoder_gives() -> None:
+    """`items_from_rows` reads the two forms it writes without `decode`; any
+    meta that is not exactly one of them (other keys, spaces, text after the
+    object, a null path) must come out as the general decoder reads it."""
+    from sessiondb.integrations.items import from_message, items_from_rows
+    from sessiondb.rows import decode
+    item = '{"id":"m","content":[{"type":"output_text","text":null}]}'
+    metas = ['{"agents_item":%s}' % item,
+             '{"agents_item":%s,"agents_text_at":["content",0,"text"]}' % item,
+             '{"agents_item":%s,"agents_text_at":null}' % item,
+             '{"agents_item":%s,"other":1,"agents_text_at":["content",0,"text"]}' % item,
+             '{"agents_item":%s,"agents_text_at":["content",0,"text"],"other":1}' % item,
+             '{"agents_item":%s} ' % item,
+             '{"agents_item":1,"agents_item":%s}' % item,
+             '{"agents_item":%s,"agents_text_at":["content",0,"text"]}{}' % item]
+    for meta in metas:
+        for kind, content in (("text", "words"), ("absent", None)):
+            row = ("a", kind, content, None, meta, None)
+            try:
+                expected = from_message(decode(*row), owned=True)
+            except ValueError as e:
+                with pytest.raises(type(e)):
+                    items_from_rows([row])
+                continue
+            assert items_from_rows([row]) == [expected], meta
+
+
+def test_the_sdks_compaction_wrapper_rewinds_the_old_rows_never_deletes(
+        store: StoreFace) -> None:
+    """`OpenAIResponsesCompactionSession` over a HermesSession: its history
+    rewrite hook is private, so it clears and re-adds through the protocol;
+    the old rows stay on disk, rewound (the compact call is a stand-in)."""
+    import types
+
+    from agents.memory import OpenAIResponsesCompactionSession
+    summary = {"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "summary of the voyage"}]}
+
+    class Responses:
+        async def compact(self, **kw: Any) -> Any:
+            return types.SimpleNamespace(output=[summary], usage=None)
+    inner = HermesSession("voyage", store)
+    client: Any = types.SimpleNamespace(responses=Responses())
+    wrapper = OpenAIResponsesCompactionSession("voyage", inner, client=client,
+                                               compaction_mode="input")
+    legs = [{"role": "user", "content": f"leg {i}"} for i in range(4)]
+    run(wrapper.add_items(legs))
+    run(wrapper.run_compaction({"force": True}))
+    assert run(inner.get_items()) == [summary]
+    assert store.count_messages(["voyage"]) == len(legs) + 1  # nothing deleted
