@@ -143,21 +143,52 @@ class ClaudeCodeReader:
         self._side_roots: dict[str, str] = {}  # sidechain line uuid -> its group key
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
+        self._scanned: tuple[RecordFile, RecordFile] | None = None  # see `adopt`
 
     def records(self) -> Iterator[Record]:
         """One pass over the file learns each session's row (title, model,
         times, usage) and spills its messages, already mapped, to private
         temporary files (marshal; the file's bulk, such as ``toolUseResult``,
         is left behind); then each session's row and its messages are
-        yielded, the conversation first."""
-        self.report, self.groups, self.title, self._side_roots = (
-            LineReport(str(self.path)), {}, None, {})
-        with open_log(self.path) as f, RecordFile() as main, RecordFile() as sides:
-            self._scan(f, main, sides)
-            self._side_roots = {}
+        yielded, the conversation first. A file another process scanned
+        (`adopt`) is only yielded."""
+        scanned, self._scanned = self._scanned, None
+        if scanned is None:
+            scanned = RecordFile(), RecordFile()
+            try:
+                self.scan(*scanned)
+            except BaseException:
+                for rf in scanned:
+                    rf.__exit__()
+                raise
+        with scanned[0] as main, scanned[1] as sides:
             yield from self._emit(main, sides)
         for g in self.groups.values():  # a run of many files keeps only the rows' facts
             g.offsets, g.responses = [], set()
+
+    def scan(self, main: RecordFile, sides: RecordFile) -> None:
+        """The first pass: the file's sessions learnt, its messages spilled."""
+        self.report, self.groups, self.title, self._side_roots = (
+            LineReport(str(self.path)), {}, None, {})
+        with open_log(self.path) as f:
+            self._scan(f, main, sides)
+        self._side_roots = {}
+
+    def prescan(self, directory: str) -> list[str]:
+        """`scan` into named record files in ``directory`` (in a worker
+        process, log_prescan.py); returns their names."""
+        files = RecordFile(directory), RecordFile(directory)
+        try:
+            self.scan(*files)
+        finally:
+            names = [rf.handed_over() for rf in files]
+        return names
+
+    def adopt(self, scanned: "ClaudeCodeReader", names: list[str]) -> None:
+        """Take the first pass another process made of this file (`prescan`)."""
+        self.report, self.groups, self.title = scanned.report, scanned.groups, scanned.title
+        main, sides = (RecordFile.adopt(n) for n in names)
+        self._scanned = main, sides
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(session id, working directory, branch, client version, file) per session."""

@@ -90,6 +90,7 @@ class CodexReader:
         self.scan = _Scan()
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
+        self._scanned: RecordFile | None = None  # see `adopt`
 
     @property
     def session_id(self) -> str:
@@ -100,12 +101,39 @@ class CodexReader:
         """One pass over the file learns the session's row and spills its
         messages, already mapped, to a private temporary file (marshal); then
         the row and the messages are yielded."""
-        self.report, self.scan = LineReport(str(self.path)), _Scan()
-        with open_log(self.path) as f, RecordFile() as spill:
-            self._scan(f, spill)
+        scanned, self._scanned = self._scanned, None
+        if scanned is None:
+            scanned = RecordFile()
+            try:
+                self.first_pass(scanned)
+            except BaseException:
+                scanned.__exit__()
+                raise
+        with scanned as spill:
             if self.scan.messages:
                 yield self._session()
                 yield from self._emit(spill)
+
+    def first_pass(self, spill: RecordFile) -> None:
+        """The session learnt, its messages spilled."""
+        self.report, self.scan = LineReport(str(self.path)), _Scan()
+        with open_log(self.path) as f:
+            self._scan(f, spill)
+
+    def prescan(self, directory: str) -> list[str]:
+        """`first_pass` into a named record file (in a worker process,
+        log_prescan.py); returns its name."""
+        spill = RecordFile(directory)
+        try:
+            self.first_pass(spill)
+        finally:
+            name = spill.handed_over()
+        return [name]
+
+    def adopt(self, scanned: "CodexReader", names: list[str]) -> None:
+        """Take the first pass another process made of this file (`prescan`)."""
+        self.report, self.scan = scanned.report, scanned.scan
+        self._scanned = RecordFile.adopt(names[0])
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         if not self.scan.messages:
