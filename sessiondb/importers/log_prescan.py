@@ -3,10 +3,11 @@
 A reader's first pass (parse every line's JSON, map the messages, spill
 them; see the readers) is most of a transcript import's own work: the
 files carry whole file contents beside tool results, so there is much JSON
-for few messages. For a run of several files it runs in one worker
-process (``python -m sessiondb.importers.prescan_worker``), a file or two
-ahead of the import, which meanwhile checks and writes the file before:
-the two overlap on two cores. The worker writes each file's mapped records
+for few messages. For a run of several files it runs in worker processes
+(``python -m sessiondb.importers.prescan_worker``, one per core, at most
+``WORKERS``; file ``i`` goes to worker ``i % n``), a few files ahead of the
+import, which meanwhile checks the files before: on two cores two files
+are parsed at once while the import's own pass mostly waits for them. The worker writes each file's mapped records
 to named files in a private directory (0700) and the reader's state (its
 report, sessions and title) beside them; the import adopts both (each file
 is unlinked as soon as it is opened) and yields the records as if it had
@@ -33,8 +34,10 @@ from typing import IO, Any, Callable
 
 log = logging.getLogger(__name__)
 
-#: files read ahead of the one being imported
+#: files read ahead of the one being imported, per worker
 AHEAD = 2
+#: worker processes at most (one per core below that)
+WORKERS = 2
 #: a run of less than this many bytes of transcripts is read in-process
 MIN_BYTES = 4 << 20
 WORKER = "sessiondb.importers.prescan_worker"
@@ -47,9 +50,10 @@ class Prescan:
         self.kind = f"{make.__module__}:{make.__qualname__}"
         self.readers = readers
         self.scratch = tempfile.TemporaryDirectory(prefix="hermes-prescan-")
-        self.proc: subprocess.Popen[str] | None = None
+        self.procs: list[subprocess.Popen[str]] = []
         self.sent = 0  # files asked for
-        self.done = -1  # the last file the worker answered for
+        self.done: list[int] = []  # per worker: the last file it answered for
+        self.taken = -1  # the last file given to its reader
 
     @classmethod
     def start(cls, make: Callable[[Path], Any], readers: list[Any]) -> "Prescan | None":
@@ -58,9 +62,11 @@ class Prescan:
             return None
         pre = cls(make, readers)
         try:
-            pre.proc = subprocess.Popen(
-                [sys.executable, "-m", WORKER, pre.scratch.name], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, text=True, env=_child_env())
+            for _ in range(max(1, min(WORKERS, os.cpu_count() or 1, len(readers)))):
+                pre.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", WORKER, pre.scratch.name], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, text=True, env=_child_env()))
+                pre.done.append(-1)
             pre._ask_ahead(0)
         except OSError as e:
             log.info("transcripts are read in-process: no worker (%s)", e)
@@ -69,24 +75,27 @@ class Prescan:
         return pre
 
     def _ask_ahead(self, current: int) -> None:
-        proc = self.proc
-        if proc is None or proc.stdin is None:
+        if not self.procs:
             return
         try:
-            while self.sent < len(self.readers) and self.sent <= current + AHEAD:
+            while (self.sent < len(self.readers)
+                   and self.sent <= current + AHEAD * len(self.procs)):
+                proc = self.procs[self.sent % len(self.procs)]
+                assert proc.stdin is not None
                 path = str(self.readers[self.sent].path)
                 proc.stdin.write(json.dumps({"n": self.sent, "kind": self.kind,
                                              "path": path}) + "\n")
                 proc.stdin.flush()
                 self.sent += 1
-        except OSError:  # the worker is gone: the rest is read in-process
+        except OSError:  # a worker is gone: the rest is read in-process
             self._stop()
 
     def take(self, i: int) -> None:
         """Wait for file ``i``'s pass and give it to its reader (which then
         only yields); a read error is raised here, as the reader would."""
-        if self.proc is None or i >= self.sent or i <= self.done:
+        if not self.procs or i >= self.sent or i <= self.taken:
             return  # never asked for, or already taken: read in-process
+        self.taken = i
         state = self._answer(i)
         self._ask_ahead(i)
         if state is None:
@@ -98,21 +107,23 @@ class Prescan:
 
     def _answer(self, i: int) -> tuple[Any, list[str], BaseException | None] | None:
         """The worker's state for file ``i`` (None: it could not give it)."""
-        assert self.proc is not None and self.proc.stdout is not None
-        while self.done < i:
-            line = self.proc.stdout.readline()
+        w = i % len(self.procs)
+        stdout = self.procs[w].stdout
+        assert stdout is not None
+        while self.done[w] < i:
+            line = stdout.readline()
             if not line:
-                log.info("the transcript worker ended early; reading the rest here")
+                log.info("a transcript worker ended early; reading the rest here")
                 self._stop()
                 return None
-            self.done = int(line)
-            if self.done < i:  # skipped by the import (a retry): drop it
-                _load(self.scratch.name, self.done)
+            self.done[w] = int(line)
+            if self.done[w] < i:  # not taken (a retry read it here): drop it
+                _load(self.scratch.name, self.done[w])
         return _load(self.scratch.name, i)
 
     def _stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
+        procs, self.procs = self.procs, []
+        for proc in procs:
             _end(proc)
 
     def close(self) -> None:
@@ -188,4 +199,4 @@ def _size(readers: list[Any]) -> int:
     return total
 
 
-__all__ = ["AHEAD", "MIN_BYTES", "Prescan", "serve"]
+__all__ = ["AHEAD", "MIN_BYTES", "Prescan", "WORKERS", "serve"]
