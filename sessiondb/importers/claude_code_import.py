@@ -38,7 +38,8 @@ from typing import Any, BinaryIO, Iterator
 
 from ..base import MessageState
 from ..rows import usage as ledger
-from .importer import MessageIn, Record, SessionIn
+from .import_spill import encoded_from
+from .importer import MessageIn, Record, SessionIn, encoded_ahead
 from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
                         safe_id, text_of, title_from)
 
@@ -144,6 +145,8 @@ class ClaudeCodeReader:
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
         self._scanned: tuple[RecordFile, RecordFile] | None = None  # see `adopt`
+        #: encode each message during the scan (a worker's, see `prescan`)
+        self.encode = False
 
     def records(self) -> Iterator[Record]:
         """One pass over the file learns each session's row (title, model,
@@ -178,6 +181,7 @@ class ClaudeCodeReader:
         """`scan` into named record files in ``directory`` (in a worker
         process, log_prescan.py); returns their names."""
         files = RecordFile(directory), RecordFile(directory)
+        self.encode = True  # the import's check then finds the rows made
         try:
             self.scan(*files)
         finally:
@@ -221,10 +225,11 @@ class ClaudeCodeReader:
                 group = self._group_of(obj)
                 group.saw(obj, when)
                 for rec in messages_of(group.id, obj, when, line.number):
+                    row = spilled(rec, self.encode)
                     if group.parent is None:
-                        main.write(tuple(rec[:8]))
+                        main.write(row)
                     else:
-                        group.offsets.append(sides.write(tuple(rec[:8])))
+                        group.offsets.append(sides.write(row))
                 if self.title is None and obj["uuid"] in summaries:
                     self.title = summaries[obj["uuid"]]
             elif kind == "summary" and isinstance(obj.get("summary"), str):
@@ -265,7 +270,7 @@ class ClaudeCodeReader:
             yield conversation.session(SOURCE, self.title)
             for rec in main:
                 if rec[7] not in self.refused:
-                    yield MessageIn(*rec)
+                    yield unspilled(rec)
         for key, group in self.groups.items():
             if not key:
                 continue
@@ -273,7 +278,19 @@ class ClaudeCodeReader:
             for offset in group.offsets:
                 rec = sides.at(offset)
                 if rec[7] not in self.refused:
-                    yield MessageIn(*rec)
+                    yield unspilled(rec)
+
+
+def spilled(rec: MessageIn, encode: bool) -> tuple[Any, ...]:
+    """A message as spilled between the passes: its fields, and with
+    ``encode`` its checked row instead of its dict (None: the import's check
+    refuses it and names the line)."""
+    row = encoded_ahead(rec) if encode else None
+    return (*rec[:6], rec.message if row is None else None, rec.line, row)
+
+
+def unspilled(rec: tuple[Any, ...]) -> MessageIn:
+    return MessageIn(*rec[:8], None if rec[8] is None else encoded_from(rec[8]))
 
 
 # -- one line as our messages ---------------------------------------------------

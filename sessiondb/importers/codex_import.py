@@ -35,7 +35,8 @@ from typing import Any, BinaryIO, Iterator
 from ..base import MessageState
 from ..rows import ROLES
 from ..rows import usage as ledger
-from .importer import MessageIn, Record, SessionIn
+from .import_spill import encoded_from
+from .importer import MessageIn, Record, SessionIn, encoded_ahead
 from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
                         safe_id, text_of, title_from)
 
@@ -91,6 +92,8 @@ class CodexReader:
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
         self._scanned: RecordFile | None = None  # see `adopt`
+        #: encode each message during the scan (a worker's, see `prescan`)
+        self.encode = False
 
     @property
     def session_id(self) -> str:
@@ -124,6 +127,7 @@ class CodexReader:
         """`first_pass` into a named record file (in a worker process,
         log_prescan.py); returns its name."""
         spill = RecordFile(directory)
+        self.encode = True  # the import's check then finds the rows made
         try:
             self.first_pass(spill)
         finally:
@@ -166,8 +170,12 @@ class CodexReader:
                     self._unknown(line.number, item)
                     continue
                 # without the session id: the meta line naming it may come later
-                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message", msg,
-                             line.number))
+                row = None
+                if self.encode:  # the session id is not needed to encode it
+                    row = encoded_ahead(MessageIn("", f"codex:{line.number}", when, _ACTIVE,
+                                                  None, "message", msg, line.number))
+                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message",
+                             msg if row is None else None, line.number, row))
                 scan.messages += 1
                 scan.saw(when)
                 if scan.prompt is None and item.get("type") == "message" \
@@ -248,7 +256,7 @@ class CodexReader:
         sid = self.session_id
         for rec in spill:
             if rec[6] not in self.refused:
-                yield MessageIn(sid, *rec)
+                yield MessageIn(sid, *rec[:7], None if rec[7] is None else encoded_from(rec[7]))
 
 
 def _prompt(content: Any) -> str | None:

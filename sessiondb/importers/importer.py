@@ -222,10 +222,22 @@ def check_message(m: MessageIn) -> EncodedMessage:
         raise _bad(m.line, "message 'compaction_id' must be a string or null")
     if not isinstance(m.kind, str) or not m.kind:
         raise _bad(m.line, "message 'kind' must be a non-empty string")
+    if m.encoded is not None:  # encoded by a reader ahead of the import (log_prescan.py)
+        return m.encoded
     try:
         return _at(encode(m.message, uid=m.uid), m.timestamp)
     except InvalidMessage as e:
         raise _bad(m.line, str(e)) from None
+
+
+def encoded_ahead(m: MessageIn) -> tuple[Any, ...] | None:
+    """The row `check_message` would make of ``m``, as a plain tuple (for a
+    reader that encodes in a worker process, ahead of the import); None when
+    it refuses ``m``: the import then checks it again and names the line."""
+    try:
+        return tuple(check_message(m))
+    except ImportFileError:
+        return None
 
 
 def _parse_line(raw: str, line: int) -> dict[str, Any]:
