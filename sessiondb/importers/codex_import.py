@@ -280,10 +280,16 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _output(value: Any) -> str:
+    """A tool output's text: a string, the ``content`` of an older client's
+    object, or the text items of a list (its images become attachments)."""
     if isinstance(value, dict):  # older clients: {"content": ..., "metadata": ...}
         value = value.get("content", value)
     text = text_of(value, _TEXTS)
-    return text if text is not None else ("" if value is None else json.dumps(value))
+    if text is not None:
+        return text
+    if value is None or _images(value):
+        return ""
+    return json.dumps(value)
 
 
 def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -292,10 +298,9 @@ def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "message" and item.get("role") in ROLES:
         content = item.get("content")
         msg: dict[str, Any] = {"role": item["role"], "content": text_of(content, _TEXTS)}
-        images = [c for c in content if isinstance(c, dict) and c.get("type") == "input_image"] \
-            if isinstance(content, list) else []
+        images = _images(content)
         if images:
-            msg["attachments"] = [{"type": "input_image"} for _ in images]
+            msg["attachments"] = images
         return msg
     if kind == "reasoning":
         text = text_of(item.get("summary"), _TEXTS) or text_of(item.get("content"), _TEXTS)
@@ -304,6 +309,19 @@ def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
     if kind in _CALLS:
         return {"role": "assistant", "content": None, "tool_calls": [_call(item)]}
     if kind in _OUTPUTS:
-        return {"role": "tool", "content": _output(item.get("output")),
-                "tool_call_id": str(item.get("call_id") or "")}
+        output = item.get("output")
+        msg = {"role": "tool", "content": _output(output),
+               "tool_call_id": str(item.get("call_id") or "")}
+        images = _images(output)
+        if images:
+            msg["attachments"] = images
+        return msg
     return None
+
+
+def _images(content: Any) -> list[dict[str, str]]:
+    """The images of a list of content items, by type (never their bytes)."""
+    if not isinstance(content, list):
+        return []
+    return [{"type": "input_image"} for c in content
+            if isinstance(c, dict) and c.get("type") == "input_image"]
