@@ -10,9 +10,10 @@ imports the export into a second empty home (the store's own import path,
 the peer). Both are timed as library calls in this process, in alternating
 rounds (medians; the machine may be shared); the goal is Claude Code
 messages/s >= the store's own import's messages/s on the same messages.
-The Claude Code import runs twice a round: as ``sessions import`` runs it
-(the files' first pass in read-ahead workers, sessiondb/importers/log_prescan.py)
-and with every file read in-process, for the workers' own effect.
+The Claude Code import runs twice a round: with the files' first pass in
+read-ahead workers (sessiondb/importers/log_prescan.py; forced on here,
+``sessions import`` uses them only when a core is idle) and with every
+file read in-process.
 
     python bench/import_logs.py                 # 100,000 lines in 100 files
     python bench/import_logs.py --lines 20000 --files 20
@@ -104,8 +105,13 @@ def timed(fn) -> tuple[float, float, object]:
 def one_round(root: Path, project: Path, k: int) -> dict:
     """Both imports into fresh homes, opened as `sessions import` opens them
     (no background indexer: the import drives the index)."""
-    with SessionDB.open(root / f"cc{k}", background_index=False) as db:
-        cc_s, cc_cpu, report = timed(lambda: import_logs(db, "claude-code", [project]))
+    free, log_prescan.cores_free = log_prescan.cores_free, lambda: True  # workers, whatever the load
+    try:
+        with SessionDB.open(root / f"cc{k}", background_index=False) as db:
+            cc_s, cc_cpu, report = timed(lambda: import_logs(db, "claude-code", [project]))
+    finally:
+        log_prescan.cores_free = free
+    with SessionDB.open(root / f"cc{k}") as db:
         export = root / f"export{k}.jsonl"
         export_to_path(db.core, None, "jsonl", export)
     workers, log_prescan.MIN_BYTES = log_prescan.MIN_BYTES, 1 << 62  # every file in-process

@@ -13,7 +13,13 @@ report, sessions and title) beside them; the import adopts both (each file
 is unlinked as soon as it is opened) and yields the records as if it had
 read the file itself.
 
-The worker is a new interpreter, not a fork: the importing process holds
+The workers only pay when a core is free for them: each is an interpreter
+that takes about 0.2 s of CPU to start, and the mapped records travel
+through files, so on a machine whose cores are all busy the same run is
+slower with them (docs/benchmarks.md measured it). So they run only when
+the load average leaves a core idle (`cores_free`).
+
+A worker is a new interpreter, not a fork: the importing process holds
 SQLite connections and threads a child must not inherit, and nothing of
 the caller's program runs again in it. When no worker can run, or for a
 run too small to pay for starting one, every file is read in the importing
@@ -58,7 +64,7 @@ class Prescan:
     @classmethod
     def start(cls, make: Callable[[Path], Any], readers: list[Any]) -> "Prescan | None":
         """A running prescan, or None when the run is read in-process."""
-        if len(readers) < 2 or _size(readers) < MIN_BYTES:
+        if len(readers) < 2 or _size(readers) < MIN_BYTES or not cores_free():
             return None
         pre = cls(make, readers)
         try:
@@ -180,6 +186,15 @@ def serve(directory: str, requests: IO[str], answers: IO[str]) -> None:
         answers.flush()
 
 
+def cores_free() -> bool:
+    """Whether the last minute's load average leaves at least one core idle."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this platform: do not guess
+        return False
+    return load <= (os.cpu_count() or 1) - 1
+
+
 def _child_env() -> dict[str, str]:
     """This environment, with the directory this package is imported from
     first on the path (a checkout run from elsewhere finds the same code)."""
@@ -199,4 +214,4 @@ def _size(readers: list[Any]) -> int:
     return total
 
 
-__all__ = ["AHEAD", "MIN_BYTES", "Prescan", "WORKERS", "serve"]
+__all__ = ["AHEAD", "MIN_BYTES", "Prescan", "WORKERS", "cores_free", "serve"]

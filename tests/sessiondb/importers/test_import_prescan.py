@@ -41,6 +41,7 @@ def test_worker_and_in_process_give_the_same_import(tmp_path, monkeypatch, fmt):
     docs = []
     for name, min_bytes in (("worker", 0), ("here", 1 << 60)):
         monkeypatch.setattr(log_prescan, "MIN_BYTES", min_bytes)
+        monkeypatch.setattr(log_prescan, "cores_free", lambda: True)  # whatever the load
         with SessionDB(tmp_path / f"{name}.db") as db:
             report = import_logs(db, fmt, [src])
             again = import_logs(db, fmt, [src])
@@ -56,6 +57,7 @@ def test_worker_and_in_process_give_the_same_import(tmp_path, monkeypatch, fmt):
 
 def test_a_file_that_cannot_be_read_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(log_prescan, "MIN_BYTES", 0)
+    monkeypatch.setattr(log_prescan, "cores_free", lambda: True)
     src = tmp_path / "p"
     a.claude_v2(src)
     locked = src / "locked.jsonl"
