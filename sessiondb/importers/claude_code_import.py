@@ -290,7 +290,7 @@ def spilled(rec: MessageIn, encode: bool) -> tuple[Any, ...]:
 
 
 def unspilled(rec: tuple[Any, ...]) -> MessageIn:
-    return MessageIn(*rec[:8], None if rec[8] is None else encoded_from(rec[8]))
+    return MessageIn._make((*rec[:8], None if rec[8] is None else encoded_from(rec[8])))
 
 
 # -- one line as our messages ---------------------------------------------------

@@ -256,7 +256,8 @@ class CodexReader:
         sid = self.session_id
         for rec in spill:
             if rec[6] not in self.refused:
-                yield MessageIn(sid, *rec[:7], None if rec[7] is None else encoded_from(rec[7]))
+                yield MessageIn._make((sid, *rec[:7],
+                                       None if rec[7] is None else encoded_from(rec[7])))
 
 
 def _prompt(content: Any) -> str | None:
