@@ -38,6 +38,7 @@ def test_worker_and_in_process_give_the_same_import(tmp_path, monkeypatch, fmt):
         adopted.append(self.path)
         plain_adopt(self, scanned, names)
     monkeypatch.setattr(reader, "adopt", counted)
+    monkeypatch.setattr(log_prescan, "WORKERS", 1)  # one interpreter to start: a faster test
     docs = []
     for name, min_bytes in (("worker", 0), ("here", 1 << 60)):
         monkeypatch.setattr(log_prescan, "MIN_BYTES", min_bytes)
