@@ -20,9 +20,14 @@ class AppContext:
     #: the home's SQLite file (the home still holds the spool).
     store_url: str | None = None
 
-    def open_store(self, *, create: bool = True, background_index: bool = True) -> StoreFace:
+    def open_store(self, *, create: bool = True, background_index: bool = True,
+                   read_only: bool = False) -> StoreFace:
         """The home's store. Reading commands pass ``create=False``: a missing
-        store is then "no store at PATH" and nothing is created."""
+        store is then "no store at PATH" and nothing is created. ``read_only``
+        (`hermes mcp serve`): nothing is written either, not even a schema
+        upgrade or an index rebuild (`SessionDB` says how)."""
+        if read_only:
+            return SessionDB.open(self.home, self.profile, url=self.store_url, read_only=True)
         return SessionDB.open(self.home, self.profile, create=create, url=self.store_url,
                               background_index=background_index)
 

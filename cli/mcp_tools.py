@@ -3,8 +3,9 @@
 Four tools over the home's store: ``search_sessions``, ``list_sessions``,
 ``read_session`` and ``session_stats``. Each takes a JSON object of
 arguments, checks every one (unknown names, wrong types and out-of-range
-values are refused), opens the store the way the reading commands do
-(never creating it), calls one library function and returns a JSON
+values are refused), opens the store read-only (``read_only=True``: never
+created, migrated, reindexed or written; see sessiondb/engine/readonly.py),
+calls one library function and returns a JSON
 document an assistant can quote. Answers are bounded: a message's text is
 cut at ``TEXT_CHARS`` and a whole answer at ``max_bytes``, and the answer
 says what was cut. No tool takes a path: the store is the one the server
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from sessiondb import InvalidInput, StorageError, StoreFace
+from sessiondb import InvalidInput, StorageError, StoreFace, StoreLocked
 from sessiondb.base import Cause, describe_error, validate_session_id
 from sessiondb.maintenance import render_text
 
@@ -294,13 +295,23 @@ def call(app: AppContext, name: str, arguments: Any, *, max_bytes: int = MAX_BYT
         raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS)}")
     args = check_args(tool.schema, arguments)
     try:
-        # Opened per call, as a reading command opens it (never created), so a
-        # long-lived server holds no handle between calls; no background
-        # indexer thread: a call is short and only reads.
-        with app.open_store(create=False, background_index=False) as db:
-            doc = tool.run(db, args)
+        doc = _run(app, tool, args)
     except InvalidInput as e:
         raise ToolError(" ".join(str(e).split())) from None
     except StorageError as e:
         raise ToolError(explain(e, app)) from None
     return bounded(doc, tool.list_key, max_bytes)
+
+
+def _run(app: AppContext, tool: Tool, args: dict[str, Any]) -> dict[str, Any]:
+    """The tool on a read-only handle, opened per call so a long-lived server
+    holds nothing between calls. Read again once after `locked`: a store read
+    without locks that a writer changed meanwhile says so (engine/readonly.py)."""
+    for attempt in (1, 2):
+        try:
+            with app.open_store(read_only=True) as db:
+                return tool.run(db, args)
+        except StoreLocked:
+            if attempt == 2:
+                raise
+    raise AssertionError("not reached")

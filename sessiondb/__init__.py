@@ -1,6 +1,7 @@
 """sessiondb: a WAL-aware SQLite store for agent sessions and transcripts."""
 from .base import (Cause, DiskFull, FILE_MODE, ForeignStore, InvalidInput, InvalidMessage,
-                   InvalidQuery, LeaseLost, MessageState, SchemaTooNew, SearchIndexCorrupt,
+                   InvalidQuery, LeaseLost, MessageState, ReadOnlyHandle, SchemaTooNew,
+                   SchemaTooOld, SearchIndexCorrupt,
                    SearchRebuildRefused, SessionNotFound, SessionTooLong, StorageError,
                    StorageFailure, StoreCorrupt, StoreIOError, StoreLocked, StoreNotFound,
                    StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion, classify, describe,
@@ -23,7 +24,7 @@ __all__ = [
     "resolve_home", "store_path", "Cause", "StorageError", "StoreCorrupt", "SearchIndexCorrupt",
     "StoreLocked", "DiskFull", "StoreReadOnly", "StoreIOError", "StoreReplaced", "LeaseLost",
     "SessionNotFound", "SessionTooLong", "StoreNotFound", "InvalidMessage", "InvalidInput",
-    "SchemaTooNew",
+    "SchemaTooNew", "SchemaTooOld", "ReadOnlyHandle",
     "UnsafeSQLiteVersion", "__version__",
     "TranscriptWriter", "FlushResult", "CompactionResult", "RestoreResult", "CompactionError",
     "CompactionNotFound", "apply_compaction",

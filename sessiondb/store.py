@@ -26,7 +26,8 @@ from typing import Any, Callable
 
 import apsw
 
-from .base import InvalidInput, SchemaTooNew, from_apsw, paths, policy
+from .base import (InvalidInput, SchemaTooNew, SchemaTooOld, from_apsw, hermes_command, paths,
+                   policy)
 from .engine import CheckpointStats, StoreCore, checkpointer, migrations
 from .face import DEFAULT_PATIENCE_S, SessionBody, StoreFace
 from .index import IndexerStats, search_index
@@ -48,6 +49,13 @@ class SessionDB(StoreFace):
     (see checkpointer.py); commits never do. Another thread keeps the search
     index up to date after commits; ``background_index=False`` leaves that
     to searches over a long backlog, ``catch_up_index()`` and close.
+
+    ``read_only=True`` opens an existing store without writing a byte of it
+    or its sidecars (docs/architecture.md, "Read-only handles"): no
+    migration (a schema that needs one first raises `SchemaTooOld`), no
+    stamp, no index rebuild, no threads, no spool reserve; every write
+    raises `ReadOnlyHandle`, and search on a stale or damaged index answers
+    from the fallback scan.
     """
 
     backend = "sqlite"
@@ -57,7 +65,8 @@ class SessionDB(StoreFace):
                  home: Path | None = None, profile: str | None = None,
                  vfs: str | None = None,
                  checkpoint_pages: int = policy.WAL_CHECKPOINT_PAGES,
-                 background_index: bool = True, create: bool = True) -> None:
+                 background_index: bool = True, create: bool = True,
+                 read_only: bool = False) -> None:
         self.sqlite_version = policy.check_sqlite_version()
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
@@ -71,23 +80,27 @@ class SessionDB(StoreFace):
                                path=str(self.path))
         # Before any pragma or write: another program's file is never changed,
         # and without ``create`` a missing store is not made (see sqlitefile/identity.py).
-        self.identity = check_before_open(self.path, create=create, home=home,
-                                                   profile=profile)
+        self.identity = check_before_open(self.path, create=create and not read_only,
+                                          home=home, profile=profile)
         self._core = core = StoreCore(self.path, journal_mode=journal_mode, patience=patience,
-                                      vfs=vfs, clock=clock)
+                                      vfs=vfs, clock=clock, read_only=read_only)
         try:
             core.guard.attach(core.writer)
-            self._migrate()
-            core.guard.establish(core.writer, self.atomic)
-            core.start_threads(checkpoint_pages, background_index)
+            if read_only:
+                self._check_readable()
+            else:
+                self._migrate()
+                core.guard.establish(core.writer, self.atomic)
+                core.start_threads(checkpoint_pages, background_index)
         except BaseException:
             core.abandon()
             raise
         # A stale search index is rebuilt here only if no other process holds the file.
-        self.search_rebuilt_on_open = search_maintenance.rebuild_on_open(core)
+        self.search_rebuilt_on_open = (None if read_only else
+                                       search_maintenance.rebuild_on_open(core))
         if core.indexer is not None:
             core.indexer.notify()  # catch up on what earlier handles left
-        if home is not None and not core.writer.readonly("main"):
+        if home is not None and not read_only and not core.writer.readonly("main"):
             spool_write.reserve_for(self.path)  # a home's spool takes space while there is some
 
     @classmethod
@@ -96,7 +109,9 @@ class SessionDB(StoreFace):
         """Open ``<home>/state.db`` (or a profile's), creating the home 0700.
 
         With ``create=False`` (reading commands) a missing store raises
-        StoreNotFound and nothing, not even the home, is created. ``url``
+        StoreNotFound and nothing, not even the home, is created; so does
+        ``read_only=True``, which opens the store without writing to it
+        (see the class doc; on PostgreSQL a read-only session). ``url``
         (or ``$HERMES_STORE_URL``) ``postgresql://...`` opens the PostgreSQL
         backend instead (sessiondb/pg/, docs/postgresql.md); the home still
         holds its spool. The result is a `StoreFace`: a `SessionDB` for a
@@ -106,6 +121,8 @@ class SessionDB(StoreFace):
             from .pg import open_url  # psycopg is imported only for a server
             return open_url(url, home=home, profile=profile, **kwargs)
         root = paths.resolve_home(home)
+        if kwargs.get("read_only"):  # the home is only read: not made, not made private
+            return cls(paths.store_path(root, profile), home=root, profile=profile, **kwargs)
         if not kwargs.get("create", True):
             path = paths.store_path(root, profile)
             check_before_open(path, create=False, home=root, profile=profile)
@@ -157,6 +174,24 @@ class SessionDB(StoreFace):
             self._record_meta("sqlite_version", self.sqlite_version)
         except apsw.Error as e:
             raise from_apsw(e, path=str(self.path), context="cannot prepare schema") from e
+
+    def _check_readable(self) -> None:
+        """A read-only open's schema check: what the reading queries need is
+        there (see `migrations.READABLE_BEFORE`), nothing is applied."""
+        conn = self._core.writer
+        try:
+            newer, blocking = migrations.unknown(conn), migrations.blocking_reads(conn)
+        except apsw.Error as e:
+            raise from_apsw(e, path=str(self.path), context="cannot read the schema") from e
+        if newer:
+            raise SchemaTooNew(f"{self.path} has migrations this version does not know: "
+                               f"{', '.join(newer)}; upgrade hermes-state", path=str(self.path))
+        if blocking:
+            command = hermes_command(self.home, self.profile, "sessions", "repair")
+            raise SchemaTooOld(
+                f"{self.path} was written by an older hermes-state and cannot be read "
+                f"read-only before its schema is upgraded ({', '.join(blocking)} pending); "
+                f"upgrade it with: {command}", path=str(self.path))
 
     def _record_meta(self, key: str, value: str) -> None:
         row = self._core.writer.execute("SELECT value FROM state_meta WHERE key = ?",

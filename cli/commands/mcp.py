@@ -27,8 +27,8 @@ def serve_cmd(app: AppContext, max_bytes: int) -> None:
 
     Tools: search_sessions, list_sessions, read_session, session_stats
     (docs/cli.md). They read the store of --home/--profile (or --store-url),
-    opened as reading commands open it, and change no session or message;
-    no tool takes a path. Needs the mcp extra: pip install 'hermes-state[mcp]'.
+    opened read-only for each call: nothing is written, not even a schema
+    upgrade or a search-index rebuild; no tool takes a path. Needs the mcp extra: pip install 'hermes-state[mcp]'.
 
     \b
     Example:

@@ -6,8 +6,8 @@ from . import paths, policy
 from .causes import classify, classify_text
 from .coreapi import Core
 from .errors import (Cause, DiskFull, ForeignStore, InvalidInput, InvalidMessage, InvalidQuery,
-                     LeaseLost, SchemaTooNew, SearchIndexCorrupt, SearchRebuildRefused,
-                     SessionNotFound, SessionTooLong, StorageError, StoreCorrupt, StoreIOError,
+                     LeaseLost, ReadOnlyHandle, SchemaTooNew, SchemaTooOld, SearchIndexCorrupt,
+                     SearchRebuildRefused, SessionNotFound, SessionTooLong, StorageError, StoreCorrupt, StoreIOError,
                      StoreLocked, StoreNotFound, StoreReadOnly, StoreReplaced, UnsafeSQLiteVersion,
                      connection_errno, from_apsw, on_readonly_mount)
 from .explain import (RECOVERED_NAME, StorageFailure, commands, describe, describe_error,
@@ -39,7 +39,9 @@ __all__ = [
     "RECOVERED_NAME",
     "SIDECARS",
     "STORE_NAME",
+    "ReadOnlyHandle",
     "SchemaTooNew",
+    "SchemaTooOld",
     "SearchIndexCorrupt",
     "SearchRebuildRefused",
     "SessionNotFound",

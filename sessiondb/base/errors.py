@@ -97,6 +97,16 @@ class StoreReadOnly(StorageError):
     cause = Cause.READONLY
 
 
+class ReadOnlyHandle(StoreReadOnly):
+    """A write through a handle opened with ``read_only=True``: refused before
+    anything reaches the store (and, unlike a read-only disk, nothing is
+    spooled: the caller asked for a handle that never writes)."""
+
+    @property
+    def code(self) -> str:
+        return "storage_read_only_handle"
+
+
 class StoreIOError(StorageError):
     """The operating system reported an I/O failure."""
 
@@ -205,6 +215,17 @@ class SchemaTooNew(StorageError):
     @property
     def code(self) -> str:
         return "storage_schema_too_new"
+
+
+class SchemaTooOld(StorageError):
+    """A read-only open of a store whose schema this version cannot read
+    before its pending migrations run (the message names the command)."""
+
+    cause = Cause.UNKNOWN
+
+    @property
+    def code(self) -> str:
+        return "storage_schema_too_old"
 
 
 # apsw exception class -> our class. Order matters only for subclasses.

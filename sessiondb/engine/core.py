@@ -35,13 +35,14 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import apsw
 
-from ..base import (InvalidInput, StorageError, StoreLocked, connection_errno, from_apsw, paths,
-                    policy)
+from ..base import (InvalidInput, ReadOnlyHandle, StorageError, StoreLocked, connection_errno,
+                    from_apsw, paths, policy)
 from ..index import Indexer, search_index
 from ..rows import checked_time
 from . import checkpointer
 from .checkpointer import Checkpointer
 from .containment import Guard
+from .readonly import ReadOnlyView
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,8 @@ class StoreCore:
     """Connections, transactions and background threads of one handle."""
 
     def __init__(self, path: Path, *, journal_mode: str, patience: float,
-                 vfs: str | None, clock: Callable[[], float] = time.time) -> None:
+                 vfs: str | None, clock: Callable[[], float] = time.time,
+                 read_only: bool = False) -> None:
         if journal_mode not in ("wal", "delete"):
             raise InvalidInput(f"journal_mode must be 'wal' or 'delete', not {journal_mode!r}")
         self.path, self.patience, self.vfs = path, patience, vfs
@@ -142,7 +144,11 @@ class StoreCore:
         self.checkpointer: Checkpointer | None = None
         self.indexer: Indexer | None = None
         self.guard = Guard(path, lambda: (self.writer, self.reader_conn, self.index_conn))
-        self.writer = self._open_writer(journal_mode)
+        # A read-only handle has one connection, which never writes (readonly.py);
+        # it stands in the writer's place, and every write refuses before using it.
+        self.view = ReadOnlyView(path, vfs) if read_only else None
+        self.reads = 0  # read blocks open in this handle (a reconnect waits for none)
+        self.writer = self._open_read_only() if read_only else self._open_writer(journal_mode)
 
     # -- connections -------------------------------------------------------
 
@@ -176,7 +182,36 @@ class StoreCore:
             raise
         return conn
 
+    def _open_read_only(self) -> apsw.Connection:
+        assert self.view is not None
+        conn = self.view.connect()
+        try:
+            policy.apply_policy(conn, policy.READER_POLICY)
+            search_index.register_functions(conn)
+            self.guard.prepare(conn)
+        except apsw.Error as e:
+            conn.close()
+            raise from_apsw(e, path=str(self.path), context=f"cannot use {self.path}") from e
+        return conn
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle was opened read-only (every write refuses)."""
+        return self.view is not None
+
+    def refuse_write(self, what: str = "write") -> None:
+        """Raise `ReadOnlyHandle` on a read-only handle, before anything is touched."""
+        if self.view is not None:
+            raise ReadOnlyHandle(f"{self.path} was opened read-only: this handle does not "
+                                 f"{what}; open the store without read_only to change it",
+                                 path=str(self.path))
+
     def reader(self) -> apsw.Connection:
+        if self.view is not None:
+            if not self.reads and self.view.stale():  # a writer came: see its commits
+                self.writer.close()
+                self.writer = self._open_read_only()
+            return self.writer
         if self.reader_conn is None:
             conn = self._connect(apsw.SQLITE_OPEN_READONLY)
             policy.apply_policy(conn, policy.READER_POLICY)
@@ -241,6 +276,7 @@ class StoreCore:
 
     def write(self, *, patience: float | None = None) -> "Atomic":
         """The one transaction primitive (see `SessionDB.atomic`)."""
+        self.refuse_write()
         return Atomic(self, self.patience if patience is None else patience)
 
     def _index_connection(self) -> apsw.Connection:
@@ -283,6 +319,7 @@ class StoreCore:
         damage as ``fts_index``, without quarantine). Inside this thread's
         own write transaction it is a savepoint of that one instead (the
         other connection could not get the write lock)."""
+        self.refuse_write("index")
         if self.in_transaction:
             with self.write(patience=patience) as conn:
                 yield conn
@@ -317,10 +354,15 @@ class StoreCore:
         self.check_open()
         with self.lock:
             conn = self.writer if self.depth else self.reader()
+            self.reads += 1
             try:
                 yield conn
             except apsw.Error as e:
                 raise from_apsw(e, path=str(self.path)) from e
+            finally:
+                self.reads -= 1
+            if self.view is not None and not self.reads:
+                self.view.check_unchanged()
 
     @contextmanager
     def snapshot(self) -> Iterator[apsw.Connection]:
@@ -331,6 +373,7 @@ class StoreCore:
     def checkpoint(self, patience: float | None) -> tuple[int, int]:
         """A PASSIVE checkpoint; SQLITE_BUSY (another checkpoint) waited out."""
         self.check_open()
+        self.refuse_write("checkpoint")
 
         def once() -> tuple[int, int]:
             self.guard.before_write()  # a checkpoint writes the database file

@@ -243,6 +243,14 @@ MIGRATIONS: tuple[Migration, ...] = (m001_initial, m002_leases, m003_compactions
                                      m014_nul_text)
 
 
+#: Migrations a read-only handle may find pending and still read the store:
+#: they only add tables that searching, listing, reading and counting never
+#: touch. Any other pending migration changes what the reading queries expect
+#: (the row format, the index, the session flags), so a read-only open refuses
+#: the store until a writable open has applied it.
+READABLE_BEFORE: frozenset[str] = frozenset({"m013_graph_checkpoints"})
+
+
 def _ensure_ledger(conn: apsw.Connection) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS migrations ("
                  "name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
@@ -267,6 +275,12 @@ def unknown(conn: apsw.Connection) -> list[str]:
     """Applied migrations this code does not know (a newer writer)."""
     known = {m.__name__ for m in MIGRATIONS}
     return [name for name in applied(conn) if name not in known]
+
+
+def blocking_reads(conn: apsw.Connection) -> list[str]:
+    """Pending migrations without which the reading queries do not work
+    (what a read-only open refuses the store for; see `READABLE_BEFORE`)."""
+    return [name for name in pending(conn) if name not in READABLE_BEFORE]
 
 
 def apply_pending(conn: apsw.Connection, begin: Callable[[], None]) -> list[str]:

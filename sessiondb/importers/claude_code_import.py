@@ -38,7 +38,8 @@ from typing import Any, BinaryIO, Iterator
 
 from ..base import MessageState
 from ..rows import usage as ledger
-from .importer import MessageIn, Record, SessionIn
+from .import_spill import encoded_from
+from .importer import MessageIn, Record, SessionIn, encoded_ahead
 from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
                         safe_id, text_of, title_from)
 
@@ -143,21 +144,55 @@ class ClaudeCodeReader:
         self._side_roots: dict[str, str] = {}  # sidechain line uuid -> its group key
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
+        self._scanned: tuple[RecordFile, RecordFile] | None = None  # see `adopt`
+        #: encode each message during the scan (a worker's, see `prescan`)
+        self.encode = False
 
     def records(self) -> Iterator[Record]:
         """One pass over the file learns each session's row (title, model,
         times, usage) and spills its messages, already mapped, to private
         temporary files (marshal; the file's bulk, such as ``toolUseResult``,
         is left behind); then each session's row and its messages are
-        yielded, the conversation first."""
-        self.report, self.groups, self.title, self._side_roots = (
-            LineReport(str(self.path)), {}, None, {})
-        with open_log(self.path) as f, RecordFile() as main, RecordFile() as sides:
-            self._scan(f, main, sides)
-            self._side_roots = {}
+        yielded, the conversation first. A file another process scanned
+        (`adopt`) is only yielded."""
+        scanned, self._scanned = self._scanned, None
+        if scanned is None:
+            scanned = RecordFile(), RecordFile()
+            try:
+                self.scan(*scanned)
+            except BaseException:
+                for rf in scanned:
+                    rf.__exit__()
+                raise
+        with scanned[0] as main, scanned[1] as sides:
             yield from self._emit(main, sides)
         for g in self.groups.values():  # a run of many files keeps only the rows' facts
             g.offsets, g.responses = [], set()
+
+    def scan(self, main: RecordFile, sides: RecordFile) -> None:
+        """The first pass: the file's sessions learnt, its messages spilled."""
+        self.report, self.groups, self.title, self._side_roots = (
+            LineReport(str(self.path)), {}, None, {})
+        with open_log(self.path) as f:
+            self._scan(f, main, sides)
+        self._side_roots = {}
+
+    def prescan(self, directory: str) -> list[str]:
+        """`scan` into named record files in ``directory`` (in a worker
+        process, log_prescan.py); returns their names."""
+        files = RecordFile(directory), RecordFile(directory)
+        self.encode = True  # the import's check then finds the rows made
+        try:
+            self.scan(*files)
+        finally:
+            names = [rf.handed_over() for rf in files]
+        return names
+
+    def adopt(self, scanned: "ClaudeCodeReader", names: list[str]) -> None:
+        """Take the first pass another process made of this file (`prescan`)."""
+        self.report, self.groups, self.title = scanned.report, scanned.groups, scanned.title
+        main, sides = (RecordFile.adopt(n) for n in names)
+        self._scanned = main, sides
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """(session id, working directory, branch, client version, file) per session."""
@@ -190,10 +225,11 @@ class ClaudeCodeReader:
                 group = self._group_of(obj)
                 group.saw(obj, when)
                 for rec in messages_of(group.id, obj, when, line.number):
+                    row = spilled(rec, self.encode)
                     if group.parent is None:
-                        main.write(tuple(rec[:8]))
+                        main.write(row)
                     else:
-                        group.offsets.append(sides.write(tuple(rec[:8])))
+                        group.offsets.append(sides.write(row))
                 if self.title is None and obj["uuid"] in summaries:
                     self.title = summaries[obj["uuid"]]
             elif kind == "summary" and isinstance(obj.get("summary"), str):
@@ -234,7 +270,7 @@ class ClaudeCodeReader:
             yield conversation.session(SOURCE, self.title)
             for rec in main:
                 if rec[7] not in self.refused:
-                    yield MessageIn(*rec)
+                    yield unspilled(rec)
         for key, group in self.groups.items():
             if not key:
                 continue
@@ -242,7 +278,19 @@ class ClaudeCodeReader:
             for offset in group.offsets:
                 rec = sides.at(offset)
                 if rec[7] not in self.refused:
-                    yield MessageIn(*rec)
+                    yield unspilled(rec)
+
+
+def spilled(rec: MessageIn, encode: bool) -> tuple[Any, ...]:
+    """A message as spilled between the passes: its fields, and with
+    ``encode`` its checked row instead of its dict (None: the import's check
+    refuses it and names the line)."""
+    row = encoded_ahead(rec) if encode else None
+    return (*rec[:6], rec.message if row is None else None, rec.line, row)
+
+
+def unspilled(rec: tuple[Any, ...]) -> MessageIn:
+    return MessageIn._make((*rec[:8], None if rec[8] is None else encoded_from(rec[8])))
 
 
 # -- one line as our messages ---------------------------------------------------

@@ -35,7 +35,8 @@ from typing import Any, BinaryIO, Iterator
 from ..base import MessageState
 from ..rows import ROLES
 from ..rows import usage as ledger
-from .importer import MessageIn, Record, SessionIn
+from .import_spill import encoded_from
+from .importer import MessageIn, Record, SessionIn, encoded_ahead
 from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
                         safe_id, text_of, title_from)
 
@@ -90,6 +91,9 @@ class CodexReader:
         self.scan = _Scan()
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
+        self._scanned: RecordFile | None = None  # see `adopt`
+        #: encode each message during the scan (a worker's, see `prescan`)
+        self.encode = False
 
     @property
     def session_id(self) -> str:
@@ -100,12 +104,40 @@ class CodexReader:
         """One pass over the file learns the session's row and spills its
         messages, already mapped, to a private temporary file (marshal); then
         the row and the messages are yielded."""
-        self.report, self.scan = LineReport(str(self.path)), _Scan()
-        with open_log(self.path) as f, RecordFile() as spill:
-            self._scan(f, spill)
+        scanned, self._scanned = self._scanned, None
+        if scanned is None:
+            scanned = RecordFile()
+            try:
+                self.first_pass(scanned)
+            except BaseException:
+                scanned.__exit__()
+                raise
+        with scanned as spill:
             if self.scan.messages:
                 yield self._session()
                 yield from self._emit(spill)
+
+    def first_pass(self, spill: RecordFile) -> None:
+        """The session learnt, its messages spilled."""
+        self.report, self.scan = LineReport(str(self.path)), _Scan()
+        with open_log(self.path) as f:
+            self._scan(f, spill)
+
+    def prescan(self, directory: str) -> list[str]:
+        """`first_pass` into a named record file (in a worker process,
+        log_prescan.py); returns its name."""
+        spill = RecordFile(directory)
+        self.encode = True  # the import's check then finds the rows made
+        try:
+            self.first_pass(spill)
+        finally:
+            name = spill.handed_over()
+        return [name]
+
+    def adopt(self, scanned: "CodexReader", names: list[str]) -> None:
+        """Take the first pass another process made of this file (`prescan`)."""
+        self.report, self.scan = scanned.report, scanned.scan
+        self._scanned = RecordFile.adopt(names[0])
 
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]:
         if not self.scan.messages:
@@ -138,8 +170,12 @@ class CodexReader:
                     self._unknown(line.number, item)
                     continue
                 # without the session id: the meta line naming it may come later
-                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message", msg,
-                             line.number))
+                row = None
+                if self.encode:  # the session id is not needed to encode it
+                    row = encoded_ahead(MessageIn("", f"codex:{line.number}", when, _ACTIVE,
+                                                  None, "message", msg, line.number))
+                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message",
+                             msg if row is None else None, line.number, row))
                 scan.messages += 1
                 scan.saw(when)
                 if scan.prompt is None and item.get("type") == "message" \
@@ -220,7 +256,8 @@ class CodexReader:
         sid = self.session_id
         for rec in spill:
             if rec[6] not in self.refused:
-                yield MessageIn(sid, *rec)
+                yield MessageIn._make((sid, *rec[:7],
+                                       None if rec[7] is None else encoded_from(rec[7])))
 
 
 def _prompt(content: Any) -> str | None:
@@ -244,10 +281,16 @@ def _call(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _output(value: Any) -> str:
+    """A tool output's text: a string, the ``content`` of an older client's
+    object, or the text items of a list (its images become attachments)."""
     if isinstance(value, dict):  # older clients: {"content": ..., "metadata": ...}
         value = value.get("content", value)
     text = text_of(value, _TEXTS)
-    return text if text is not None else ("" if value is None else json.dumps(value))
+    if text is not None:
+        return text
+    if value is None or _images(value):
+        return ""
+    return json.dumps(value)
 
 
 def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
@@ -256,10 +299,9 @@ def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "message" and item.get("role") in ROLES:
         content = item.get("content")
         msg: dict[str, Any] = {"role": item["role"], "content": text_of(content, _TEXTS)}
-        images = [c for c in content if isinstance(c, dict) and c.get("type") == "input_image"] \
-            if isinstance(content, list) else []
+        images = _images(content)
         if images:
-            msg["attachments"] = [{"type": "input_image"} for _ in images]
+            msg["attachments"] = images
         return msg
     if kind == "reasoning":
         text = text_of(item.get("summary"), _TEXTS) or text_of(item.get("content"), _TEXTS)
@@ -268,6 +310,19 @@ def message_dict(item: dict[str, Any]) -> dict[str, Any] | None:
     if kind in _CALLS:
         return {"role": "assistant", "content": None, "tool_calls": [_call(item)]}
     if kind in _OUTPUTS:
-        return {"role": "tool", "content": _output(item.get("output")),
-                "tool_call_id": str(item.get("call_id") or "")}
+        output = item.get("output")
+        msg = {"role": "tool", "content": _output(output),
+               "tool_call_id": str(item.get("call_id") or "")}
+        images = _images(output)
+        if images:
+            msg["attachments"] = images
+        return msg
     return None
+
+
+def _images(content: Any) -> list[dict[str, str]]:
+    """The images of a list of content items, by type (never their bytes)."""
+    if not isinstance(content, list):
+        return []
+    return [{"type": "input_image"} for c in content
+            if isinstance(c, dict) and c.get("type") == "input_image"]

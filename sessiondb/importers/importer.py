@@ -243,6 +243,8 @@ def check_message(m: MessageIn) -> EncodedMessage:
         raise _bad(m.line, "message 'compaction_id' must be a string or null")
     if not isinstance(m.kind, str) or not m.kind:
         raise _bad(m.line, "message 'kind' must be a non-empty string")
+    if m.encoded is not None:  # encoded by a reader ahead of the import (log_prescan.py)
+        return m.encoded
     try:
         return _at(encode(m.message, uid=m.uid), m.timestamp)
     except InvalidMessage as e:
@@ -299,6 +301,14 @@ def _end_in(rec: dict[str, Any], line: int) -> EndIn:
                               or not all(type(v) is int for v in graph.values())):
         raise _bad(line, "end record 'graph_rows' must map graph tables to integers")
     return EndIn(n, m, line, graph)
+def encoded_ahead(m: MessageIn) -> tuple[Any, ...] | None:
+    """The row `check_message` would make of ``m``, as a plain tuple (for a
+    reader that encodes in a worker process, ahead of the import); None when
+    it refuses ``m``: the import then checks it again and names the line."""
+    try:
+        return tuple(check_message(m))
+    except ImportFileError:
+        return None
 
 
 def _parse_line(raw: str, line: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from ..base import SessionNotFound
 from .importer import (ImportFileError, ImportResult, MessageIn, ProgressFor, Record, SessionIn,
                        import_records)
 from .log_lines import LineReport, walk
+from .log_prescan import Prescan
 
 if TYPE_CHECKING:  # for type hints only
     from ..face import StoreFace
@@ -42,6 +43,8 @@ class _Reader(Protocol):
     refused: set[int]
 
     def records(self) -> Iterator[Record]: ...
+    def prescan(self, directory: str) -> list[str]: ...
+    def adopt(self, scanned: Any, names: list[str]) -> None: ...
     def meta(self) -> Iterator[tuple[str, dict[str, Any]]]: ...
     def lineage(self) -> list[tuple[str, str]]: ...
     def conversations(self) -> list[str]: ...
@@ -134,8 +137,13 @@ def import_logs(db: StoreFace, fmt: str, paths: list[Path], *, dry_run: bool = F
             if progress is not None:
                 progress(1)
         return report
-    stream = _Stream(db, readers, progress)
-    report.run = _import_all(db, fmt, stream, progress_for)
+    prescan = Prescan.start(_READERS[fmt][0], readers)  # files read ahead in a worker
+    try:
+        stream = _Stream(db, readers, progress, prescan)
+        report.run = _import_all(db, fmt, stream, progress_for)
+    finally:
+        if prescan is not None:
+            prescan.close()
     report.files = stream.results(db, report.run)
     children = [pair for r in readers for pair in _write_meta(db, fmt, r)]
     if fmt == "claude-code":
@@ -198,8 +206,9 @@ class _Stream:
     sessions at the end of the file are the store's before the import."""
 
     def __init__(self, db: StoreFace, readers: list[_Reader],
-                 progress: Callable[[int], None] | None) -> None:
+                 progress: Callable[[int], None] | None, prescan: Prescan | None = None) -> None:
         self.db, self.readers, self.progress = db, readers, progress
+        self.prescan = prescan
         self.current: int | None = None  # the file of the record yielded last
         self.counts: list[_FileCount] = []
         self.why: dict[tuple[int, int], str] = {}
@@ -210,6 +219,8 @@ class _Stream:
             self.current, count = i, _FileCount()
             self.counts.append(count)
             try:
+                if self.prescan is not None:
+                    self.prescan.take(i)  # its first pass, made in the worker
                 for rec in reader.records():
                     if isinstance(rec, SessionIn):
                         count.sessions.append(rec.id)

@@ -102,12 +102,36 @@ def open_log(path: Path) -> BinaryIO:
 class RecordFile:
     """Mapped records between a reader's pass over a file and its yielding
     them: length-prefixed ``marshal`` in an unlinked, private temporary file
-    (reading back costs a fraction of parsing the line's JSON again)."""
+    (reading back costs a fraction of parsing the line's JSON again).
+
+    ``in_dir`` names it instead (0600, in a private directory), so that a
+    reader scanning in another process can hand it over (log_prescan.py);
+    `adopt` opens such a file and unlinks it at once."""
 
     _LENGTH = struct.Struct("<I")
 
-    def __init__(self) -> None:
-        self._f = tempfile.TemporaryFile(buffering=1 << 20)
+    def __init__(self, in_dir: str | None = None) -> None:
+        if in_dir is None:
+            self._f = tempfile.TemporaryFile(buffering=1 << 20)
+            self.name: str | None = None
+        else:
+            fd, self.name = tempfile.mkstemp(dir=in_dir, suffix=".records")
+            self._f = os.fdopen(fd, "w+b", buffering=1 << 20)
+
+    @classmethod
+    def adopt(cls, name: str) -> "RecordFile":
+        """The named file another process wrote, now private to this one."""
+        rf = cls.__new__(cls)
+        rf._f = open(name, "rb", buffering=1 << 20)
+        rf.name = None
+        os.unlink(name)
+        return rf
+
+    def handed_over(self) -> str:
+        """Flush and close a named file for `adopt` in another process."""
+        assert self.name is not None
+        self._f.close()
+        return self.name
 
     def write(self, record: tuple[Any, ...]) -> int:
         """Append ``record``; returns where it starts (for `at`)."""

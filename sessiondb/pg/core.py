@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..base import StorageError, StoreIOError
+from ..base import ReadOnlyHandle, StorageError, StoreIOError
 from ..engine import retry_busy
 from ..rows import checked_time
 from .adapter import PgConn, register_numeric_loader, register_text_codec
@@ -55,10 +55,14 @@ class PgCore:
 
     def __init__(self, url: str, *, patience: float, path: Path, min_size: int = 1,
                  max_size: int = 4, clock: Callable[[], float] = time.time,
-                 relaxed: bool = False) -> None:
+                 relaxed: bool = False, read_only: bool = False) -> None:
         self.url, self.shown, self.patience = url, redact(url), patience
         self.path, self.clock = path, clock  # the profile's anchor: the spool goes beside it
         self.relaxed = relaxed  # synchronous_commit=off in every write transaction
+        # A read-only handle: every session it opens is read-only on the server
+        # too, so nothing it runs can write, whatever the statement.
+        self.read_only = read_only
+        self.options = "-c default_transaction_read_only=on" if read_only else None
         self.sizes = (min_size, max_size)
         self.closed = False
         self.stale = False  # a connection was lost: renew the pool on the next call
@@ -79,14 +83,16 @@ class PgCore:
         until its timeout, so a closed port would take the whole patience."""
         import psycopg
         try:
-            psycopg.connect(self.url, connect_timeout=connect_timeout(self.url)).close()
+            psycopg.connect(self.url, connect_timeout=connect_timeout(self.url),
+                            **self._session_options()).close()
         except Exception as e:  # noqa: BLE001 (typed by from_pg)
             raise self.error(e, "cannot connect") from e
 
     def _new_pool(self) -> Any:
         from psycopg_pool import ConnectionPool
         pool = ConnectionPool(self.url, min_size=self.sizes[0], max_size=self.sizes[1],
-                              kwargs={"autocommit": True}, configure=self._configure,
+                              kwargs={"autocommit": True, **self._session_options()},
+                              configure=self._configure,
                               open=False, name="hermes-state", timeout=self.patience)
         pool.open(wait=False)
         return pool
@@ -103,6 +109,16 @@ class PgCore:
             raise self.error(e, "cannot connect") from e
         old, self.pool, self.stale = self.pool, self._new_pool(), False
         old.close(timeout=0)
+
+    def _session_options(self) -> dict[str, Any]:
+        return {"options": self.options} if self.options else {}
+
+    def refuse_write(self, what: str = "write") -> None:
+        """Raise `ReadOnlyHandle` on a read-only handle, before the server is asked."""
+        if self.read_only:
+            raise ReadOnlyHandle(f"{self.shown} was opened read-only: this handle does not "
+                                 f"{what}; open the store without read_only to change it",
+                                 path=self.shown)
 
     @staticmethod
     def _configure(conn: Any) -> None:
@@ -155,6 +171,7 @@ class PgCore:
     # -- transactions ------------------------------------------------------
 
     def write(self, *, patience: float | None = None) -> "PgAtomic":
+        self.refuse_write()
         return PgAtomic(self, self.patience if patience is None else patience)
 
     def run(self, body: Callable[[], T], patience: float | None = None) -> T:
@@ -169,8 +186,9 @@ class PgCore:
     def statement(self, body: Callable[[Any], T], patience: float | None = None) -> T:
         """``body(raw)`` on a pooled connection outside any transaction: one
         statement there is its own transaction (one round trip, no BEGIN or
-        COMMIT); errors come back typed."""
+        COMMIT); errors come back typed. (Only writes use it: an append.)"""
         self.check_open()
+        self.refuse_write()
         with self._pooled(patience) as raw:
             return body(raw)
 

@@ -56,7 +56,8 @@ class PgSessionDB(StoreFace):
     def __init__(self, url: str, *, patience: float = DEFAULT_PATIENCE_S,
                  clock: Callable[[], float] = time.time, home: Path | None = None,
                  profile: str | None = None, create: bool = True, pool_size: int = 4,
-                 durability: str = "durable", **sqlite_options: Any) -> None:
+                 durability: str = "durable", read_only: bool = False,
+                 **sqlite_options: Any) -> None:
         unknown = set(sqlite_options) - SQLITE_TUNING
         if unknown:
             raise InvalidInput(f"not options of a PostgreSQL store: {', '.join(sorted(unknown))}")
@@ -73,8 +74,9 @@ class PgSessionDB(StoreFace):
         self.sqlite_version = ""
         self.identity = None  # sqlitefile/identity.py reads SQLite files
         self.search_rebuilt_on_open = None
+        create = create and not read_only  # read-only: no schema made, nothing migrated
         self._pg = PgCore(url, patience=patience, path=self.path, max_size=pool_size,
-                          clock=clock, relaxed=durability == "relaxed")
+                          clock=clock, relaxed=durability == "relaxed", read_only=read_only)
         try:
             self._prepare(create)
         except BaseException:
@@ -170,6 +172,7 @@ class PgSessionDB(StoreFace):
     def rebuild_search_index(self, *, force: bool = False) -> dict[str, Any]:
         """REINDEX CONCURRENTLY both search indexes (writers keep going)."""
         from .search_schema import INDEXES
+        self._pg.refuse_write("rebuild the search index")
         started = time.monotonic()
         with self._pg.read() as conn:
             if conn.raw.info.transaction_status != 0:  # psycopg's IDLE: not in a transaction

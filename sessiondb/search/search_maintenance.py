@@ -78,6 +78,7 @@ def check_alone(core: "StoreCore", *, force: bool = False) -> None:
 def rebuild(core: "StoreCore", *, force: bool = False) -> dict[str, Any]:
     """Reset both indexes (and the change-log triggers, and ``fts_stale``),
     then fill them from canonical rows in batches."""
+    core.refuse_write("rebuild the search index")
     check_alone(core, force=force)
     started = time.monotonic()
     try:

@@ -24,7 +24,7 @@ from typing import Any, TYPE_CHECKING
 
 import apsw
 
-from ..base import Cause, StorageError, fsync_dir, paths
+from ..base import Cause, ReadOnlyHandle, StorageError, fsync_dir, paths
 from ..rows import EncodedMessage, UID_KEY, encode, public_fields, sessions
 from . import spool_reserve
 
@@ -172,6 +172,8 @@ def spool_failed_write(core: "Core", session_id: str, batch: list[dict[str, Any]
     would retry the write.)"""
     if err.cause not in causes or not batch or err.spooled_to or err.unsaved:
         return None  # not for the spool, or already tried (one warning per failure)
+    if isinstance(err, ReadOnlyHandle):
+        return None  # a handle opened read-only writes nothing, not even to the spool
     try:
         if encoded is None:
             encoded = [encode(m, index=i, uid=m.get(UID_KEY)) for i, m in enumerate(batch)]

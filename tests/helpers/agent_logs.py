@@ -7,7 +7,8 @@ beside the conversation), 2.1 (queue operations, progress lines, subagents
 under ``<session>/subagents/``, one API response split over several lines);
 Codex before the rollout envelope (a bare meta line, bare items,
 ``record_type: state``), 0.46 (``session_meta``/``response_item``/``event_msg``
-/``turn_context``) and later (custom and shell tool calls, ``compacted``).
+/``turn_context``) and later (custom and shell tool calls, ``compacted``;
+tool outputs as lists of text and image items, reasoning as ``content``).
 """
 from __future__ import annotations
 
@@ -217,4 +218,44 @@ def codex_rollout(root: Path) -> Path:
         _env(ts.format(49), "compacted", {"message": "summary of the turn"}),
         _env(ts.format(50), "response_item", {"type": "ghost_snapshot", "ghost_commit": {}}),
         '["not", "an", "object"]',
+    ])
+
+
+CODEX_ITEMS_ID = "019b3e8b-52d5-7a10-9c2e-b56e73b9ade6"
+
+
+def codex_content_items(root: Path) -> Path:
+    """A later Codex rollout whose tool outputs are lists of content items (the
+    Responses API's ``function_call_output`` may carry text and images as
+    ``input_text``/``input_image`` items instead of one string), reasoning
+    with readable ``content`` (``reasoning_text``) and no summary, and an
+    assistant message in two ``output_text`` parts."""
+    ts = "2026-02-11T09:30:{:02d}.000Z"
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 20
+    return write_lines(root / "2026" / "02" / "11" /
+                       f"rollout-2026-02-11T09-30-00-{CODEX_ITEMS_ID}.jsonl", [
+        _env(ts.format(0), "session_meta", {
+            "id": CODEX_ITEMS_ID, "timestamp": ts.format(0), "cwd": "/home/dev/ui",
+            "originator": "codex_cli_rs", "cli_version": "0.98.0", "source": "cli",
+            "model_provider": "openai"}),
+        _env(ts.format(1), "turn_context", {"cwd": "/home/dev/ui", "model": "gpt-5.2-codex"}),
+        _env(ts.format(1), "response_item", {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "does the login button render on mobile?"}]}),
+        _env(ts.format(2), "response_item", {"type": "reasoning", "summary": [], "content": [
+            {"type": "reasoning_text", "text": "Take a screenshot at a narrow width."}]}),
+        _env(ts.format(3), "response_item", {"type": "function_call", "name": "view_image",
+                                             "arguments": "{\"path\":\"shot.png\"}",
+                                             "call_id": "call_V"}),
+        _env(ts.format(4), "response_item", {"type": "function_call_output", "call_id": "call_V",
+                                             "output": [{"type": "input_text",
+                                                         "text": "shot.png 390x844"},
+                                                        {"type": "input_image",
+                                                         "image_url": image}]}),
+        _env(ts.format(5), "response_item", {"type": "custom_tool_call_output",
+                                             "call_id": "call_W",
+                                             "output": [{"type": "input_image",
+                                                         "image_url": image}]}),
+        _env(ts.format(6), "response_item", {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "The button renders,"},
+            {"type": "output_text", "text": "but it overlaps the footer."}]}),
     ])

@@ -189,3 +189,24 @@ def test_cli_json_counts_per_file_and_exit_1_when_a_line_was_skipped(open_store,
     assert "Error: no codex transcripts under" in none.stderr
     one = run("sessions", "import", str(claude_dir))
     assert one.exit_code == 2 and "Error: --from hermes imports one file" in one.stderr
+
+
+def test_codex_tool_outputs_as_content_items(open_store, tmp_path):
+    """A later rollout: outputs as lists of text and image items, reasoning as
+    readable content, an answer in two parts; images are named, never stored."""
+    root = tmp_path / "codex"
+    a.codex_content_items(root)
+    db = open_store()
+    report = import_logs(db, "codex", [root])
+    sid = f"codex-{a.CODEX_ITEMS_ID}"
+    msgs = _messages(db, sid)
+    assert report.skipped_lines == 0 and db.get_session(sid).model == "gpt-5.2-codex"
+    assert [m["role"] for m in msgs] == ["user", "assistant", "assistant", "tool", "tool",
+                                         "assistant"]
+    assert msgs[1]["reasoning"] == "Take a screenshot at a narrow width."
+    assert msgs[2]["tool_calls"][0]["function"]["name"] == "view_image"
+    assert (msgs[3]["content"], msgs[3]["tool_call_id"]) == ("shot.png 390x844", "call_V")
+    assert msgs[3]["attachments"] == [{"type": "input_image"}]
+    assert (msgs[4]["content"], msgs[4]["attachments"]) == ("", [{"type": "input_image"}])
+    assert "iVBOR" not in json.dumps(msgs)
+    assert msgs[5]["content"] == "The button renders,\nbut it overlaps the footer."
