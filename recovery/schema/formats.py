@@ -483,7 +483,7 @@ def _extra_columns(fmt: Format, columns: dict[str, list[str]]) -> tuple[str, ...
     return tuple(out)
 
 
-def _newest_of(versions: Versions, recorded: list[str]) -> str:
+def _newest_of(recorded: list[str]) -> str:
     """The newest of the recorded versions: the highest number, or the last recorded."""
     if all(v.lstrip("-").isdigit() for v in recorded):
         return max(recorded, key=int)
@@ -498,13 +498,13 @@ def check_version(conn: apsw.Connection, fmt: Format,
     v = fmt.versions
     recorded = _recorded(conn, v) if v is not None else []
     if v is not None and any(r not in v.known for r in recorded):
-        newest = _newest_of(v, [r for r in recorded if r not in v.known])
+        newest = _newest_of([r for r in recorded if r not in v.known])
         return VersionCheck("newer", newest, f"{v.named(newest)} is newer than any version "
                             f"of {fmt.label} the registry knows ({v.named(v.known[0])} to "
                             f"{v.named(v.known[-1])}). {UNKNOWN_MEANS}", extra)
     if extra:
         shown = ", ".join(extra[:6]) + (f" and {len(extra) - 6} more" if len(extra) > 6 else "")
-        return VersionCheck("unknown_columns", _newest_of(v, recorded) if recorded and v else
+        return VersionCheck("unknown_columns", _newest_of(recorded) if recorded and v else
                             None, f"columns the registry's {fmt.label} does not have: {shown}"
                             f" (a newer version of the program, or another variant). "
                             f"{UNKNOWN_MEANS}", extra)
@@ -514,7 +514,7 @@ def check_version(conn: apsw.Connection, fmt: Format,
     if not recorded:
         return VersionCheck("unrecorded", None, f"the file records no {fmt.label} version; "
                             "its tables have the columns the registry knows")
-    newest = _newest_of(v, recorded)
+    newest = _newest_of(recorded)
     return VersionCheck("known", newest, f"{v.named(newest)} is a version the registry "
                         f"knows ({v.named(v.known[0])} to {v.named(v.known[-1])})")
 

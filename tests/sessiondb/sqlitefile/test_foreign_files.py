@@ -189,10 +189,11 @@ def test_doctor_identifies_and_never_advises_our_fixes(tmp_path: Path, kind: str
     before = snapshot(home)
     for args in (["doctor", "--json"], ["doctor", "--fix", "--json"]):
         res = CliRunner().invoke(cli, ["--home", str(home)] + args)
-        assert res.exit_code == 3, res.output
         doc = json.loads(res.output)
+        # whose file it is is information; the exit code is the worst real finding
+        assert res.exit_code == {"ok": 0, "info": 0, "warn": 3, "error": 4}[doc["worst"]]
         ident = [x for x in doc["findings"] if x["id"] == "identity"]
-        assert len(ident) == 1 and ident[0]["severity"] == "warn"
+        assert len(ident) == 1 and ident[0]["severity"] == "info"
         assert LABELS[kind] in ident[0]["message"]
         ids = {x["id"] for x in doc["findings"]}
         assert not ids & {"schema", "search_index", "fts_stale", "permissions", "quick_check"}
