@@ -1,6 +1,6 @@
 """`hermes backup create` on a large store against sqlite3's `.backup`, same run.
 
-    python bench/backup.py [--messages N] [--work DIR] [--rounds R]
+    python bench/backup.py [--messages N] [--work DIR] [--rounds R] [--sqlite3 PATH]
 
 Builds a store of N messages (default 1,000,000, ~230 characters each, 1,000
 per session), then alternates for R rounds: the system `sqlite3 DB ".backup
@@ -76,14 +76,14 @@ def hermes(home: Path, to: Path) -> list[str]:
             str(home), "backup", "create", "--keep", "1", "--to", str(to), "--json"]
 
 
-def rounds(db: Path, work: Path, n: int) -> dict[str, list[dict[str, Any]]]:
+def rounds(db: Path, work: Path, n: int, shell: str) -> dict[str, list[dict[str, Any]]]:
     res: dict[str, list[dict[str, Any]]] = {"sqlite3_backup": [], "hermes_backup": [],
                                             "python_start": []}
     subprocess.run(["cat", str(db)], stdout=subprocess.DEVNULL, check=True)  # warm, for both
     for _ in range(n):
         out = work / "floor.db"
         out.unlink(missing_ok=True)
-        r = timed(["sqlite3", str(db), f".backup {out}"])
+        r = timed([shell, str(db), f".backup {out}"])
         r.pop("stdout")
         res["sqlite3_backup"].append(r)
         out.unlink(missing_ok=True)
@@ -135,11 +135,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--work", type=Path)
+    ap.add_argument("--sqlite3", default="sqlite3", help="the sqlite3 shell for the floor")
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-backup-"))
     home = work / "home"
     db = home / "state.db" if (home / "state.db").exists() else build(home, args.messages)
-    res = rounds(db, work, args.rounds)
+    res = rounds(db, work, args.rounds, args.sqlite3)
     size = db.stat().st_size
     best = {k: min(r["wall_s"] for r in v) for k, v in res.items()}
     window = max(3.0, best["hermes_backup"])

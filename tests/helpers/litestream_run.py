@@ -59,7 +59,8 @@ class WalResult:
 
 class WalRun:
     """Litestream replicating a fresh store to a file replica while a writer
-    appends, for ``seconds``; `result` waits for the end and stops both."""
+    appends, for ``seconds``; then doctor is asked and both stop; `result`
+    waits for that."""
 
     def __init__(self, seconds: float = 60.0, pause: float = AGENT_PAUSE_S) -> None:
         self.seconds, self.pause = seconds, pause
@@ -130,20 +131,30 @@ class WalRun:
             except FileNotFoundError:
                 pass
             if time.monotonic() - self.started >= self.seconds:  # the minute of appends
-                self.over.set()
+                self._finish()
                 return
 
-    def result(self) -> WalResult:
-        """Wait for the end of the run, ask doctor about the replica while
-        Litestream still runs, then stop everything."""
-        self.over.wait(self.seconds + 120)
-        from click.testing import CliRunner
-
-        from hstate_cli.main import cli
-        out = CliRunner().invoke(cli, ["--home", str(self.home), "doctor", "--json"]).stdout
-        self.res.replication = [f for f in json.loads(out)["findings"]
-                                if f["id"] == "replication"][0]
+    def _finish(self) -> None:
+        """Ask doctor about the replica while Litestream still runs, then
+        stop the writer and Litestream at once: they do not run on beside the
+        rest of the session. Doctor is a process of its own (CliRunner would
+        swap this process's stdout under the test running meanwhile)."""
         self.res.seconds = time.monotonic() - self.started
+        try:
+            out = subprocess.run([sys.executable, "-c", "from hstate_cli.main import main; "
+                                  "main()", "--home", str(self.home), "doctor", "--json"],
+                                 capture_output=True, text=True, cwd=ROOT, timeout=120).stdout
+            self.res.replication = [f for f in json.loads(out)["findings"]
+                                    if f["id"] == "replication"][0]
+        except (subprocess.SubprocessError, ValueError, IndexError, KeyError) as e:
+            self.res.writer_error = f"doctor: {type(e).__name__}: {e}"
+        finally:
+            self.close()
+            self.over.set()
+
+    def result(self) -> WalResult:
+        """The run's result, once the minute is over (waiting for the rest of it)."""
+        self.over.wait(self.seconds + 180)
         self.close()
         return self.res
 
@@ -155,4 +166,4 @@ class WalRun:
             if p.poll() is None:
                 p.kill()
             p.wait(timeout=10)
-        shutil.rmtree(self.work, ignore_errors=True)
+        shutil.rmtree(self.work, ignore_errors=True)  # a second close finds nothing left
