@@ -219,7 +219,8 @@ def read_catalog(conn: apsw.Connection) -> Catalog:
             continue
         cat.tables[name] = spec
     hidden = _hidden(cat, rows, virtual)
-    garbled = {n for n in cat.tables if f"table {n!r}" in bad}  # read leniently
+    garbled = {n for n in cat.tables  # read leniently (SQLite's own tables come back by itself)
+               if f"table {n!r}" in bad and not n.startswith("sqlite_")}
     if hidden or garbled:
         _fill_hidden(conn, cat, hidden, garbled, virtual)
     return cat
