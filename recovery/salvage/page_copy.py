@@ -198,15 +198,19 @@ def copy_pages(copy: Path, tmp: Path, vfs: str | None,
 
 
 def verify_copy(copy: Path, tmp: Path, cat: Catalog, rows: dict[str, int],
-                sha256: str | None = None) -> Verification:
+                sha256: str | None = None,
+                progress: Callable[[str, int, int], None] | None = None) -> Verification:
     """The new file is the copy, page for page, and reads as it (see the
     module docstring); a linked copy (``sha256``: the snapshot's hash of the
     source) is read whole and hashed instead."""
     v = Verification()
+    tell = progress or (lambda _what, _done, _total: None)
+    tell("verifying: pages", 0, 2)
     started = time.monotonic()
     v.checks["pages_equal"] = (_same_pages(copy, tmp, v) if sha256 is None
                                else _same_digest(tmp, sha256, v))
     v.seconds["pages"] = round(time.monotonic() - started, 3)
+    tell("verifying: reads", 1, 2)
     started = time.monotonic()
     conn = apsw.Connection(str(tmp), flags=apsw.SQLITE_OPEN_READONLY)
     try:
@@ -223,6 +227,7 @@ def verify_copy(copy: Path, tmp: Path, cat: Catalog, rows: dict[str, int],
     finally:
         conn.close()
     v.seconds["reads"] = round(time.monotonic() - started, 3)
+    tell("verifying", 2, 2)
     return v
 
 

@@ -569,10 +569,13 @@ def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
         copied = linked if linked is not None else page_copy.copy_pages(
             snap.db_copy, tmp, opts.vfs, opts.progress)
         report.timings["pages_copy_s"] = round(time.monotonic() - started, 3)
+        if opts.progress is not None:
+            opts.progress("page copy done", 1, 1)
         started = time.monotonic()
         verification = page_copy.verify_copy(
             snap.db_copy, tmp, cat, rows,
-            snap.before[snap.source.name].sha256 if linked is not None else None)
+            snap.before[snap.source.name].sha256 if linked is not None else None,
+            opts.progress)
         report.timings["verify_s"] = round(time.monotonic() - started, 3)
         report.timings.update({f"verify_{k}_s": t for k, t in verification.seconds.items()})
         if check is not None:
