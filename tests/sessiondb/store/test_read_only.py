@@ -74,9 +74,8 @@ def test_reads_answer_and_every_write_is_refused(open_store, hermes_home, backen
     assert files(hermes_home) == before  # no spool, no reserve, no sidecar
 
 
+@pytest.mark.sqlite_only("a server database exists or not; a missing home is a file's case")
 def test_missing_store_is_not_created(tmp_path, backend):
-    if backend == "postgres":
-        pytest.skip("a server database exists or not; the home is what is not created here")
     home = tmp_path / "nothing"
     with pytest.raises(StoreNotFound):
         SessionDB.open(home, read_only=True)
