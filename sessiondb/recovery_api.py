@@ -46,12 +46,13 @@ from .engine import (applied as applied_migrations,
 # is, and which processes hold it
 from .sqlitefile import (BTreePage, DatabaseHeader, DatabaseImage, FRAME_HEADER_SIZE, FormatError,
                          HEADER_SIZE, Holder, INDEX_INTERIOR, INDEX_LEAF, Identity,
-                         LEGAL_PAGE_SIZES, MAGIC, MAX_ROWID, MIN_ROWID, MISSING, PROC, PROC_LOCKS,
-                         TABLE_INTERIOR, TABLE_LEAF, TEXT_ENCODINGS, UNCOMMITTED, WAL_HEADER_SIZE,
-                         WalHeader, check_before_open, content_accounted, decode_record, identify,
-                         lock_byte_page, lock_holders, open_holders, other_holders, parse_cell,
-                         parse_header, parse_page_header, parse_ptrmap, parse_trunk,
-                         parse_wal_header, read_overflow, scan_wal, table_cell_keys, walk_freelist)
+                         LEGAL_PAGE_SIZES, MAGIC, MAX_ROWID, MIN_ROWID, MISSING, PROC,
+                         TABLE_INTERIOR, TABLE_LEAF, TEXT_ENCODINGS, UNCOMMITTED,
+                         WAL_HEADER_SIZE, WalHeader, check_before_open, content_accounted,
+                         decode_record, held_locks, identify, lock_byte_page, lock_holders,
+                         open_holders, other_holders, parse_cell, parse_header, parse_page_header,
+                         parse_ptrmap, parse_trunk, parse_wal_header, read_overflow, scan_wal,
+                         table_cell_keys, walk_freelist)
 # search: the search index's health, probed on a connection
 from .search import SearchHealth, health_on
 # maintenance: refusing work while another process holds the store
@@ -99,7 +100,7 @@ __all__ = [
     "parse_cell", "parse_header", "parse_page_header", "parse_ptrmap", "parse_trunk",
     "parse_wal_header", "read_overflow", "scan_wal", "table_cell_keys", "walk_freelist",
     "Identity", "check_before_open", "identify",
-    "Holder", "PROC", "PROC_LOCKS", "lock_holders", "open_holders", "other_holders",
+    "Holder", "PROC", "held_locks", "lock_holders", "open_holders", "other_holders",
     # search
     "SearchHealth", "health_on",
     # maintenance

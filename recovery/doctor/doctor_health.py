@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from sessiondb.recovery_api import (Cause, PROC, PROC_LOCKS, StorageError, from_apsw,
+from sessiondb.recovery_api import (Cause, PROC, StorageError, from_apsw, held_locks,
                                     on_readonly_mount, read_damage_record)
 
 from ..base import Severity
@@ -53,9 +53,8 @@ class LockHolder:
 
 def write_lock_holder(db: Path) -> LockHolder | None:
     """The other process holding the store's write lock (from /proc/locks)."""
-    try:
-        text = PROC_LOCKS.read_text()
-    except OSError:
+    locks = held_locks()
+    if locks is None:
         return None
     targets: dict[int, int] = {}
     for suffix, byte in (("-shm", WAL_WRITE_LOCK), ("", RESERVED_BYTE)):
@@ -63,18 +62,10 @@ def write_lock_holder(db: Path) -> LockHolder | None:
             targets[os.stat(f"{db}{suffix}").st_ino] = byte
         except OSError:
             continue
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) < 8 or f[1] == "->" or f[3] != "WRITE":
-            continue
-        try:
-            pid, ino = int(f[4]), int(f[5].rsplit(":", 1)[1])
-            start, end = int(f[6]), (int(f[7]) if f[7] != "EOF" else 1 << 62)
-        except (ValueError, IndexError):
-            continue
-        held = targets.get(ino)
-        if held is not None and start <= held <= end and pid != os.getpid():
-            return LockHolder(pid, liveread.cmdline_of(pid))
+    for lk in locks:
+        held = targets.get(lk.inode)
+        if lk.kind == "WRITE" and held is not None and lk.start <= held <= lk.end:
+            return LockHolder(lk.pid, liveread.cmdline_of(lk.pid))
     return None
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sessiondb.recovery_api import PROC_LOCKS
+from sessiondb.recovery_api import held_locks
 
 from ..base import Severity
 from ..source import liveread
@@ -73,21 +73,13 @@ def _shm_header(shm: Path) -> tuple[int, int, list[int]] | None:
 def _read_slots(shm: Path) -> list[tuple[int, int]]:
     """(pid, slot) of other processes holding a read lock on the ``-shm``."""
     try:
-        inode, text = os.stat(shm).st_ino, PROC_LOCKS.read_text()
+        inode = os.stat(shm).st_ino
     except OSError:
         return []
     out = []
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) < 8 or f[1] == "->":
-            continue
-        try:
-            pid, ino = int(f[4]), int(f[5].rsplit(":", 1)[1])
-            start, end = int(f[6]), (int(f[7]) if f[7] != "EOF" else 1 << 62)
-        except (ValueError, IndexError):
-            continue
-        if ino == inode and pid != os.getpid():
-            out += [(pid, i) for i in range(_SLOTS) if start <= _READ_SLOT0 + i <= end]
+    for lk in held_locks() or []:
+        if lk.inode == inode:
+            out += [(lk.pid, i) for i in range(_SLOTS) if lk.start <= _READ_SLOT0 + i <= lk.end]
     return out
 
 

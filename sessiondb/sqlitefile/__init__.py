@@ -19,7 +19,8 @@ from .fileformat import (BTreePage, DatabaseHeader, FormatError, HEADER_SIZE, IN
                          decode_record, lock_byte_page, parse_cell, parse_header,
                          parse_page_header, parse_ptrmap, parse_trunk, read_overflow,
                          table_cell_keys, walk_freelist)
-from .holders import Holder, PROC, PROC_LOCKS, lock_holders, open_holders, other_holders
+from .holders import (Holder, LockLine, PROC, PROC_LOCKS, held_locks, lock_holders, open_holders,
+                      other_holders)
 from .identity import (EMPTY, HERMES_AGENT, Identity, LLM, OURS, SHADOW_SUFFIXES,
                        check_before_open, identify)
 from .wal import (DatabaseImage, FRAME_HEADER_SIZE, UNCOMMITTED, WAL_HEADER_SIZE, WalHeader,
@@ -35,6 +36,7 @@ __all__ = [
     "HEADER_SIZE",
     "HERMES_AGENT",
     "Holder",
+    "LockLine",
     "INDEX_INTERIOR",
     "INDEX_LEAF",
     "Identity",
@@ -60,6 +62,7 @@ __all__ = [
     "holders",
     "identify",
     "lock_byte_page",
+    "held_locks",
     "lock_holders",
     "open_holders",
     "other_holders",

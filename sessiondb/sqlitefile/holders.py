@@ -21,6 +21,7 @@ Both views are kept because each sees what the other misses:
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -68,21 +69,44 @@ def _inodes(db_path: Path) -> dict[int, str]:
     return found
 
 
-def _parse(line: str) -> tuple[int, int] | None:
-    """(pid, inode) from one /proc/locks line, or None for lines we skip.
+EOF_OFFSET = sys.maxsize  # a lock "to EOF" ends past any byte SQLite locks
+
+
+@dataclass(frozen=True)
+class LockLine:
+    """One lock held on a file, as ``/proc/locks`` lists it (``end`` inclusive)."""
+
+    pid: int
+    inode: int
+    kind: str  # READ or WRITE
+    start: int
+    end: int
+
+
+def parse_lock_line(line: str) -> LockLine | None:
+    """One ``/proc/locks`` line, or None for lines we skip.
 
     Format: ``1: POSIX  ADVISORY  READ 7449 fe:00:2188086 128 128``; lines
     starting with ``->`` are waiters, not holders.
     """
-    fields = line.split()
-    if len(fields) < 6 or fields[1] == "->":
+    f = line.split()
+    if len(f) < 8 or f[1] == "->":
         return None
     try:
-        pid = int(fields[4])
-        inode = int(fields[5].rsplit(":", 1)[1])
+        return LockLine(int(f[4]), int(f[5].rsplit(":", 1)[1]), f[3], int(f[6]),
+                        EOF_OFFSET if f[7] == "EOF" else int(f[7]))
     except (ValueError, IndexError):
         return None
-    return pid, inode
+
+
+def held_locks() -> list[LockLine] | None:
+    """Every lock held by another process; None when the platform has no lock table."""
+    try:
+        text = PROC_LOCKS.read_text()
+    except OSError:
+        return None
+    me = os.getpid()
+    return [lk for lk in map(parse_lock_line, text.splitlines()) if lk and lk.pid != me]
 
 
 def lock_holders(db_path: str | os.PathLike[str]) -> list[Holder] | None:
@@ -92,17 +116,12 @@ def lock_holders(db_path: str | os.PathLike[str]) -> list[Holder] | None:
     /proc/locks differs from ``stat``); a collision can only make the answer
     more cautious, never less. None when the platform has no lock table.
     """
-    try:
-        text = PROC_LOCKS.read_text()
-    except OSError:
+    locks = held_locks()
+    if locks is None:
         return None
     inodes = _inodes(Path(db_path))
-    me = os.getpid()
-    found = []
-    for line in text.splitlines():
-        parsed = _parse(line)
-        if parsed and parsed[1] in inodes and parsed[0] != me:
-            found.append(Holder(parsed[0], _command(PROC / str(parsed[0])), inodes[parsed[1]]))
+    found = [Holder(lk.pid, _command(PROC / str(lk.pid)), inodes[lk.inode])
+             for lk in locks if lk.inode in inodes]
     return _sorted(found)
 
 

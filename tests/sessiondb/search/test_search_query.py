@@ -6,7 +6,7 @@ import os
 import pytest
 
 from sessiondb import InvalidQuery
-from sessiondb.sqlitefile.holders import _parse, other_holders
+from sessiondb.sqlitefile.holders import LockLine, other_holders, parse_lock_line
 from sessiondb.search.search_query import plan, split_terms
 
 
@@ -51,9 +51,11 @@ def test_raw_passes_through():
 
 
 def test_holders_parse_and_self_exclusion(tmp_path):
-    assert _parse("1: POSIX  ADVISORY  READ 7449 fe:00:2188086 128 128") == (7449, 2188086)
-    assert _parse("1: -> POSIX  ADVISORY  WRITE 7450 fe:00:2188086 128 128") is None
-    assert _parse("garbage") is None
+    assert parse_lock_line("1: POSIX  ADVISORY  READ 7449 fe:00:2188086 128 128") == \
+        LockLine(7449, 2188086, "READ", 128, 128)
+    assert parse_lock_line("2: POSIX  ADVISORY  WRITE 7449 fe:00:2188086 0 EOF").end > 1 << 40
+    assert parse_lock_line("1: -> POSIX  ADVISORY  WRITE 7450 fe:00:2188086 128 128") is None
+    assert parse_lock_line("garbage") is None
     from sessiondb import SessionDB
     with SessionDB(tmp_path / "x.db"):
         assert other_holders(tmp_path / "x.db") == []   # our own locks never count
