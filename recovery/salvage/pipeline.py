@@ -504,7 +504,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
         raise SourceMissing(f"{source} does not exist", path=str(source))
     needs = {output.parent: 2 * source_bytes(source)}  # output + its WAL while writing
     snap = take_snapshot(source, opts.work_dir, extra_needs=needs, headroom=opts.headroom,
-                         progress=opts.progress, **opts.snapshot_kw)
+                         progress=opts.progress, confirm_later=True, **opts.snapshot_kw)
     try:
         report.timings["snapshot_s"] = round(time.monotonic() - t0, 3)
         t0 = time.monotonic()
@@ -527,6 +527,7 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
                         return
                 except Unsound:
                     check = None  # inspect's verdict is final: the lanes run on it
+            snap.confirm()  # the source did not change while it was copied
             _recover_copy(snap, cat, insp, output, report, opts, check)
         finally:
             if check is not None:
@@ -544,7 +545,6 @@ def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
     not whole or the row-by-row path would change a row; `Unsound` when the quick_check beside the copy found damage:
     the lanes run then, as for any file not sound."""
     report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
-    report.fingerprints = snap.to_dict()
     _describe_schema(report, cat, opts.template)
     rows = {t.name: t.rows for t in insp.tables}
     started = time.monotonic()
@@ -561,6 +561,8 @@ def _copy_pages(snap: Snapshot, cat: Catalog, insp: InspectReport, output: Path,
     if bad:
         log.info("no page copy: %s", "; ".join(bad[:3]))
         return False
+    snap.confirm()  # the source did not change while it was copied: the copy is its image
+    report.fingerprints = snap.to_dict()
     tmp = _temp_name(output)
     try:
         started = time.monotonic()

@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -48,6 +49,19 @@ class Snapshot:
     before: dict[str, Fingerprint]
     after: dict[str, Fingerprint]
     holders: list[Holder] = field(default_factory=list)
+    # the second fingerprint, when it is taken on a thread while the caller
+    # goes on reading the copy (`take_snapshot(confirm_later=True)`)
+    pending: threading.Thread | None = None
+    failure: list[BaseException] = field(default_factory=list)
+
+    def confirm(self) -> None:
+        """Wait for a second fingerprint taken on a thread; SourceChanging
+        (or its read error) if the source changed while it was copied."""
+        if self.pending is not None:
+            self.pending.join()
+            self.pending = None
+        if self.failure:
+            raise self.failure[0]
 
     @property
     def bundle_bytes(self) -> int:
@@ -57,6 +71,8 @@ class Snapshot:
         return Path(f"{self.source}{suffix}").name in self.before
 
     def cleanup(self) -> None:
+        if self.pending is not None:
+            self.pending.join()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def to_dict(self) -> dict[str, Any]:
@@ -140,7 +156,8 @@ def take_snapshot(source: Path, work_parent: Path | None = None, *,
                   extra_needs: dict[Path, int] | None = None,
                   headroom: int = DEFAULT_HEADROOM,
                   after_copy: Callable[[], None] | None = None,
-                  progress: Callable[[str, int, int], None] | None = None) -> Snapshot:
+                  progress: Callable[[str, int, int], None] | None = None,
+                  confirm_later: bool = False) -> Snapshot:
     """Copy the bundle of ``source`` into a new private work directory.
 
     ``extra_needs`` adds bytes we will write elsewhere (the output) to the
@@ -149,6 +166,9 @@ def take_snapshot(source: Path, work_parent: Path | None = None, *,
     ``progress`` hears (what, bytes done, bytes total) while copying and
     checking (every byte is read twice: copied and hashed, then hashed again).
     Raises SourceChanging (after removing the copies) if any file changed.
+    ``confirm_later`` takes the second fingerprint on a thread instead, while
+    the caller reads the copy: the caller then calls `Snapshot.confirm`
+    before it trusts or publishes anything made from the copy.
     """
     source = Path(source)
     if not source.is_file():
@@ -162,7 +182,8 @@ def take_snapshot(source: Path, work_parent: Path | None = None, *,
     directory = private_work_dir(work_parent)
     try:
         return _copy_bundle(source, files, directory, holders, after_copy,
-                            _ticker(progress, 2 * size))
+                            _ticker(progress, (1 if confirm_later else 2) * size),
+                            confirm_later)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
@@ -180,7 +201,8 @@ def _ticker(progress: Callable[[str, int, int], None] | None, total: int) -> Tic
 
 
 def _copy_bundle(source: Path, files: list[Path], directory: Path, holders: list[Holder],
-                 after_copy: Callable[[], None] | None, tick: Tick | None = None) -> Snapshot:
+                 after_copy: Callable[[], None] | None, tick: Tick | None = None,
+                 confirm_later: bool = False) -> Snapshot:
     stats = {f.name: os.stat(f) for f in files}
     before: dict[str, Fingerprint] = {}
     for f in files:
@@ -190,12 +212,31 @@ def _copy_bundle(source: Path, files: list[Path], directory: Path, holders: list
                                      digest)
     if after_copy is not None:
         after_copy()
-    after = {f.name: fingerprint(f, tick=tick) for f in bundle_files(source)}
-    changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
-    if changed:
-        now = open_holders(bundle_files(source)) or holders
-        who = ", ".join(f"pid {h.pid} ({h.command})" for h in now) or "no process found open"
-        raise SourceChanging(f"{source} changed while it was copied ({', '.join(changed)}); "
-                             f"a process may be writing it: {who}",
-                             changed=changed, holders=now, path=str(source))
-    return Snapshot(source, directory, directory / source.name, before, after, holders)
+    snap = Snapshot(source, directory, directory / source.name, before, {}, holders)
+    if not confirm_later:
+        _second_look(snap, tick)
+        snap.confirm()
+        return snap
+    # the second read of the source (hashing, about a third of a snapshot's
+    # time) runs beside the caller's reads of the copy, on the other core
+    snap.pending = threading.Thread(target=_second_look, args=(snap, None),
+                                    name="hermes-snapshot-check", daemon=True)
+    snap.pending.start()
+    return snap
+
+
+def _second_look(snap: Snapshot, tick: Tick | None) -> None:
+    """The bundle fingerprinted again into ``snap.after``; a change (or a
+    read error) goes into ``snap.failure`` for `Snapshot.confirm`."""
+    try:
+        snap.after = {f.name: fingerprint(f, tick=tick) for f in bundle_files(snap.source)}
+        before, after = snap.before, snap.after
+        changed = sorted(n for n in set(before) | set(after) if before.get(n) != after.get(n))
+        if changed:
+            now = open_holders(bundle_files(snap.source)) or snap.holders
+            who = ", ".join(f"pid {h.pid} ({h.command})" for h in now) or "no process found open"
+            raise SourceChanging(f"{snap.source} changed while it was copied "
+                                 f"({', '.join(changed)}); a process may be writing it: {who}",
+                                 changed=changed, holders=now, path=str(snap.source))
+    except BaseException as e:  # raised in the caller's thread by confirm()
+        snap.failure.append(e)
