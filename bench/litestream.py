@@ -41,6 +41,17 @@ from sessiondb import SessionDB  # noqa: E402
 BINARY = shutil.which("litestream") or str(Path(sys.executable).parent / "litestream")
 
 
+def restored_messages(binary: str, replica: Path, out: Path) -> int:
+    """`litestream restore` of ``replica`` into ``out``; the messages it holds."""
+    subprocess.run([binary, "restore", "-o", str(out), replica.as_uri()], check=True,
+                   capture_output=True)
+    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchall()[0][0])
+    finally:
+        conn.close()
+
+
 def replicate(db: Path, replica: Path, binary: str = BINARY,
               monitor: str | None = None) -> subprocess.Popen[bytes]:
     """``litestream replicate`` to a file replica (sync interval 1 s); with
@@ -107,12 +118,7 @@ def window_once(work: Path, pause: float, monitor: str | None) -> dict[str, floa
     ls.kill()
     writer.wait()
     ls.wait()
-    out = work / "restored.db"
-    subprocess.run([BINARY, "restore", "-o", str(out), replica.as_uri()], check=True,
-                   capture_output=True)
-    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
-    held = int(conn.execute("SELECT count(*) FROM messages").fetchall()[0][0])
-    conn.close()
+    held = restored_messages(BINARY, replica, work / "restored.db")
     missing_age = killed - acks[held] if held in acks else 0.0
     return {"acked": len(acks), "restored": held, "oldest_missing_age_s": round(missing_age, 2)}
 
@@ -140,12 +146,7 @@ def legacy(work: Path, binary: str, seconds: float) -> dict[str, object]:
         ls.wait()
     sidecar = sorted(str(p.relative_to(home)) for p in
                      (home / ".state.db-litestream").rglob("*"))[:8]
-    out = work / "restored.db"
-    subprocess.run([binary, "restore", "-o", str(out), replica.as_uri()], check=True,
-                   capture_output=True)
-    conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READONLY)
-    held = int(conn.execute("SELECT count(*) FROM messages").fetchall()[0][0])
-    conn.close()
+    held = restored_messages(binary, replica, work / "restored.db")
     return {"litestream": version.strip(), "sidecar": sidecar, "restored": held,
             "replication": [f for f in doc["findings"] if f["id"] == "replication"][0]}
 

@@ -92,6 +92,15 @@ def sql(path: Path, statement: str, args: tuple = ()) -> list[tuple]:
         conn.close()
 
 
+def sql_read(path: Path, statement: str, args: tuple = ()) -> list[tuple]:
+    """Run a query on a file through a read-only connection."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return conn.execute(statement, args).fetchall()
+    finally:
+        conn.close()
+
+
 def private_copy(path: Path, tmp_path: Path) -> Path:
     """A copy of the store at ``path`` in a private directory, for one test to damage."""
     src = tmp_path / "src"

@@ -38,14 +38,6 @@ MESSAGES_IN = [
 ]
 
 
-def raw(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
-
-
 def public(messages: list[dict]) -> str:
     """The dicts as text, key order included, markers (row id, uid) kept."""
     return json.dumps([{k: (list(v) if k == "_db_persisted" else v) for k, v in m.items()}
@@ -112,7 +104,7 @@ def as_m011(path: Path) -> None:
 
 
 def stored_forms(path: Path) -> set[tuple]:
-    return set(raw(path, "SELECT role, kind, meta = '' FROM messages"))
+    return set(damage.sql_read(path, "SELECT role, kind, meta = '' FROM messages"))
 
 
 def test_codes_are_one_to_one() -> None:
@@ -128,7 +120,7 @@ def test_codes_are_one_to_one() -> None:
 def test_new_rows_store_codes_and_read_back_exactly(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     build(path)
-    rows = raw(path, "SELECT role, kind, meta FROM messages ORDER BY id")
+    rows = damage.sql_read(path, "SELECT role, kind, meta FROM messages ORDER BY id")
     assert [r[0] for r in rows] == ["s", "d", "u", "a", "a", "t", "u", "a", "a"]
     assert [r[1] for r in rows] == [""] * 8 + ["rolling_summary"]
     assert rows[0][2] == "" and rows[3][2] == "" and rows[6][2] == '{"x":{"k":1}}'
@@ -145,7 +137,7 @@ def test_new_rows_store_codes_and_read_back_exactly(tmp_path: Path) -> None:
     assert [h[1] for h in snap["output/tool"]] == ["tool"]
     assert snap["tailword/None"] == []  # past the tool head: the cap still applies
     assert [h[1] for h in snap["brief/system"]] == ["system"]
-    for row in raw(path, "SELECT * FROM messages"):
+    for row in damage.sql_read(path, "SELECT * FROM messages"):
         assert MESSAGES.self_check([None, *row[1:]]) is True  # the carver proves coded rows
 
 
@@ -171,14 +163,14 @@ def test_m011_store_is_rewritten_by_m012_and_reads_back_identically(tmp_path: Pa
     coded = stored_forms(path)
     as_m011(path)
     assert ("user", "message", 0) in stored_forms(path)
-    watermark = raw(path, "SELECT value FROM state_meta WHERE key = 'fts_watermark'")
+    watermark = damage.sql_read(path, "SELECT value FROM state_meta WHERE key = 'fts_watermark'")
     assert snapshot(path) == before  # opening ran m012 ...
     assert stored_forms(path) == coded  # ... and every row is coded
-    assert raw(path, "SELECT count(*) FROM search_changes") == [(0,)]  # nothing to reindex
-    assert raw(path, "SELECT value FROM state_meta WHERE key = 'fts_watermark'") == watermark
-    assert "IN ('t', 'tool')" in raw(path, "SELECT sql FROM sqlite_master WHERE name ="
+    assert damage.sql_read(path, "SELECT count(*) FROM search_changes") == [(0,)]  # nothing to reindex
+    assert damage.sql_read(path, "SELECT value FROM state_meta WHERE key = 'fts_watermark'") == watermark
+    assert "IN ('t', 'tool')" in damage.sql_read(path, "SELECT sql FROM sqlite_master WHERE name ="
                                            " 'messages_search_text'")[0][0]
-    order = [n for (n,) in raw(path, "SELECT name FROM sqlite_master ORDER BY rowid")]
+    order = [n for (n,) in damage.sql_read(path, "SELECT name FROM sqlite_master ORDER BY rowid")]
     # the view still precedes the indexes that read it (quick_check, update_text_view)
     assert order.index("messages_search_text") < order.index("messages_fts")
     conn = apsw.Connection(str(path))
@@ -205,14 +197,14 @@ def test_kill_during_m012_keeps_the_old_form_and_the_next_open_finishes(tmp_path
     build(path)
     before = snapshot(path)
     as_m011(path)
-    old = raw(path, "SELECT * FROM messages ORDER BY id")
+    old = damage.sql_read(path, "SELECT * FROM messages ORDER BY id")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_IN_M012), str(path)],
                           cwd=Path(__file__).resolve().parents[3], capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert raw(path, "SELECT * FROM messages ORDER BY id") == old  # rolled back whole
-    assert not raw(path, "SELECT 1 FROM migrations WHERE name = 'm012_coded_rows'")
+    assert damage.sql_read(path, "SELECT * FROM messages ORDER BY id") == old  # rolled back whole
+    assert not damage.sql_read(path, "SELECT 1 FROM migrations WHERE name = 'm012_coded_rows'")
     assert snapshot(path) == before
-    assert raw(path, "SELECT count(*) FROM messages WHERE role IN ('user', 'assistant')"
+    assert damage.sql_read(path, "SELECT count(*) FROM messages WHERE role IN ('user', 'assistant')"
                      " OR kind = 'message'") == [(0,)]
 
 
@@ -245,7 +237,7 @@ def test_carver_reads_coded_rows_under_a_destroyed_interior_page(tmp_path: Path)
     report = hstate_recovery.recover(path, tmp_path / "new.db")
     assert report.tables["messages"].lanes["carve"] > 0  # rows only the carver could read
     assert report.outcome == "recovered"
-    assert set(raw(tmp_path / "new.db", "SELECT DISTINCT role FROM messages")) == {("u",), ("a",)}
+    assert set(damage.sql_read(tmp_path / "new.db", "SELECT DISTINCT role FROM messages")) == {("u",), ("a",)}
     with SessionDB(tmp_path / "new.db") as db:
         assert {s: public(db.get_messages(s)) for s in truth.sessions} == before
     assert not os.path.exists(tmp_path / "new.db.partial")

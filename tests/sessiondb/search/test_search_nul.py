@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from hstate_cli.main import cli
 from sessiondb import SessionDB
 from sessiondb.index import search_index
+from tests.helpers.damage import sql_read
 from tests.helpers.stores import mark_stale
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -45,14 +46,6 @@ def build(path: Path, *, index: bool = True) -> None:
         db.append_messages("s", [dict(m) for m in NUL_MESSAGES + PLAIN])
         if index:
             db.catch_up_index()
-
-
-def raw(path: Path, sql: str, args: tuple = ()) -> list[tuple]:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        return conn.execute(sql, args).fetchall()
-    finally:
-        conn.close()
 
 
 def found(path: Path) -> dict[str, list[int]]:
@@ -166,7 +159,7 @@ def as_m013(path: Path) -> None:
             conn.execute(sql)
         conn.execute("DELETE FROM migrations WHERE name = 'm014_nul_text'")
     conn.close()
-    assert "char(0)" not in " ".join(r[0] for r in raw(path, "SELECT sql FROM sqlite_master"
+    assert "char(0)" not in " ".join(r[0] for r in sql_read(path, "SELECT sql FROM sqlite_master"
                                                           " WHERE sql IS NOT NULL"))
 
 
@@ -184,7 +177,7 @@ def previous_schema_store(tmp_path: Path) -> Path:
     with conn:
         conn.execute("UPDATE messages SET content = 'quebec' || char(0) || 'romeo' WHERE id = 2")
     conn.close()
-    assert raw(path, "SELECT count(*) FROM search_changes") == [(1,)]
+    assert sql_read(path, "SELECT count(*) FROM search_changes") == [(1,)]
     return home
 
 
@@ -193,7 +186,7 @@ def test_m014_reindexes_nul_rows_of_a_previous_schema_store(tmp_path: Path) -> N
     path = home / "state.db"
     expected = {**EXPECTED, "zulu": [], "romeo": [1]}
     with SessionDB(path, background_index=False) as db:
-        assert "m014_nul_text" in [r[0] for r in raw(path, "SELECT name FROM migrations")]
+        assert "m014_nul_text" in [r[0] for r in sql_read(path, "SELECT name FROM migrations")]
         assert db.search("bravo") != []
         db.catch_up_index()  # the logged row: deleted by its logged (cut) text
     with SessionDB(path, background_index=False) as db:
@@ -227,14 +220,14 @@ SessionDB(sys.argv[1], background_index=False)
 def test_a_kill_during_m014_leaves_the_old_form_and_the_next_open_finishes(
         tmp_path: Path) -> None:
     path = previous_schema_store(tmp_path) / "state.db"
-    schema = raw(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid")
+    schema = sql_read(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid")
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_IN_M014), str(path)],
                           cwd=ROOT, capture_output=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert raw(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid") == schema
-    assert not raw(path, "SELECT 1 FROM migrations WHERE name = 'm014_nul_text'")
+    assert sql_read(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid") == schema
+    assert not sql_read(path, "SELECT 1 FROM migrations WHERE name = 'm014_nul_text'")
     fts_integrity(path)  # the old index, true to the old view
-    assert raw(path, "SELECT count(*) FROM search_changes") == [(1,)]
+    assert sql_read(path, "SELECT count(*) FROM search_changes") == [(1,)]
     with SessionDB(path, background_index=False) as db:
         db.catch_up_index()
         assert db.search("kilo") != [] and db.search("romeo") != []
