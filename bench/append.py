@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import CORPORA, PROSE_SESSION, SYNC_MODES, store_bytes  # noqa: E402
+from common import (CORPORA, PROSE_SESSION, SYNC_MODES, apply_page_size,  # noqa: E402
+                    page_size_option, store_bytes)
 from subjects import (PEERS, FloorNoIndex, FloorSubject, FloorSyncIndex, Ours, Subject,  # noqa: E402
                       peer_status)
 
@@ -157,12 +158,9 @@ def main() -> int:
     ap.add_argument("--sync", choices=SYNC_MODES, action="append",
                     help="only this synchronous mode (repeatable; default both)")
     ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--page-size", type=int,
-                    help="create our stores and the floor's with this page size (default: the store's)")
+    page_size_option(ap)
     args = ap.parse_args()
-    if args.page_size:
-        from sessiondb.base import policy
-        policy.PAGE_SIZE = args.page_size  # read when a new file is created
+    apply_page_size(args.page_size)
     result = run(args.quick, args.messages, args.corpus, tuple(args.sync or SYNC_MODES))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

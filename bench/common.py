@@ -102,6 +102,17 @@ def scale_message(i: int) -> dict[str, Any]:
 CORPORA = {"b1": message, "prose": prose_message, "scale": scale_message}
 
 
+def page_size_option(ap: Any) -> None:
+    """``--page-size N``: our stores and the floor's created with that page size."""
+    ap.add_argument("--page-size", type=int,
+                    help="create our stores and the floor's with this page size (default: the store's)")
+
+
+def apply_page_size(size: int | None) -> None:
+    if size:
+        policy.PAGE_SIZE = size  # read when a new file is created
+
+
 def store_bytes(path: Path) -> int:
     """Bytes on disk of a database and its -wal/-journal sidecars."""
     total = 0

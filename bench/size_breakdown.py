@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import apsw  # noqa: E402
 
-from common import CORPORA, PROSE_SESSION  # noqa: E402
+from common import CORPORA, PROSE_SESSION, apply_page_size, page_size_option  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
 
 
@@ -64,12 +64,9 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=10_000)
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--keep", help="build the store at this path and keep it")
-    ap.add_argument("--page-size", type=int,
-                    help="create our stores and the floor's with this page size (default: the store's)")
+    page_size_option(ap)
     args = ap.parse_args()
-    if args.page_size:
-        from sessiondb.base import policy
-        policy.PAGE_SIZE = args.page_size  # read when a new file is created
+    apply_page_size(args.page_size)
     with tempfile.TemporaryDirectory(prefix="hermes-size-") as tmp:
         path = Path(args.keep) if args.keep else Path(tmp) / "size.db"
         build(path, args.corpus, args.messages, args.batch)
