@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (MAGIC, create_private_file, ensure_private_dir, own_entries,
-                                    publish)
+from sessiondb.recovery_api import (MAGIC, SIDECARS, create_private_file, ensure_private_dir,
+                                    own_entries, publish)
 
 from ..base import RecoveryError
 from ..source import check_space, liveread, source_bytes
@@ -227,16 +227,23 @@ def _copy(src: apsw.Connection, tmp: Path, progress: Progress | None) -> tuple[d
     return expected, newest
 
 
+def _remove_temp(tmp: Path) -> None:
+    """A temp copy and the sidecars its copy or check left beside it."""
+    for f in (tmp, *(Path(f"{tmp}{suffix}") for suffix in SIDECARS)):
+        f.unlink(missing_ok=True)
+
+
 def remove_stale_temps(directory: Path) -> list[str]:
-    """Temp files of creates whose process is gone (killed mid-copy)."""
-    removed = []
-    for p in own_entries(directory, ".*.tmp"):
-        m = _TMP_RE.match(p.name)
-        if m is None or _alive(int(m["pid"] or m["mpid"])):
+    """Temp files of creates whose process is gone (killed mid-copy or mid-check),
+    with their sidecars, also those left after the temp file itself."""
+    removed: list[str] = []
+    for p in own_entries(directory, ".*.tmp*"):
+        base = next((Path(str(p)[:-len(s)]) for s in SIDECARS if p.name.endswith(s)), p)
+        m = _TMP_RE.match(base.name)
+        if m is None or str(base) in removed or _alive(int(m["pid"] or m["mpid"])):
             continue
-        for f in (p, Path(f"{p}-journal")):
-            f.unlink(missing_ok=True)
-        removed.append(str(p))
+        _remove_temp(base)
+        removed.append(str(base))
     for p in own_entries(directory, f"*.db{MANIFEST_SUFFIX}"):  # killed before the rename
         if not Path(str(p)[:-len(MANIFEST_SUFFIX)]).exists() and \
                 time.time() - p.stat().st_mtime > ORPHAN_MANIFEST_S:
@@ -301,8 +308,7 @@ def create_backup(source: Path, directory: Path, *, prefix: str = "state",
         write_manifest(final, info)  # a manifest without its file is ignored
         publish(tmp, final)
     finally:
-        tmp.unlink(missing_ok=True)
-        Path(f"{tmp}-journal").unlink(missing_ok=True)
+        _remove_temp(tmp)
     removed = rotate(directory, prefix, keep) if keep is not None else []
     return CreateReport(info, removed, stale, copy_s, verify_s)
 

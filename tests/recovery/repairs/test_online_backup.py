@@ -163,6 +163,26 @@ def test_an_interrupt_stops_the_copy_at_its_next_step_and_keeps_nothing(
     assert not list((hermes_home / "backups").iterdir())
 
 
+def test_stale_temps_go_with_every_sidecar_their_check_left(tmp_path: Path) -> None:
+    """A create killed during its check leaves the temp copy's -wal and -shm
+    (its check connections open the copy); they go with the temp file, also
+    when the temp file itself is already gone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    where = tmp_path / "backups"
+    where.mkdir(mode=0o700)
+    left = [where / f".state-20261203T181500-804013960-{dead.pid}.db.tmp{s}"
+            for s in ("", "-wal", "-shm")]
+    orphan = where / f".state-20261203T181501-000000001-{dead.pid}.db.tmp-wal"
+    for p in left + [orphan]:
+        p.write_bytes(b"x")
+    mine = where / f".state-20261203T181502-000000002-{os.getpid()}.db.tmp-wal"
+    mine.write_bytes(b"x")  # a live create's: kept
+    removed = online_backup.remove_stale_temps(where)
+    assert sorted(removed) == sorted([str(left[0]), str(orphan)[:-len("-wal")]])
+    assert sorted(where.iterdir()) == [mine]
+
+
 def test_verify_reports_a_damaged_backup(hermes_home: Path) -> None:
     SessionDB.open(hermes_home).close()
     path = Path(create_backup(hermes_home / "state.db", hermes_home / "backups").backup.path)
