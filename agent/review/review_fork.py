@@ -182,6 +182,10 @@ class ReviewFork:
                 self.run.attach(stream)
                 for _event in stream:
                     self._check()
+                # cancel() closes the stream, and a closed stream may end its
+                # iteration cleanly: without this check a cancelled review
+                # would finish on the partial message as DONE.
+                self._check()
                 final = stream.get_final_message()
         except Exception:
             _add_partial(usage, stream)  # a cut-short call still cost its input
