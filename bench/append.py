@@ -9,7 +9,7 @@ it is not a goal, it shows what search indexing costs per message. Peers that sl
 with the length of the conversation are stopped at a message cap or a time
 budget, whichever comes first, and the line says how many they wrote.
 
-    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose|scale] [--sync NORMAL] [--page-size N]
+    python bench/append.py [--quick] [--messages 10000] [--corpus b1|prose|real|scale] [--sync NORMAL] [--page-size N]
 """
 from __future__ import annotations
 

@@ -99,7 +99,13 @@ def scale_message(i: int) -> dict[str, Any]:
     return dict(_SCALE[i])
 
 
-CORPORA = {"b1": message, "prose": prose_message, "scale": scale_message}
+def real_message(i: int) -> dict[str, Any]:
+    """Message ``i`` of real text from this machine's files (bench/real_text.py)."""
+    from real_text import real_message as real
+    return real(i)
+
+
+CORPORA = {"b1": message, "prose": prose_message, "real": real_message, "scale": scale_message}
 
 
 def page_size_option(ap: Any) -> None:

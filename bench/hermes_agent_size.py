@@ -8,9 +8,10 @@ catch up, closes both, and prints each file's bytes (database plus -wal).
 
 ``--text lorem`` keeps the test files' own message text (a row number and
 twelve words of five); ``--text prose`` puts the prose corpus's turns
-(bench/common.py, ~340 characters) in the same rows.
+(bench/common.py, ~340 characters) in the same rows, ``--text real`` real
+English and code from this machine's files (bench/real_text.py).
 
-    python bench/hermes_agent_size.py [--messages 100000] [--text lorem|prose]
+    python bench/hermes_agent_size.py [--messages 100000] [--text lorem|prose|real]
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import prose_message, store_bytes  # noqa: E402
+from common import prose_message, real_message, store_bytes  # noqa: E402
 from sessiondb import SessionDB  # noqa: E402
 from sessiondb.importers import import_hermes_agent  # noqa: E402
 from tests.helpers import foreign_dbs  # noqa: E402
@@ -35,9 +36,19 @@ def _prose_text(i: int, words: int = 12) -> str:
     return str(prose_message(i)["content"])
 
 
+_REAL: dict[int, int] = {}
+
+
+def _real_text(i: int, words: int = 12) -> str:
+    """Real text (bench/real_text.py), a new piece for each new number the builder asks for."""
+    return str(real_message(_REAL.setdefault(i, len(_REAL)))["content"])
+
+
 def run(messages: int, text: str, root: Path) -> dict[str, float]:
     if text == "prose":
         foreign_dbs._text = _prose_text  # the builder's text, swapped for the prose corpus
+    elif text == "real":
+        foreign_dbs._text = _real_text
     theirs, ours = root / "hermes-agent.db", root / "ours.db"
     started = time.perf_counter()
     foreign_dbs.build_hermes_agent(theirs, max(1, messages // PER_SESSION), PER_SESSION)
@@ -54,7 +65,7 @@ def run(messages: int, text: str, root: Path) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=100_000)
-    ap.add_argument("--text", choices=("lorem", "prose"), default="lorem")
+    ap.add_argument("--text", choices=("lorem", "prose", "real"), default="lorem")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hermes-ha-size-") as tmp:
         r = run(args.messages, args.text, Path(tmp))
