@@ -24,7 +24,9 @@ LangGraph: a three-node graph (``MessagesState``, nodes a -> b -> c each
 adding a message) run turn after turn on one thread with HermesSaver and
 with ``SqliteSaver``: wall time per checkpoint (the saver's put, put_writes
 and get_tuple calls the graph makes), and bytes per checkpoint (the saver's
-tables and indexes, from ``dbstat``, after a checkpoint of the WAL).
+tables and indexes, from ``dbstat``, after a checkpoint of the WAL). The
+same graph on LangGraph's ``InMemorySaver`` (no storage) is the floor: the
+graph's own work, its serializer's included.
 
     python bench/frameworks.py [--quick] [--json] [--calls N] [--per-round N] [--evict MIB]
 """
@@ -46,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, median, percentile  # noqa: E402
 
 ITEM_TEXT = "a question about the harbour and its tides " * 4
+#: LangGraph's in-memory saver: the graph's own cost per checkpoint.
+FLOOR = "InMemorySaver (floor)"
 #: Calls of one subject in a row before the next subject's (see `_rounds`).
 PER_ROUND = 5
 
@@ -188,13 +192,15 @@ def saver_bytes(path: Path, tables: tuple[str, ...]) -> int:
 
 
 def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
+    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from sessiondb import SessionDB
     from sessiondb.integrations.langgraph import HermesSaver
     store = SessionDB(root / "lg-hermes.db")
     sdk_conn = sqlite3.connect(root / "lg-sqlite.db", check_same_thread=False)
-    savers = {"hermes": HermesSaver(store), "SqliteSaver": SqliteSaver(sdk_conn)}
+    savers = {"hermes": HermesSaver(store), "SqliteSaver": SqliteSaver(sdk_conn),
+              FLOOR: InMemorySaver()}
     graphs = {name: three_node_graph(s) for name, s in savers.items()}
     per_turn: dict[str, list[float]] = {name: [] for name in savers}
     for turn in range(turns):
@@ -210,7 +216,8 @@ def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
     sdk_conn.close()
     nbytes = {"hermes": saver_bytes(root / "lg-hermes.db",
                                     ("graph_checkpoints", "graph_blobs", "graph_writes")),
-              "SqliteSaver": saver_bytes(root / "lg-sqlite.db", ("checkpoints", "writes"))}
+              "SqliteSaver": saver_bytes(root / "lg-sqlite.db", ("checkpoints", "writes")),
+              FLOOR: 0}
     out: dict[str, Any] = {}
     for name in savers:
         per_ckpt = counts[name] / turns
@@ -218,6 +225,7 @@ def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
                      "turn_median_ms": round(median(per_turn[name]) * 1e3, 2),
                      "per_checkpoint_median_us": round(median(per_turn[name]) / per_ckpt * 1e6, 1),
                      "bytes_per_checkpoint": round(nbytes[name] / counts[name])}
+    del out[FLOOR]["bytes_per_checkpoint"]  # nothing stored
     out["SqliteSaver"]["ratio_to_hermes"] = {
         k: round(out["SqliteSaver"][k] / out["hermes"][k], 2)
         for k in ("per_checkpoint_median_us", "bytes_per_checkpoint")}
@@ -256,7 +264,7 @@ def main() -> None:
         print(f"  {name:<22} {cells}  {ops.get('ratio_to_hermes', '')}")
     print(f"LangGraph, 3-node graph, {turns} turns on one thread:")
     for name, r in result["langgraph"].items():
-        print(f"  {name:<12} {r}")
+        print(f"  {name:<22} {r}")
 
 
 if __name__ == "__main__":
