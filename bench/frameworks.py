@@ -11,15 +11,24 @@ subject's first call of a round follows each other subject equally often.
 ``AdvancedSQLiteSession``'s ~12-25 ms call, which leaves the CPU caches
 cold, and the others never did.) ``--per-round 1`` times every call right
 after another subject's: the cold case, as in an agent loop where a model
-call comes between two reads.
+call comes between two reads. Two of the subjects share one SQLite library
+(Python's ``sqlite3``) and HermesSession runs apsw's own, so there each
+SDK session's call often meets its library's code still in the CPU's
+caches from the other SDK session's call, and HermesSession's never does.
+``--evict MIB`` stands in for the model call instead: before every timed
+call it writes MIB MiB of memory in the event loop's thread and in the
+executor's worker thread, which leaves every subject's code and data out
+of the cores' own caches alike.
 
 LangGraph: a three-node graph (``MessagesState``, nodes a -> b -> c each
 adding a message) run turn after turn on one thread with HermesSaver and
 with ``SqliteSaver``: wall time per checkpoint (the saver's put, put_writes
 and get_tuple calls the graph makes), and bytes per checkpoint (the saver's
-tables and indexes, from ``dbstat``, after a checkpoint of the WAL).
+tables and indexes, from ``dbstat``, after a checkpoint of the WAL). The
+same graph on LangGraph's ``InMemorySaver`` (no storage) is the floor: the
+graph's own work, its serializer's included.
 
-    python bench/frameworks.py [--quick] [--json] [--calls N] [--per-round N]
+    python bench/frameworks.py [--quick] [--json] [--calls N] [--per-round N] [--evict MIB]
 """
 from __future__ import annotations
 
@@ -39,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, median, percentile  # noqa: E402
 
 ITEM_TEXT = "a question about the harbour and its tides " * 4
+#: LangGraph's in-memory saver: the graph's own cost per checkpoint.
+FLOOR = "InMemorySaver (floor)"
 #: Calls of one subject in a row before the next subject's (see `_rounds`).
 PER_ROUND = 5
 
@@ -69,7 +80,7 @@ def agents_subjects(root: Path) -> dict[str, Any]:
 
 
 async def bench_agents(root: Path, items: int, calls: int,
-                       per_round: int = PER_ROUND) -> dict[str, Any]:
+                       per_round: int = PER_ROUND, evict_mib: int = 0) -> dict[str, Any]:
     subjects = agents_subjects(root)
     for session in subjects.values():
         for start in range(0, items, 500):
@@ -90,15 +101,37 @@ async def bench_agents(root: Path, items: int, calls: int,
     async def write(session: Any) -> None:
         await session.add_items([_item(added[id(session)])])
         added[id(session)] += 1
+    between = _evictor(evict_mib)
     for op, call in (("get_items(50)", read), ("add_items(1)", write)):
-        await _rounds(subjects, calls, call, timings, op, per_round)
+        await _rounds(subjects, calls, call, timings, op, per_round, between)
     for session in subjects.values():
         session.close()
     return _summary(timings)
 
 
+def _evictor(mib: int) -> Callable[[], Any] | None:
+    """With ``mib``: a coroutine function writing ``mib`` MiB, one byte per
+    64-byte cache line, in this thread and then in the default executor's
+    worker (the thread a subject's next call runs in: an idle worker is
+    reused), so the call that follows finds the cores' caches holding none
+    of the previous call's code or data."""
+    if not mib:
+        return None
+    buf = bytearray(mib << 20)
+    zeros = bytes(len(buf) // 64)
+
+    def touch() -> None:
+        buf[::64] = zeros
+
+    async def evict() -> None:
+        touch()
+        await asyncio.to_thread(touch)
+    return evict
+
+
 async def _rounds(subjects: dict[str, Any], calls: int, call: Callable[[Any], Any],
-                  timings: dict[str, dict[str, list[float]]], op: str, per_round: int) -> None:
+                  timings: dict[str, dict[str, list[float]]], op: str, per_round: int,
+                  between: Callable[[], Any] | None = None) -> None:
     """``calls`` timed calls per subject, in rounds of ``per_round`` calls of
     one subject after another, each round in the next of the subjects'
     orders (every permutation in turn): every subject follows every other
@@ -108,6 +141,8 @@ async def _rounds(subjects: dict[str, Any], calls: int, call: Callable[[Any], An
     for r in range(-(-calls // per_round)):
         for name in orders[r % len(orders)]:
             for _ in range(min(per_round, calls - r * per_round)):
+                if between is not None:
+                    await between()
                 t0 = time.perf_counter()
                 await call(subjects[name])
                 timings[name][op].append(time.perf_counter() - t0)
@@ -157,13 +192,15 @@ def saver_bytes(path: Path, tables: tuple[str, ...]) -> int:
 
 
 def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
+    from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from sessiondb import SessionDB
     from sessiondb.integrations.langgraph import HermesSaver
     store = SessionDB(root / "lg-hermes.db")
     sdk_conn = sqlite3.connect(root / "lg-sqlite.db", check_same_thread=False)
-    savers = {"hermes": HermesSaver(store), "SqliteSaver": SqliteSaver(sdk_conn)}
+    savers = {"hermes": HermesSaver(store), "SqliteSaver": SqliteSaver(sdk_conn),
+              FLOOR: InMemorySaver()}
     graphs = {name: three_node_graph(s) for name, s in savers.items()}
     per_turn: dict[str, list[float]] = {name: [] for name in savers}
     for turn in range(turns):
@@ -179,7 +216,8 @@ def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
     sdk_conn.close()
     nbytes = {"hermes": saver_bytes(root / "lg-hermes.db",
                                     ("graph_checkpoints", "graph_blobs", "graph_writes")),
-              "SqliteSaver": saver_bytes(root / "lg-sqlite.db", ("checkpoints", "writes"))}
+              "SqliteSaver": saver_bytes(root / "lg-sqlite.db", ("checkpoints", "writes")),
+              FLOOR: 0}
     out: dict[str, Any] = {}
     for name in savers:
         per_ckpt = counts[name] / turns
@@ -187,6 +225,7 @@ def bench_langgraph(root: Path, turns: int) -> dict[str, Any]:
                      "turn_median_ms": round(median(per_turn[name]) * 1e3, 2),
                      "per_checkpoint_median_us": round(median(per_turn[name]) / per_ckpt * 1e6, 1),
                      "bytes_per_checkpoint": round(nbytes[name] / counts[name])}
+    del out[FLOOR]["bytes_per_checkpoint"]  # nothing stored
     out["SqliteSaver"]["ratio_to_hermes"] = {
         k: round(out["SqliteSaver"][k] / out["hermes"][k], 2)
         for k in ("per_checkpoint_median_us", "bytes_per_checkpoint")}
@@ -202,14 +241,18 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=PER_ROUND,
                         help=f"calls of one subject in a row (default {PER_ROUND}; 1: every "
                              "call right after another subject's)")
+    parser.add_argument("--evict", type=int, default=0, metavar="MIB",
+                        help="before every timed call, write MIB MiB of memory in the loop's "
+                             "and the worker's thread (a model call's stand-in; default 0)")
     args = parser.parse_args()
     items, calls, turns = (1000, 50, 10) if args.quick else (10_000, 600, 60)
     calls = args.calls or calls
     with tempfile.TemporaryDirectory(prefix="hermes-bench-frameworks-") as tmp:
         root = Path(tmp)
         result = {"machine": machine(), "items": items, "calls": calls, "turns": turns,
-                  "per_round": args.per_round,
-                  "agents": asyncio.run(bench_agents(root, items, calls, args.per_round)),
+                  "per_round": args.per_round, "evict_mib": args.evict,
+                  "agents": asyncio.run(bench_agents(root, items, calls, args.per_round,
+                                                     args.evict)),
                   "langgraph": bench_langgraph(root, turns)}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -221,7 +264,7 @@ def main() -> None:
         print(f"  {name:<22} {cells}  {ops.get('ratio_to_hermes', '')}")
     print(f"LangGraph, 3-node graph, {turns} turns on one thread:")
     for name, r in result["langgraph"].items():
-        print(f"  {name:<12} {r}")
+        print(f"  {name:<22} {r}")
 
 
 if __name__ == "__main__":

@@ -464,12 +464,14 @@ def live_rows(conn: apsw.Connection, session_id: str, *,
     """A session's live rows in order as stored: (role, content_kind,
     content, tool_calls, meta, finish_reason), for `decode`: one statement,
     no session check (an unknown session has none); ``tail``: the last N only."""
-    sql = ("SELECT role, content_kind, content, tool_calls, meta, finish_reason FROM messages"
-           " WHERE session_id = ? AND state = 'active'")
     if tail is None:
-        return list(conn.execute(sql + " ORDER BY position, id", (session_id,)))
-    found = list(conn.execute(sql + " ORDER BY position DESC, id DESC LIMIT ?",
-                              (session_id, tail)))
+        return conn.execute(_LIVE_ROWS + " ORDER BY position, id", (session_id,)).fetchall()
+    found = conn.execute(_LIVE_TAIL, (session_id, tail)).fetchall()
     found.reverse()
     return found
+
+
+_LIVE_ROWS = ("SELECT role, content_kind, content, tool_calls, meta, finish_reason FROM messages"
+              " WHERE session_id = ? AND state = 'active'")
+_LIVE_TAIL = _LIVE_ROWS + " ORDER BY position DESC, id DESC LIMIT ?"
 
