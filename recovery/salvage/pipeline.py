@@ -527,7 +527,8 @@ def _recover(source: Path, output: Path, report: RecoveryReport, opts: RecoverOp
                         return
                 except Unsound:
                     check = None  # inspect's verdict is final: the lanes run on it
-            snap.confirm()  # the source did not change while it was copied
+            # (the second look at the source goes on beside the lanes: the
+            # new file is confirmed before it is kept, `_confirmed`)
             _recover_copy(snap, cat, insp, output, report, opts, check)
         finally:
             if check is not None:
@@ -631,7 +632,6 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
     check then changes it, that file is thrown away and the lanes run
     again on the final verdict, as if the check had come first."""
     report.inspect, report.verdict_before = insp.to_dict(), insp.data_verdict
-    report.fingerprints = snap.to_dict()
     ctx = _context(snap, cat, insp, opts)
     _describe_schema(report, ctx.catalog, opts.template)
     pending = partial(settle, check, snap, insp, report) if check is not None else None
@@ -640,14 +640,24 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
         tmp = _temp_name(output)
         try:
             stats = _lanes_into(ctx, tmp, insp, report, opts, pending)
+            _confirmed(snap, report)
         except Unsound:
             _remove(tmp)
             forget_lanes(before, report, ctx.work_dir)
             pending, ctx = None, _context(snap, cat, insp, opts)
             continue
         except OutputUnreadable as e:
+            try:
+                _confirmed(snap, report)
+            except BaseException:
+                _remove(tmp)
+                raise
             _keep_unreadable(tmp, output, report, e)
             return
+        except Exception:
+            _remove(tmp)
+            _confirmed(snap, report)  # a source that changed explains a failure best
+            raise
         except BaseException:
             _remove(tmp)
             raise
@@ -662,6 +672,17 @@ def _recover_copy(snap: Snapshot, cat: Catalog | None, insp: InspectReport, outp
             report.tables = {}
         return
     _verify_and_place(ctx, tmp, output, report, opts.allow_partial, stats)
+
+
+def _confirmed(snap: Snapshot, report: RecoveryReport) -> None:
+    """The source did not change while it was copied (`Snapshot.confirm`:
+    its second look ran beside the lanes), so what was made of the copy may
+    be kept; the fingerprints then go into the report. `SourceChanging`
+    otherwise."""
+    started = time.monotonic()
+    snap.confirm()
+    report.timings["snapshot_confirm_wait_s"] = round(time.monotonic() - started, 3)
+    report.fingerprints = snap.to_dict()
 
 
 def _run_and_finish(ctx: LaneContext, sink: RowSink, insp: InspectReport,

@@ -116,13 +116,16 @@ def test_source_changing_during_copy_stops(source, work, tmp_path):
     with pytest.raises(SourceChanging):
         take_snapshot(source, work, after_copy=writer)
     assert list(work.iterdir()) == []
-    # recover takes the second look beside its reads of the copy, and confirms
-    # it before the page copy or the row-by-row copy makes anything of them
+    # recover takes the second look beside its reads of the copy (and, row by
+    # row, beside the lanes), and confirms it before anything made of the
+    # copy is kept: no new file, no temporary one left
+    out = tmp_path / "out"
+    out.mkdir()
     for page_copy in (True, False):
-        rec = hstate_recovery.recover(source, tmp_path / "new.db", work_dir=work,
+        rec = hstate_recovery.recover(source, out / "new.db", work_dir=work,
                                       after_copy=writer, page_copy=page_copy)
         assert (rec.outcome, rec.exit_code, rec.output) == ("source_changing", 6, None)
-        assert not (tmp_path / "new.db").exists() and list(work.iterdir()) == []
+        assert list(out.iterdir()) == [] and list(work.iterdir()) == []
     assert source.read_bytes()[:len(before)] == before
 
 
