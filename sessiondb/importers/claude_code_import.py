@@ -31,10 +31,11 @@ Mapping (idempotent: uids are the lines' own ``uuid``):
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from ..base import MessageState
 from ..rows import usage as ledger
@@ -394,11 +395,27 @@ def _block_ref(block: Any) -> dict[str, Any]:
     return ref
 
 
+def _arguments_json() -> Callable[[Any], str]:
+    """``json.dumps`` with its default options, as one C encoder made once:
+    ``json.dumps`` builds a new one each call, which cost as much as the
+    rest of an assistant line's mapping. Without circular-reference markers:
+    the values come from parsed JSON, which cannot hold a cycle."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: json.dumps itself
+        return json.dumps
+    encoder = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii,
+                   None, ": ", ", ", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_arguments = _arguments_json()
+
+
 def _call(block: dict[str, Any]) -> dict[str, Any]:
     """A ``tool_use`` block as one of our tool calls."""
     return {"id": str(block.get("id") or ""), "type": "function",
             "function": {"name": str(block.get("name") or ""),
-                         "arguments": json.dumps(block.get("input", {}))}}
+                         "arguments": _arguments(block.get("input", {}))}}
 
 
 def assistant_message(message: dict[str, Any]) -> dict[str, Any]:
