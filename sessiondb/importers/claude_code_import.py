@@ -104,11 +104,13 @@ class _Group:
             return
         if isinstance(rid, str):
             self.responses.add(rid)
-        row = self.usage.setdefault(model, {"task": "turn", "model": model,
-                                            "provider": "anthropic", "api_calls": 0,
-                                            "first_at": when, "last_at": when})
+        row = self.usage.get(model)
+        if row is None:  # (setdefault would build this dict for every response)
+            row = self.usage[model] = {"task": "turn", "model": model, "provider": "anthropic",
+                                       "api_calls": 0, "first_at": when, "last_at": when}
         row["api_calls"] += 1
-        row["last_at"] = max(row["last_at"], when)
+        if when > row["last_at"]:
+            row["last_at"] = when
         for theirs, ours in _USAGE:
             n = usage.get(theirs)
             if isinstance(n, int) and not isinstance(n, bool) and n > 0:
