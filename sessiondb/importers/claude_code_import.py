@@ -31,17 +31,19 @@ Mapping (idempotent: uids are the lines' own ``uuid``):
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from ..base import MessageState
 from ..rows import usage as ledger
 from .import_spill import encoded_from
 from .importer import MessageIn, Record, SessionIn, encoded_ahead
-from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
-                        safe_id, text_of, title_from)
+from . import log_lines
+from .log_lines import (HOLD_MESSAGES, LineReport, RecordFile, file_time, iso_time, open_log,
+                        read_lines, safe_id, text_of, title_from)
 
 SOURCE = "claude-code"
 FILES = re.compile(r"[^.].*\.jsonl")
@@ -49,6 +51,8 @@ NOT_MESSAGES = frozenset({"summary", "file-history-snapshot", "queue-operation",
                           "progress"})
 _ACTIVE = MessageState.ACTIVE.value
 _NOT_PROMPTS = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
+_CONTEXT = (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "version"))
+_ASSISTANT_KEYS = (("model", "model"), ("stop_reason", "finish_reason"), ("id", "response_id"))
 _USAGE = (("input_tokens", "input_tokens"), ("output_tokens", "output_tokens"),
           ("cache_read_input_tokens", "cache_read_tokens"),
           ("cache_creation_input_tokens", "cache_write_tokens"))
@@ -60,8 +64,9 @@ class _Group:
 
     id: str
     parent: str | None = None
-    #: sidechains only: where their messages are in the spill
-    offsets: list[int] = field(default_factory=list)
+    #: sidechains only: their messages, held (a MessageIn) or where they
+    #: are in the spill (an offset)
+    offsets: list[Any] = field(default_factory=list)
     messages: int = 0
     first: float | None = None
     last: float | None = None
@@ -71,17 +76,23 @@ class _Group:
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     responses: set[str] = field(default_factory=set)
 
-    def saw(self, obj: dict[str, Any], when: float) -> None:
+    def saw(self, obj: dict[str, Any], kind: str, when: float) -> None:
         self.messages += 1
-        self.first = when if self.first is None else min(self.first, when)
-        self.last = when if self.last is None else max(self.last, when)
-        for key, ours in (("cwd", "cwd"), ("gitBranch", "git_branch"), ("version", "version")):
-            if isinstance(obj.get(key), str) and obj[key]:
-                self.context[ours] = obj[key]
-        if obj["type"] == "user" and self.prompt is None and not obj.get("isMeta"):
-            self.prompt = _prompt(obj["message"].get("content"))
-        elif obj["type"] == "assistant":
+        if self.first is None or self.last is None:
+            self.first = self.last = when
+        elif when < self.first:
+            self.first = when
+        elif when > self.last:
+            self.last = when
+        get, context = obj.get, self.context
+        for key, ours in _CONTEXT:
+            value = get(key)
+            if value and isinstance(value, str):
+                context[ours] = value
+        if kind == "assistant":
             self._count(obj["message"], when)
+        elif self.prompt is None and not get("isMeta"):
+            self.prompt = _prompt(obj["message"].get("content"))
 
     def _count(self, message: dict[str, Any], when: float) -> None:
         model = message.get("model")
@@ -93,11 +104,13 @@ class _Group:
             return
         if isinstance(rid, str):
             self.responses.add(rid)
-        row = self.usage.setdefault(model, {"task": "turn", "model": model,
-                                            "provider": "anthropic", "api_calls": 0,
-                                            "first_at": when, "last_at": when})
+        row = self.usage.get(model)
+        if row is None:  # (setdefault would build this dict for every response)
+            row = self.usage[model] = {"task": "turn", "model": model, "provider": "anthropic",
+                                       "api_calls": 0, "first_at": when, "last_at": when}
         row["api_calls"] += 1
-        row["last_at"] = max(row["last_at"], when)
+        if when > row["last_at"]:
+            row["last_at"] = when
         for theirs, ours in _USAGE:
             n = usage.get(theirs)
             if isinstance(n, int) and not isinstance(n, bool) and n > 0:
@@ -145,16 +158,20 @@ class ClaudeCodeReader:
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
         self._scanned: tuple[RecordFile, RecordFile] | None = None  # see `adopt`
+        #: the conversation's messages held between the passes (see HOLD_BYTES)
+        self._held: list[MessageIn] = []
         #: encode each message during the scan (a worker's, see `prescan`)
         self.encode = False
 
     def records(self) -> Iterator[Record]:
         """One pass over the file learns each session's row (title, model,
-        times, usage) and spills its messages, already mapped, to private
-        temporary files (marshal; the file's bulk, such as ``toolUseResult``,
-        is left behind); then each session's row and its messages are
-        yielded, the conversation first. A file another process scanned
-        (`adopt`) is only yielded."""
+        times, usage) and keeps its messages, already mapped (the file's
+        bulk, such as ``toolUseResult``, is left behind): those of its first
+        HOLD_BYTES of lines in memory, the rest spilled to private temporary
+        files (marshal), so a large file costs no more memory than a small
+        one; then each session's row and its messages are yielded, the
+        conversation first. A file another process scanned (`adopt`) is only
+        yielded."""
         scanned, self._scanned = self._scanned, None
         if scanned is None:
             scanned = RecordFile(), RecordFile()
@@ -166,6 +183,7 @@ class ClaudeCodeReader:
                 raise
         with scanned[0] as main, scanned[1] as sides:
             yield from self._emit(main, sides)
+        self._held = []
         for g in self.groups.values():  # a run of many files keeps only the rows' facts
             g.offsets, g.responses = [], set()
 
@@ -215,21 +233,32 @@ class ClaudeCodeReader:
     def _scan(self, f: BinaryIO, main: RecordFile, sides: RecordFile) -> None:
         summaries: dict[str, str] = {}
         when = file_time(self.path)
+        held: list[MessageIn] = []
+        self._held = held
+        # a worker's pass (`encode`) hands everything over in files
+        hold, kept = 0 if self.encode else log_lines.HOLD_BYTES, 0
         for line in read_lines(f, self.report):
-            obj, kind = line.obj, line.obj.get("type")
-            if kind in ("user", "assistant"):
+            obj = line.obj
+            kind = obj.get("type")
+            if kind == "user" or kind == "assistant":
                 if not _message_line(obj):
                     self.report.skip(line.number, f"a {kind} line without a uuid and message")
                     continue
                 when = iso_time(obj.get("timestamp")) or when
                 group = self._group_of(obj)
-                group.saw(obj, when)
-                for rec in messages_of(group.id, obj, when, line.number):
-                    row = spilled(rec, self.encode)
-                    if group.parent is None:
-                        main.write(row)
-                    else:
-                        group.offsets.append(sides.write(row))
+                group.saw(obj, kind, when)
+                side = group.parent is not None
+                if line.offset < hold and kept < HOLD_MESSAGES:
+                    recs = messages_of(group.id, obj, when, line.number)
+                    kept += len(recs)
+                    (group.offsets if side else held).extend(recs)
+                else:
+                    for rec in messages_of(group.id, obj, when, line.number):
+                        row = spilled(rec, self.encode)
+                        if side:
+                            group.offsets.append(sides.write(row))
+                        else:
+                            main.write(row)
                 if self.title is None and obj["uuid"] in summaries:
                     self.title = summaries[obj["uuid"]]
             elif kind == "summary" and isinstance(obj.get("summary"), str):
@@ -266,19 +295,23 @@ class ClaudeCodeReader:
 
     def _emit(self, main: RecordFile, sides: RecordFile) -> Iterator[Record]:
         conversation = self.groups.get("")
+        refused = self.refused
         if conversation is not None:
             yield conversation.session(SOURCE, self.title)
+            for m in self._held:
+                if m.line not in refused:
+                    yield m
             for rec in main:
-                if rec[7] not in self.refused:
+                if rec[7] not in refused:
                     yield unspilled(rec)
         for key, group in self.groups.items():
             if not key:
                 continue
             yield group.session(SOURCE, None)
-            for offset in group.offsets:
-                rec = sides.at(offset)
-                if rec[7] not in self.refused:
-                    yield unspilled(rec)
+            for at in group.offsets:
+                m = at if isinstance(at, MessageIn) else unspilled(sides.at(at))
+                if m.line not in refused:
+                    yield m
 
 
 def spilled(rec: MessageIn, encode: bool) -> tuple[Any, ...]:
@@ -296,43 +329,61 @@ def unspilled(rec: tuple[Any, ...]) -> MessageIn:
 # -- one line as our messages ---------------------------------------------------
 
 def _extras(obj: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(obj.get("parentUuid"), str):
-        msg["parent_uid"] = f"claude-code:{obj['parentUuid']}"
-    if obj.get("isMeta"):
+    get = obj.get
+    parent = get("parentUuid")
+    if isinstance(parent, str):
+        msg["parent_uid"] = "claude-code:" + parent
+    if get("isMeta"):
         msg["is_meta"] = True
-    if obj.get("isCompactSummary"):
+    if get("isCompactSummary"):
         msg["is_compact_summary"] = True
     return msg
 
 
 def messages_of(sid: str, obj: dict[str, Any], when: float,
-                number: int | None = None) -> Iterator[MessageIn]:
+                number: int | None = None) -> list[MessageIn]:
     """The messages of one user or assistant line (uid ``claude-code:<uuid>``;
     a user line's tool results ``claude-code:<uuid>:<n>``)."""
-    uid = f"claude-code:{obj['uuid']}"
+    uid = "claude-code:" + obj["uuid"]
     if obj["type"] == "assistant":
-        yield MessageIn(sid, uid, when, _ACTIVE, None, "message",
-                        _extras(obj, assistant_message(obj["message"])), number)
-        return
+        return [MessageIn(sid, uid, when, _ACTIVE, None, "message",
+                          _extras(obj, assistant_message(obj["message"])), number)]
     content = obj["message"]["content"]
-    blocks = content if isinstance(content, list) else []
-    results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]
-    rest = [b for b in blocks if not (isinstance(b, dict) and b.get("type") == "tool_result")]
-    if isinstance(content, str) or rest or not results:
-        msg: dict[str, Any] = {"role": "user", "content": text_of(content) if
-                               isinstance(content, str) else text_of(rest)}
-        others = [_block_ref(b) for b in rest if not (isinstance(b, dict)
-                                                       and b.get("type") == "text")]
+    if isinstance(content, str):
+        return [MessageIn(sid, uid, when, _ACTIVE, None, "message",
+                          _extras(obj, {"role": "user", "content": content}), number)]
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    rest = False  # any block that is not a tool result
+    for block in content:
+        if isinstance(block, dict):
+            kind = block.get("type")
+            if kind == "tool_result":
+                results.append(block)
+                continue
+            rest = True
+            if kind == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+                continue
+        rest = True
+        others.append(_block_ref(block))
+    out = []
+    if rest or not results:
+        msg: dict[str, Any] = {"role": "user", "content": "\n".join(texts) if texts else None}
         if others:
             msg["attachments"] = others
-        yield MessageIn(sid, uid, when, _ACTIVE, None, "message", _extras(obj, msg), number)
+        out.append(MessageIn(sid, uid, when, _ACTIVE, None, "message", _extras(obj, msg), number))
     for n, block in enumerate(results):
         tool: dict[str, Any] = {"role": "tool", "content": text_of(block.get("content")) or "",
                                 "tool_call_id": str(block.get("tool_use_id") or "")}
         if block.get("is_error"):
             tool["is_error"] = True
-        yield MessageIn(sid, f"{uid}:{n}", when, _ACTIVE, None, "message", _extras(obj, tool),
-                        number)
+        out.append(MessageIn(sid, f"{uid}:{n}", when, _ACTIVE, None, "message",
+                             _extras(obj, tool), number))
+    return out
 
 
 def _block_ref(block: Any) -> dict[str, Any]:
@@ -346,30 +397,65 @@ def _block_ref(block: Any) -> dict[str, Any]:
     return ref
 
 
+def _arguments_json() -> Callable[[Any], str]:
+    """``json.dumps`` with its default options, as one C encoder made once:
+    ``json.dumps`` builds a new one each call, which cost as much as the
+    rest of an assistant line's mapping. Without circular-reference markers:
+    the values come from parsed JSON, which cannot hold a cycle."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator: json.dumps itself
+        return json.dumps
+    encoder = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii,
+                   None, ": ", ", ", False, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_arguments = _arguments_json()
+
+
+def _call(block: dict[str, Any]) -> dict[str, Any]:
+    """A ``tool_use`` block as one of our tool calls."""
+    return {"id": str(block.get("id") or ""), "type": "function",
+            "function": {"name": str(block.get("name") or ""),
+                         "arguments": _arguments(block.get("input", {}))}}
+
+
 def assistant_message(message: dict[str, Any]) -> dict[str, Any]:
-    """An assistant ``message`` (Messages API shape) as our message dict."""
+    """An assistant ``message`` (Messages API shape) as our message dict:
+    one pass over its blocks (text, thinking, tool calls, the rest by type)."""
     content = message.get("content")
-    blocks = content if isinstance(content, list) else []
-    msg: dict[str, Any] = {"role": "assistant",
-                           "content": content if isinstance(content, str) else text_of(blocks)}
-    thinking = [b["thinking"] for b in blocks if isinstance(b, dict)
-                and b.get("type") == "thinking" and isinstance(b.get("thinking"), str)]
-    if thinking:
-        msg["reasoning"] = "\n".join(thinking)
-    if any(isinstance(b, dict) and b.get("type") == "redacted_thinking" for b in blocks):
-        msg["reasoning_redacted"] = True
-    calls = [b for b in blocks if isinstance(b, dict)
-             and b.get("type") in ("tool_use", "server_tool_use")]
-    if calls:
-        msg["tool_calls"] = [{"id": str(c.get("id") or ""), "type": "function",
-                              "function": {"name": str(c.get("name") or ""),
-                                           "arguments": json.dumps(c.get("input", {}))}}
-                             for c in calls]
-    known = {"text", "thinking", "redacted_thinking", "tool_use", "server_tool_use"}
-    others = [_block_ref(b) for b in blocks if not (isinstance(b, dict) and b.get("type") in known)]
-    if others:
-        msg["other_blocks"] = others
-    for key, ours in (("model", "model"), ("stop_reason", "finish_reason"), ("id", "response_id")):
-        if isinstance(message.get(key), str):
-            msg[ours] = message[key]
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if not isinstance(content, str):
+        texts: list[str] = []
+        thinking: list[str] = []
+        calls: list[dict[str, Any]] = []
+        others: list[dict[str, Any]] = []
+        redacted = False
+        for block in content if isinstance(content, list) else ():
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "text":
+                if isinstance(block.get("text"), str):
+                    texts.append(block["text"])
+            elif kind == "thinking":
+                if isinstance(block.get("thinking"), str):
+                    thinking.append(block["thinking"])
+            elif kind == "tool_use" or kind == "server_tool_use":
+                calls.append(_call(block))
+            elif kind == "redacted_thinking":
+                redacted = True
+            else:
+                others.append(_block_ref(block))
+        msg["content"] = "\n".join(texts) if texts else None
+        if thinking:
+            msg["reasoning"] = "\n".join(thinking)
+        if redacted:
+            msg["reasoning_redacted"] = True
+        if calls:
+            msg["tool_calls"] = calls
+        if others:
+            msg["other_blocks"] = others
+    for key, ours in _ASSISTANT_KEYS:
+        value = message.get(key)
+        if isinstance(value, str):
+            msg[ours] = value
     return msg

@@ -27,6 +27,7 @@ items hold and are counted, not imported.
 from __future__ import annotations
 
 import json
+import itertools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +38,9 @@ from ..rows import ROLES
 from ..rows import usage as ledger
 from .import_spill import encoded_from
 from .importer import MessageIn, Record, SessionIn, encoded_ahead
-from .log_lines import (LineReport, RecordFile, file_time, iso_time, open_log, read_lines,
-                        safe_id, text_of, title_from)
+from . import log_lines
+from .log_lines import (HOLD_MESSAGES, LineReport, RecordFile, file_time, iso_time, open_log,
+                        read_lines, safe_id, text_of, title_from)
 
 SOURCE = "codex"
 FILES = re.compile(r"rollout-.*\.jsonl")
@@ -92,6 +94,8 @@ class CodexReader:
         #: lines the store refused (see log_import.py): left out of the next attempt
         self.refused: set[int] = set()
         self._scanned: RecordFile | None = None  # see `adopt`
+        #: the first messages, held between the passes (log_lines.HOLD_BYTES)
+        self._held: list[tuple[Any, ...]] = []
         #: encode each message during the scan (a worker's, see `prescan`)
         self.encode = False
 
@@ -101,9 +105,10 @@ class CodexReader:
         return safe_id(f"codex-{raw if isinstance(raw, str) and raw else self.path.stem}")
 
     def records(self) -> Iterator[Record]:
-        """One pass over the file learns the session's row and spills its
-        messages, already mapped, to a private temporary file (marshal); then
-        the row and the messages are yielded."""
+        """One pass over the file learns the session's row and keeps its
+        messages, already mapped: the first in memory, the rest spilled to a
+        private temporary file (marshal; see log_lines.HOLD_BYTES); then the
+        row and the messages are yielded."""
         scanned, self._scanned = self._scanned, None
         if scanned is None:
             scanned = RecordFile()
@@ -116,6 +121,7 @@ class CodexReader:
             if self.scan.messages:
                 yield self._session()
                 yield from self._emit(spill)
+        self._held = []
 
     def first_pass(self, spill: RecordFile) -> None:
         """The session learnt, its messages spilled."""
@@ -160,6 +166,9 @@ class CodexReader:
 
     def _scan(self, f: BinaryIO, spill: RecordFile) -> None:
         scan, when = self.scan, file_time(self.path)
+        held: list[tuple[Any, ...]] = []
+        self._held = held
+        hold = 0 if self.encode else log_lines.HOLD_BYTES  # a worker's pass: all in files
         for line in read_lines(f, self.report):
             obj = line.obj
             when = iso_time(obj.get("timestamp")) or when
@@ -174,8 +183,12 @@ class CodexReader:
                 if self.encode:  # the session id is not needed to encode it
                     row = encoded_ahead(MessageIn("", f"codex:{line.number}", when, _ACTIVE,
                                                   None, "message", msg, line.number))
-                spill.write((f"codex:{line.number}", when, _ACTIVE, None, "message",
-                             msg if row is None else None, line.number, row))
+                rec = (f"codex:{line.number}", when, _ACTIVE, None, "message",
+                       msg if row is None else None, line.number, row)
+                if line.offset < hold and len(held) < HOLD_MESSAGES:
+                    held.append(rec)
+                else:
+                    spill.write(rec)
                 scan.messages += 1
                 scan.saw(when)
                 if scan.prompt is None and item.get("type") == "message" \
@@ -254,7 +267,7 @@ class CodexReader:
 
     def _emit(self, spill: RecordFile) -> Iterator[Record]:
         sid = self.session_id
-        for rec in spill:
+        for rec in itertools.chain(self._held, spill):
             if rec[6] not in self.refused:
                 yield MessageIn._make((sid, *rec[:7],
                                        None if rec[7] is None else encoded_from(rec[7])))

@@ -17,7 +17,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from ..rows import time_in_range
 from .llm_threads import parse_time
@@ -26,6 +26,11 @@ from .llm_threads import parse_time
 TITLE_CHARS = 120
 #: a line longer than this is skipped unread (no transcript line comes near it)
 MAX_LINE_BYTES = 256 * 1024 * 1024
+#: a reader keeps the messages of a file's first HOLD_BYTES of lines (at most
+#: HOLD_MESSAGES of them) in memory between its passes and spills the rest,
+#: so that a large file takes no more memory than a small one
+HOLD_BYTES = 4 << 20
+HOLD_MESSAGES = 4_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@+=-]")
 
 
@@ -58,12 +63,30 @@ class Line:
         self.number, self.offset, self.obj = number, offset, obj
 
 
-_DECODE = json.JSONDecoder().decode  # json.loads on bytes detects the encoding each call
+_DECODER = json.JSONDecoder()
+_DECODE = _DECODER.decode  # json.loads on bytes detects the encoding each call
+#: the C scanner that `decode` wraps (set in JSONDecoder.__init__; typeshed omits it)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def _object(text: str) -> Any:
+    """``_DECODE(text)`` for a line that is one JSON object and its line end,
+    without decode's two whitespace matches; anything else goes to
+    ``_DECODE`` itself, so its value or error is exactly decode's."""
+    if text[:1] == "{":
+        try:
+            obj, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            return _DECODE(text)
+        rest = len(text) - end
+        if rest == 0 or (rest == 1 and text[end] == "\n") or text[end:] == "\r\n":
+            return obj
+    return _DECODE(text)
 
 
 def _parse(raw: bytes, number: int, report: LineReport) -> dict[str, Any] | None:
     try:
-        obj = _DECODE(raw.decode("utf-8"))
+        obj = _object(raw.decode("utf-8"))
     except RecursionError:
         report.skip(number, "not readable: JSON nested too deeply")
         return None
@@ -84,7 +107,7 @@ def read_lines(f: BinaryIO, report: LineReport) -> Iterator[Line]:
         number += 1
         start, offset = offset, offset + len(raw)
         report.lines = number
-        if not raw.strip():
+        if raw.isspace() or not raw:  # (strip() would copy the line)
             continue
         if len(raw) > MAX_LINE_BYTES:
             report.skip(number, f"line of {len(raw)} bytes is too long")

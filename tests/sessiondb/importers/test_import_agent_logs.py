@@ -210,3 +210,24 @@ def test_codex_tool_outputs_as_content_items(open_store, tmp_path):
     assert (msgs[4]["content"], msgs[4]["attachments"]) == ("", [{"type": "input_image"}])
     assert "iVBOR" not in json.dumps(msgs)
     assert msgs[5]["content"] == "The button renders,\nbut it overlaps the footer."
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"type": "x", "n": [1, 2.5, null]}\n', b'{"type":"x"}', b'{"type":"x"}\r\n',
+    b'{"type":"x"} \t\n', b'  {"type":"x"}\n', b'{"type":"x"}{"type":"y"}\n',
+    b'{"type":"x"}\n\n', b'{"type": "x",\n', b'{"type": NaN}\n', b'\xef\xbb\xbf{"type":"x"}\n',
+    b'{"a": "\\ud800"}\n', b'[{"type": "x"}]\n', b'{"type": "x"} x\n'])
+def test_a_line_reads_as_the_json_decoder_reads_it(raw):
+    from io import BytesIO
+
+    from sessiondb.importers.log_lines import LineReport, read_lines
+    report = LineReport("f")
+    got = [line.obj for line in read_lines(BytesIO(raw), report)]
+    try:
+        want = json.JSONDecoder().decode(raw.decode("utf-8"))
+    except ValueError as e:
+        assert got == [] and report.skipped[0]["why"].endswith(f"({e.msg})")
+        return
+    assert (got, report.skipped) == (([want], []) if isinstance(want, dict) else
+                                     ([], [{"path": "f", "line": 1, "why": "not a JSON object"
+                                                                          " (a list)"}]))

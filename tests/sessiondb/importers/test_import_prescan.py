@@ -1,7 +1,8 @@
 """Transcripts read ahead in a worker process (log_prescan.py) import exactly
 as when they are read in-process: the same report (line-numbered skips,
 counts), the same sessions and messages, a second run adds nothing, and a
-file that cannot be read is named as before."""
+file that cannot be read is named as before. The same holds for a file's
+messages kept in memory between the reader's passes or spilled to disk."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessiondb import SessionDB
-from sessiondb.importers import claude_code_import, codex_import, import_logs, log_prescan
+from sessiondb.importers import claude_code_import, codex_import, import_logs, log_lines, log_prescan
 from tests.helpers import agent_logs as a
 
 
@@ -54,6 +55,26 @@ def test_worker_and_in_process_give_the_same_import(tmp_path, monkeypatch, fmt):
     if fmt == "claude-code":
         skipped = [s for f in docs[0][0]["files"] for s in f["skipped"]]
         assert [s["line"] for s in skipped if s["path"].endswith("garbage.jsonl")] == [1, 2]
+
+
+@pytest.mark.parametrize("fmt", ["claude-code", "codex"])
+def test_held_and_spilled_messages_give_the_same_import(tmp_path, monkeypatch, fmt):
+    src = tmp_path / "src"
+    if fmt == "claude-code":
+        a.claude_v1(src / "p")  # inline sidechains: held and spilled in one file
+        a.claude_v2(src / "p")
+        (src / "p" / "garbage.jsonl").write_text('{"type": "user"\nnot json\n')
+    else:
+        a.codex_legacy(src)
+        a.codex_rollout(src)
+    docs = []
+    for name, hold in (("held", 1 << 30), ("spilled", 0), ("both", 900)):
+        monkeypatch.setattr(log_lines, "HOLD_BYTES", hold)
+        with SessionDB(tmp_path / f"{name}.db") as db:
+            report = import_logs(db, fmt, [src])
+            docs.append((report.to_dict(), _store_doc(db)))
+    assert docs[0] == docs[1] == docs[2]
+    assert docs[0][0]["totals"]["messages_added"] > 0
 
 
 def test_a_file_that_cannot_be_read_is_named(tmp_path, monkeypatch):
