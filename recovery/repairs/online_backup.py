@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -338,8 +339,18 @@ def _at_low_priority(work: Callable[[], Any], stop: threading.Event) -> Any:
     # Waited for on an Event, not by join(): an interrupted join() of Python
     # before 3.13 can mark a running thread stopped, and the next join() then
     # returns at once. Daemon: a second Ctrl-C does not wait for the copy.
-    threading.Thread(target=run, name="hermes-backup", daemon=True).start()
+    # SIGINT is blocked while the thread starts (which it inherits, so a
+    # Ctrl-C always reaches this thread): one arriving before the ``try``
+    # is then raised inside it, and stops the copy, instead of leaving the
+    # copy running on into a file that is being removed.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
+        threading.Thread(target=run, name="hermes-backup", daemon=True).start()
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         finished.wait()
     except BaseException:
         stop.set()

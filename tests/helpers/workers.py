@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from sessiondb import SessionDB
 
@@ -21,8 +22,10 @@ def appender(path: str, worker: int, count: int, session_id: str) -> dict:
     return {"worker": worker, "errors": errors}
 
 
-def reader(path: str, session_id: str, stop_file: str) -> dict:
-    """Read the session until told to stop; counts must never go backwards."""
+def reader(path: str, session_id: str, stop_file: str, started: Any = None) -> dict:
+    """Read the session until told to stop; counts must never go backwards.
+    ``started`` (an Event from a multiprocessing Manager) is set after the
+    first read, so a test can start its writers once the reader reads."""
     errors: list[str] = []
     reads, last = 0, 0
     with SessionDB(path) as db:
@@ -35,5 +38,7 @@ def reader(path: str, session_id: str, stop_file: str) -> dict:
                 reads += 1
             except Exception:
                 errors.append(traceback.format_exc(limit=2))
+            if started is not None and reads == 1:
+                started.set()
             time.sleep(0.005)
     return {"reads": reads, "errors": errors, "last": last}

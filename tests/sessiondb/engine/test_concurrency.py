@@ -16,8 +16,11 @@ def test_four_writers_one_reader(tmp_path):
         db.create_session("shared", source="test")
     stop = tmp_path / "stop"
     ctx = mp.get_context("spawn")
-    with ctx.Pool(WRITERS + 1) as pool:
-        read = pool.apply_async(workers.reader, (path, "shared", str(stop)))
+    with ctx.Manager() as manager, ctx.Pool(WRITERS + 1) as pool:
+        started = manager.Event()
+        read = pool.apply_async(workers.reader, (path, "shared", str(stop), started))
+        # the writers start once the reader reads, so it reads while they write
+        assert started.wait(120), "the reader process never made its first read"
         writes = [pool.apply_async(workers.appender, (path, w, PER_WRITER, "shared"))
                   for w in range(WRITERS)]
         results = [w.get(timeout=240) for w in writes]
