@@ -360,7 +360,8 @@ KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS,
                                      COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, GRAPH_CHECKPOINTS,
                                      GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
+# (messages_trigram: the trigram index of files before m015)
+DERIVED_PREFIXES = ("messages_fts", "messages_terms", "messages_trigram", "search_changes")
 
 
 # The shadow tables each virtual table module keeps (fts5, fts3/4, rtree).
