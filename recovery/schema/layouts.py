@@ -351,6 +351,10 @@ GRAPH_WRITES = Layout("graph_writes", (
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
                     rowid_column="id", ignore=True)
 
+# The term table's ``_content`` (m015): (id INTEGER PRIMARY KEY, one term).
+FTS_TERMS = Layout("fts_terms", (C("id", INT, True), C("term", TEXT, check=non_empty)),
+                   rowid_column="id", ignore=True)
+
 SQLITE_SCHEMA = Layout("sqlite_schema", (
     C("type", TEXT, check=one_of("table", "index", "view", "trigger")),
     C("name", TEXT), C("tbl_name", TEXT), C("rootpage", INT, True), C("sql", TEXT, True),
@@ -358,7 +362,8 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
                                      COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, GRAPH_CHECKPOINTS,
-                                     GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, SQLITE_SCHEMA)
+                                     GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, FTS_TERMS,
+                                     SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
 # (messages_trigram: the trigram index of files before m015)
 DERIVED_PREFIXES = ("messages_fts", "messages_terms", "messages_trigram", "search_changes")
