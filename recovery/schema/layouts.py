@@ -84,6 +84,14 @@ def non_empty(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
 
+def term_shape(v: Any) -> bool:
+    """A term of the word index as the term table keeps it: 3 or more
+    letters and digits, folded to lower case (a record of an unknown
+    two-column table rarely is one, so it still goes to lost-and-found)."""
+    return (isinstance(v, str) and len(v) >= 3 and v == v.lower()
+            and all(ch.isalnum() for ch in v))
+
+
 def uid_shape(v: Any) -> bool:
     """Text (rows before m010, and uids that are not 32 hex digits) or the
     16 bytes of a hex uid (sessiondb.rows.codec.uid_key)."""
@@ -352,7 +360,7 @@ FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), Tru
                     rowid_column="id", ignore=True)
 
 # The term table's ``_content`` (m015): (id INTEGER PRIMARY KEY, one term).
-FTS_TERMS = Layout("fts_terms", (C("id", INT, True), C("term", TEXT, check=non_empty)),
+FTS_TERMS = Layout("fts_terms", (C("id", INT, True), C("term", TEXT, check=term_shape)),
                    rowid_column="id", ignore=True)
 
 SQLITE_SCHEMA = Layout("sqlite_schema", (
