@@ -32,7 +32,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import apsw
@@ -491,11 +492,13 @@ def _put_text(conn: apsw.Connection, rows: list[tuple[int, str | None]],
 
 
 def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
-    """Index ``rows`` (id, text) in the word index and add the terms it did
-    not hold before to the term table, in the caller's transaction."""
+    """Index ``rows`` (id, text) in the word index and add the terms the term
+    table does not hold to it, in the caller's transaction."""
     fresh = _unheld_terms(conn, (text for _, text in rows))
     _put_text(conn, rows, TEXT_INDEXES)
-    add_terms(conn, fresh)
+    conn.executemany(f"INSERT INTO {TERMS_TABLE}(term) VALUES (?)", [(t,) for t in fresh])
+    if fresh:
+        _KNOWN[conn].top = int(one(conn.execute(f"SELECT max(id) FROM {TERMS_TABLE}_content"))[0])
 
 
 # -- the term table ----------------------------------------------------------
@@ -504,10 +507,60 @@ def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
 # term table (terms the index no longer holds may stay: a stale term only
 # brings candidates that verification drops). The indexer adds a batch's new
 # terms in the batch's transaction: the batch's terms (tokenized here the
-# way the word index tokenizes) that the word index's vocabulary does not
-# hold before the batch goes in, and that the term table does not hold
-# either (a term whose last message was deleted leaves the vocabulary but
-# stays a row).
+# way the word index tokenizes) that the term table does not hold.
+#
+# Which terms it holds is kept per connection (`_KnownTerms`): asking FTS5
+# costs ~30 us a term (an fts5vocab seek, or the term's trigrams), which
+# made a batch of 100 prose messages 7x slower than the word index alone.
+# Terms are only ever appended to the table (rowids grow), so the set is
+# loaded once (all of it, up to KNOWN_TERMS_MAX terms) and then follows
+# the table by rowid: terms above the highest rowid it has seen (another
+# process's batches) are read in before a batch. It is dropped when the
+# schema changes (a rebuild, m015, a copied index: the table is made
+# anew), when the highest rowid goes down (the table was emptied), and
+# when a transaction of the connection rolls back (terms it added are
+# gone). Above KNOWN_TERMS_MAX terms the set is not loaded: terms not in it
+# are looked up in the word index's vocabulary (a term it held before the
+# batch is in the term table), and the set is a bounded cache; a term
+# whose last message went and that comes back may then be added twice,
+# which `terms_holding` reads as once.
+
+KNOWN_TERMS_MAX = 200_000
+
+
+@dataclass
+class _KnownTerms:
+    version: int | None = None
+    top: int = 0  # the highest rowid of the term table read into ``terms``
+    complete: bool = False  # every term of the table is in ``terms``
+    terms: set[str] = field(default_factory=set)
+
+    def forget(self) -> None:
+        self.version, self.top, self.complete = None, 0, False
+        self.terms.clear()
+
+
+_KNOWN: "weakref.WeakKeyDictionary[apsw.Connection, _KnownTerms]" = weakref.WeakKeyDictionary()
+
+
+def _known_terms(conn: apsw.Connection) -> _KnownTerms:
+    known = _KNOWN.get(conn)
+    if known is None:
+        known = _KNOWN[conn] = _KnownTerms()
+        conn.set_rollback_hook(known.forget)
+    (version,) = one(conn.execute("PRAGMA schema_version"))
+    (top,) = one(conn.execute(f"SELECT coalesce(max(id), 0) FROM {TERMS_TABLE}_content"))
+    if known.version != version or top < known.top:
+        known.forget()
+        known.version = int(version)
+        known.complete = top <= KNOWN_TERMS_MAX
+    if top > known.top:
+        if known.complete:  # (the content table's rows: c0 is the term)
+            known.terms.update(t for (t,) in conn.execute(
+                f"SELECT c0 FROM {TERMS_TABLE}_content WHERE id > ?", (known.top,)))
+            known.complete = len(known.terms) <= KNOWN_TERMS_MAX
+        known.top = int(top)
+    return known
 
 VOCAB = "temp.hermes_word_vocab"
 
@@ -529,15 +582,28 @@ def _vocabulary(conn: apsw.Connection) -> str:
 
 
 def _unheld_terms(conn: apsw.Connection, texts: Any) -> list[str]:
+    """The terms of ``texts`` the term table may not hold (before they are
+    indexed: the vocabulary then still says what the word index held)."""
     terms: set[str] = set()
     for text in texts:
         if isinstance(text, str) and text:
             terms.update(t for t in word_tokens(conn, text) if len(t) >= MIN_TERM_CHARS)
-    if not terms:
-        return []
-    vocab = _vocabulary(conn)
-    held = f"SELECT 1 FROM {vocab} WHERE term = ?"
-    return sorted(t for t in terms if conn.execute(held, (t,)).fetchone() is None)
+    known = _known_terms(conn)
+    terms -= known.terms
+    if terms and not known.complete:
+        held = f"SELECT 1 FROM {_vocabulary(conn)} WHERE term = ?"
+        found = {t for t in terms if conn.execute(held, (t,)).fetchone() is not None}
+        terms -= found
+        _remember(known, found)
+    _remember(known, terms)  # (added by the caller in this transaction)
+    return sorted(terms)
+
+
+def _remember(known: _KnownTerms, terms: set[str]) -> None:
+    if len(known.terms) + len(terms) > KNOWN_TERMS_MAX:
+        known.terms.clear()
+        known.complete = False
+    known.terms.update(terms)
 
 
 def trigram_match(term: str) -> str:
@@ -550,23 +616,12 @@ def trigram_match(term: str) -> str:
     return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
 
 
-def add_terms(conn: apsw.Connection, terms: list[str]) -> int:
-    """Add each of ``terms`` the term table does not hold; how many were added."""
-    added = 0
-    for term in terms:
-        if conn.execute(f"SELECT 1 FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND term = ?",
-                        (trigram_match(term), term)).fetchone() is None:
-            conn.execute(f"INSERT INTO {TERMS_TABLE}(term) VALUES (?)", (term,))
-            added += 1
-    return added
-
-
 def terms_holding(conn: apsw.Connection, run: str, cap: int) -> list[str] | None:
     """The terms of the term table holding ``run`` (folded as the word index
     folds, MIN_TERM_CHARS or more); None when more than ``cap`` do."""
-    found = [t for (t,) in conn.execute(
+    found = list(dict.fromkeys(t for (t,) in conn.execute(
         f"SELECT term FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND instr(term, ?) > 0"
-        f" LIMIT {int(cap) + 1}", (trigram_match(run), run))]
+        f" LIMIT {int(cap) + 1}", (trigram_match(run), run))))
     return None if len(found) > cap else found
 
 

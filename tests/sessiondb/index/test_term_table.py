@@ -223,3 +223,36 @@ def test_a_big_store_is_announced(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "m015: replacing the trigram index of" in said and "terms in the term table" in said
     assert json.dumps(said)
+
+
+def _term_rows(path: Path) -> list[str]:
+    return [t for (t,) in sql_read(path, "SELECT term FROM messages_terms ORDER BY term")]
+
+
+def test_each_term_is_added_once_whichever_handle_indexes(tmp_path: Path) -> None:
+    """Each connection knows which terms the table holds and follows what
+    other connections add; a rolled-back batch's terms are not known."""
+    path = tmp_path / "s.db"
+    a = SessionDB(path, background_index=False)
+    b = SessionDB(path, background_index=False)
+    try:
+        a.create_session("s", source="t")
+        a.append_messages("s", [{"role": "user", "content": "alphaword betaword"}])
+        a.catch_up_index()
+        b.append_messages("s", [{"role": "user", "content": "gammaword alphaword"}])
+        b.catch_up_index()  # another connection adds 'gammaword'
+        a.append_messages("s", [{"role": "user", "content": "gammaword deltaword"}])
+        a.catch_up_index()
+        assert _term_rows(path) == ["alphaword", "betaword", "deltaword", "gammaword"]
+        with pytest.raises(RuntimeError), a.atomic() as conn:  # a batch that rolls back
+            rid = a.append_message("s", {"role": "user", "content": "epsilonword"})
+            search_index._put(conn, [(rid, "epsilonword")])
+            raise RuntimeError("rolled back")
+        a.append_messages("s", [{"role": "user", "content": "epsilonword"}])
+        a.catch_up_index()
+        assert _term_rows(path) == ["alphaword", "betaword", "deltaword", "epsilonword",
+                                    "gammaword"]
+        assert [h.message_id for h in a.search("psilonwor")] != []
+    finally:
+        a.close()
+        b.close()
