@@ -296,6 +296,42 @@ def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any]
     return list(conn.execute(sql, params))
 
 
+def _at_most(conn: apsw.Connection, table: str, match: str | None, n: int) -> bool:
+    """Whether the index holds at most ``n`` documents for ``match``."""
+    (count,) = one(conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table}"
+                                f" MATCH ? LIMIT {int(n) + 1})", (match,)))
+    return int(count) <= n
+
+
+def _rank_checking_best_first(conn: apsw.Connection, table: str, match: str | None,
+                              filters: Filters, checks: tuple[str, list[Any]], limit: int,
+                              offset: int) -> list[tuple]:
+    """A ranked substring page when the index holds no more matches than the
+    window: every match is scored on the index alone, then joined, filtered
+    and checked in score order until the page is full. The same page as
+    `_rank_joined` (the window is every match that passes), but the text
+    of a candidate is read and verified only until the page is full, not
+    for every match (a common fragment has thousands)."""
+    want = offset + limit
+    ranked = list(conn.execute(f"SELECT rowid, bm25({table}) AS score FROM {table}"
+                               f" WHERE {table} MATCH ? ORDER BY score, rowid DESC", (match,)))
+    where, args = filters.sql(coded_roles=True)
+    sql_checks, check_args = checks
+    kept: list[tuple] = []
+    step = max(2 * want, 50)
+    for at in range(0, len(ranked), step):
+        chunk = ranked[at:at + step]
+        marks = ",".join("?" * len(chunk))
+        found = {r[0]: r for r in conn.execute(
+            f"SELECT {_COLS}, char(0) FROM messages AS m JOIN sessions AS s"
+            f" ON s.id = m.session_id WHERE m.id IN ({marks}) AND {where}{sql_checks}",
+            (*[c[0] for c in chunk], *args, *check_args))}
+        kept += [(*found[rid], score) for rid, score in chunk if rid in found]
+        if len(kept) >= want:
+            break
+    return kept[offset:want]
+
+
 def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] | None:
     """The rowid range a session's messages occupy, so FTS5 seeks inside it
     instead of walking every match of a common term to find the session's
@@ -333,7 +369,12 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
     snippet = "char(0)" if via == "terms" else _snippet_sql(table)
     rows: list[tuple[Any, ...]] | None
     if order == "rank":
-        if filters.narrowing or p.likes or p.verify:
+        checks = (likes, [*p.likes, *p.verify])
+        if via == "terms" and not filters.narrowing and _at_most(conn, table, p.match,
+                                                                  RANK_WINDOW):
+            rows = _rank_checking_best_first(conn, table, p.match, filters, checks,
+                                             limit, offset)
+        elif filters.narrowing or p.likes or p.verify:
             rows = _with_snippets(conn, table, p.match,
                                   _rank_joined(conn, table, base, params, limit, offset),
                                   snippet)
