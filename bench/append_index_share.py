@@ -1,16 +1,14 @@
-"""What batch appends would gain without the trigram index, beside the peer.
+"""What the term table's upkeep costs batch appends, beside the peer.
 
 Appends ``--messages`` messages of a corpus in batches of 100 through
 `SessionDB.append_messages`, then lets the indexer catch up (timed with
 the appends: the indexer's work is the store's work), in three stores per
-round, each a fresh file: the store as it is; the same process with the
-indexer writing the word index only (``search_index.INDEXES`` narrowed
-before the store is created: the trigram table is never made); and
-openai-agents' `SQLiteSession` with the same batches. Rounds alternate
-the order. What this does not include: the upkeep of a term table that
-would replace the trigram index (bench/layout_whatif.py sizes it and
-times its build from scratch), so the middle line is an upper bound of
-what dropping the trigram index gives.
+round, each a fresh file: the store as it is (the word index and the term
+table, m015); the same process with the indexer writing the word index
+only (no batch's terms looked up or added: the term table stays empty);
+and openai-agents' `SQLiteSession` with the same batches. Rounds
+alternate the order. (Before m015 the middle line stood for the store
+without its trigram index over every text.)
 
     python bench/append_index_share.py [--corpus real] [--messages 10000] [--rounds 3]
 """
@@ -36,9 +34,9 @@ BATCH = 100
 
 
 def ours(path: Path, msgs: list[dict[str, Any]], word_only: bool) -> float:
-    both = search_index.INDEXES
+    unheld = search_index._unheld_terms
     if word_only:
-        search_index.INDEXES = (search_index.FTS_TABLE,)
+        search_index._unheld_terms = lambda conn, texts: []  # type: ignore[assignment]
     try:
         with SessionDB(path) as db:
             sid = db.create_session(PROSE_SESSION, source="bench")
@@ -48,11 +46,12 @@ def ours(path: Path, msgs: list[dict[str, Any]], word_only: bool) -> float:
             db.catch_up_index()
             elapsed = time.perf_counter() - started
             with db._read() as conn:
-                tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_schema")}
-        assert (search_index.TRIGRAM_TABLE in tables) != word_only, "the variant did not take"
+                (terms,) = conn.execute(f"SELECT count(*) FROM {search_index.TERMS_TABLE}"
+                                        ).fetchone()
+        assert (terms > 0) != word_only, "the variant did not take"
         return elapsed
     finally:
-        search_index.INDEXES = both
+        search_index._unheld_terms = unheld
 
 
 def peer(path: Path, msgs: list[dict[str, Any]]) -> float:

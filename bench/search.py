@@ -14,12 +14,13 @@ FTS5's own ``rank``, each with an FTS5 ``snippet()`` built the way ours is
     SELECT rowid, snippet(<index>, 0, '**', '**', '…', 16) FROM <index>
      WHERE <index> MATCH ? ORDER BY rank LIMIT 20
 
-- ``<index>`` is ``messages_fts`` for words, phrases and prefixes, and
-  ``messages_trigram`` for the substring and CJK classes, with the same
-  FTS5 expression our plan builds; the trigram index keeps no positions
-  (m009), so there the expression is the AND of the terms' trigrams and
-  the floor adds ``AND hermes_contains(text, ?)`` per term longer than a
-  trigram, the plainest exact check (ours runs the same function);
+- ``<index>`` is ``messages_fts`` for every class, with the same FTS5
+  expression our plan builds; for the substring and CJK classes that is
+  the OR of the terms holding the query's longest word run (looked up in
+  the term table as ours looks them up, m015), and the floor adds ``AND
+  hermes_contains(text, ?)`` per term of 3+ characters, the plainest exact
+  check (ours runs the same function); a run held by more than
+  ``TERM_CAP`` terms, or none, is the bounded scan for both;
 - ``in session`` writes the session filter the plain way: a join to
   ``messages`` with ``m.session_id = ?`` (FTS5 still streams in rank order);
 - ``order=newest`` uses ``ORDER BY rowid DESC LIMIT 20`` (with snippet);
@@ -185,7 +186,19 @@ def queries_for(texts: list[str], count: int, gen: Generator) -> dict[str, list]
 
 
 def index_table(kind: str) -> str:
-    return "messages_trigram" if kind == "substring" else "messages_fts"
+    return "messages_fts"
+
+
+def terms_plan(conn, p):
+    """A substring plan with the match ours builds: the OR of the terms holding
+    its longest word run; the scan plan when ours scans (no run, or too many terms)."""
+    from dataclasses import replace
+    from sessiondb.search.search_query import Plan, fts_string, like_pattern
+    run = search_mod.substring_run(conn, p)
+    terms = None if run is None else search_index.terms_holding(conn, run, search_mod.TERM_CAP)
+    if not terms:
+        return Plan("scan", likes=[like_pattern(p.terms[0])], terms=p.terms)
+    return replace(p, match=" OR ".join(fts_string(t) for t in terms))
 
 
 def scan_sql(columns: str) -> str:
@@ -264,6 +277,8 @@ def run_class(db: SessionDB, queries: list, order: str, repeats: int,
             p = make_plan(q)
             if p.alt is not None and not search_mod._any_match(conn, "messages_fts", p.match):
                 p = p.alt
+            if p.kind == "substring":
+                p = terms_plan(conn, p)
             args = ((p.likes[0] if p.kind == "scan" else p.match,) + ((sid,) if sid else ())
                     + tuple(p.verify))
             fsql = floor_sql(p.kind, order, sid is not None, len(p.verify))

@@ -123,7 +123,7 @@ class FloorSyncIndex(FloorSubject):
     def open(self, path: Path, sync: str, key: str) -> None:
         super().open(path, sync, key)
         put = "".join(f"INSERT INTO {t}(rowid, text) VALUES (new.id, "
-                      f"{search_index.text_expr('new')});\n" for t in search_index.INDEXES)
+                      f"{search_index.text_expr('new')});\n" for t in search_index.TEXT_INDEXES)
         self.floor.conn.execute("CREATE TRIGGER IF NOT EXISTS bench_sync_ai AFTER INSERT ON"
                                 f" messages BEGIN\n{put}END")
 

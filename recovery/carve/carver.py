@@ -27,7 +27,7 @@ from sessiondb.recovery_api import (BTreePage, DatabaseImage, FormatError, INDEX
                                     parse_page_header, parse_ptrmap, parse_trunk, read_overflow,
                                     table_cell_keys, walk_freelist)
 
-from ..schema import (FTS_SHADOW, KNOWN_LAYOUTS, Layout, SQLITE_SCHEMA, is_derived,
+from ..schema import (FTS_SHADOW, FTS_TERMS, KNOWN_LAYOUTS, Layout, SQLITE_SCHEMA, is_derived,
                       is_without_rowid, layout_for_schema)
 from .carve_probe import SchemaEntry, harvest_schema, probe_page_size
 from .carve_types import (CarveError, CarveEstimate, CarveResult, CarveStats, FREELIST, LostRecord,
@@ -152,7 +152,8 @@ class Carver:
         self.free_leaves: list[int] = []
         self.roots: dict[int, Layout] = {}
         self.index_roots: list[int] = []  # WITHOUT ROWID tables: index b-trees
-        extra = tuple(lay for lay in (FTS_SHADOW, SQLITE_SCHEMA) if lay not in self.fill)
+        extra = tuple(lay for lay in (FTS_SHADOW, FTS_TERMS, SQLITE_SCHEMA)
+                      if lay not in self.fill)
         self.layouts: tuple[Layout, ...] = extra + self.fill
         self.ptrmap = False  # auto_vacuum: pointer-map entries are read where needed
         self._last_map: tuple[int, bytes | None] = (0, None)  # the last map page read
@@ -270,7 +271,7 @@ class Carver:
 
     def _plan_schema(self, schema: list[SchemaEntry]) -> None:
         virtual = {e.name for e in schema if e.type == "table" and e.rootpage == 0}
-        layouts: list[Layout] = [FTS_SHADOW, SQLITE_SCHEMA]
+        layouts: list[Layout] = [FTS_SHADOW, FTS_TERMS, SQLITE_SCHEMA]
         for e in schema:
             if e.type != "table" or not 2 <= e.rootpage <= self.image.page_count:
                 continue
@@ -293,7 +294,7 @@ class Carver:
         # a damaged schema page may have lost tables we still know by shape
         named = {lay.table for lay in layouts}
         layouts += [lay for lay in self.fill if lay.table not in named
-                    and lay not in (FTS_SHADOW, SQLITE_SCHEMA)]
+                    and lay not in (FTS_SHADOW, FTS_TERMS, SQLITE_SCHEMA)]
         self.layouts = tuple(layouts)
 
     def _harvest_schema(self) -> list[SchemaEntry] | None:

@@ -31,7 +31,7 @@ from typing import Any
 import apsw
 
 from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, StorageError, TEXT_VIEW,
-                                    TRIGRAM_TABLE, classify, one, pending_migrations, stale_marker,
+                                    TERMS_TABLE, classify, one, pending_migrations, stale_marker,
                                     triggers_attached, unknown_migrations)
 
 from ..base import Severity
@@ -211,10 +211,18 @@ def _probe_word(text: str) -> str | None:
     return next((w for w in words if len(w) >= 3), None)
 
 
+def _term_held(conn: apsw.Connection, term: str) -> bool:
+    """Whether the term table holds ``term`` (its trigrams, then the term)."""
+    grams = " AND ".join('"' + term[i:i + 3].replace('"', '""') + '"'
+                         for i in range(len(term) - 2))
+    return conn.execute(f"SELECT 1 FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND term = ?",
+                        (grams, term)).fetchone() is not None
+
+
 def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
                   rng: random.Random | None = None) -> list[Finding]:
-    """The stale marker, the sync triggers, and MATCH probes of both indexes
-    for ``probes`` random messages (read-only: no integrity-check, which is a
+    """The stale marker, the sync triggers, and MATCH probes of the word
+    index and the term table for ``probes`` random messages (read-only: no integrity-check, which is a
     write in FTS5)."""
     tables = _tables(conn)
     if FTS_TABLE not in tables:
@@ -240,12 +248,11 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
             if row is None or word is None:
                 continue
             checked += 1
-            for table, needle in ((FTS_TABLE, word),
-                                  (TRIGRAM_TABLE, word[:3])):
-                if table in tables and conn.execute(
-                        f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
-                        ('"' + needle.replace('"', '""') + '"', row[0])).fetchone() is None:
-                    bad.append(f"{table}: message {row[0]} is missing")
+            if conn.execute(f"SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rowid = ?",
+                            ('"' + word.replace('"', '""') + '"', row[0])).fetchone() is None:
+                bad.append(f"{FTS_TABLE}: message {row[0]} is missing")
+            elif TERMS_TABLE in tables and word.isascii() and not _term_held(conn, word.lower()):
+                bad.append(f"{TERMS_TABLE}: the term {word.lower()!r} is missing")
     except apsw.Error as e:
         bad.append(f"{type(e).__name__}: {e}")
     if bad:

@@ -14,21 +14,21 @@ recounted, the secondary indexes created, the search index copied from
 the source (`hstate_recovery.output.search_reuse`) or built again, the file
 checkpointed and synced.
 
-Built again, on two cores: the trigram index (the larger) by a builder
-process (`sessiondb.index.fts_build`, the import's too, through recovery_api),
+Built again, on two cores: the word index by a builder process
+(`sessiondb.index.fts_build`, the import's too, through recovery_api),
 started as soon as the messages are final (after the linking step, so it
-reads while the secondary indexes are created), and the word index in
-place meanwhile, in rowid batches with the watermark at the top; then the
-builder's shadow tables are copied in as rows. If the builder fails in
-any way the trigram index is built here: the same index either way, and
-verification checks it.
+reads while the secondary indexes are created; for a damaged source it
+follows the lanes as they write); then the builder's shadow tables are
+copied in as rows, the term table is filled from the word index's
+vocabulary and the watermark set at the top. If the builder fails in any
+way the word index is built here, in rowid batches: the same index either
+way, and verification checks it.
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +36,9 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (FTS_TABLE, INDEXES, ParallelBuild, TEXT_VIEW, TRIGRAM_TABLE,
+from sessiondb.recovery_api import (FTS_TABLE, ParallelBuild, TEXT_INDEXES, TEXT_VIEW,
                                     attach_triggers, compact_legacy_rows, cores, drop_triggers,
-                                    one, set_watermark)
+                                    fill_terms, one, set_watermark)
 
 from ..schema import quote
 from . import search_reuse
@@ -83,7 +83,7 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
     """Tie the rows together, build what `start` deferred, and fill the
     search index: taken over from ``search_from`` (the source's copy) when
     the caller found that safe (`hstate_recovery.output.search_reuse`), else rebuilt
-    (``not_copied`` says why it was not taken over), the trigram index by
+    (``not_copied`` says why it was not taken over), the word index by
     ``follower`` when one has been following the rows (`follow_rows`)."""
     def tick(what: str, done: int, total: int) -> None:
         if progress is not None:
@@ -100,7 +100,7 @@ def finish(conn: apsw.Connection, stats: WriteStats, deferred: Deferred,
         # store is compact throughout (a hex uid must not be in both forms)
         compact_legacy_rows(conn, keep_twins=True)
     clock.lap("link_s")
-    # the messages are final now: a rebuild's trigram builder can start reading
+    # the messages are final now: a rebuild's word-index builder can start reading
     builder = None
     if search_from is None:
         builder = follower if follower is not None else _start_builder(conn)
@@ -144,7 +144,7 @@ def _search(conn: apsw.Connection, stats: WriteStats, tick: Progress,
 
 
 def follow_rows(path: Path) -> ParallelBuild | None:
-    """A trigram builder that follows the output's rows while the lanes
+    """A word-index builder that follows the output's rows while the lanes
     write them (the source is damaged, so its index will not be taken
     over): it tokenizes on the second core meanwhile instead of after the
     linking. It keeps what it indexed, so rows written below its position
@@ -154,51 +154,50 @@ def follow_rows(path: Path) -> ParallelBuild | None:
     if cores() < 2:
         return None
     try:
-        return ParallelBuild(path, (TRIGRAM_TABLE,), follow=True, track=True)
+        return ParallelBuild(path, (FTS_TABLE,), follow=True, track=True)
     except OSError:
         return None
 
 
 def _start_builder(conn: apsw.Connection) -> ParallelBuild | None:
-    """A trigram builder on the output's committed messages (None on one
+    """A word-index builder on the output's committed messages (None on one
     core, or when no process can be started: the index is built here)."""
     if cores() < 2:
         return None
     try:
-        return ParallelBuild(Path(conn.filename), (TRIGRAM_TABLE,), follow=False)
+        return ParallelBuild(Path(conn.filename), (FTS_TABLE,), follow=False)
     except OSError:
         return None
 
 
 def _rebuild(conn: apsw.Connection, tick: Progress, timings: dict[str, float],
              builder: ParallelBuild | None) -> int:
-    """Both indexes from the messages: the word index here and the trigram
-    index from ``builder`` (copied in), or both here; returns how many
-    processes built them. ``timings`` gets the seconds of the word index
-    and of the wait for the builder after it."""
+    """The word index from the messages, by ``builder`` (copied in) or here,
+    then the term table from its vocabulary and the watermark at the top;
+    returns how many processes built it. ``timings`` gets the seconds of the
+    wait for the builder (and of the term table)."""
     if builder is None:
         fill_search(conn, tick)
         return 1
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # the messages are final (linking is done, and nothing here writes
-        # them again): a following builder is told so now, and once it is
-        # done its rows are checked against them on this thread, on the
-        # second core while the word index fills on this one
-        ending = pool.submit(_finish_and_check, builder) if builder.track else None
-        fill_search(conn, tick, (FTS_TABLE,))
-        timings["search_words_s"] = round(time.monotonic() - started, 3)
-        tick("building the trigram index (second process)", 0, 0)
-        top, stale = ending.result() if ending is not None else \
-            (builder.finish(BUILDER_SECONDS), None)
-    timings["search_trigram_wait_s"] = round(time.monotonic() - started, 3) - \
-        timings["search_words_s"]
+    # the messages are final (linking is done, and nothing here writes them
+    # again): a following builder is told so now, and its rows are checked
+    # against them once it is done
+    tick("building the word index (second process)", 0, 0)
+    top, stale = (_finish_and_check(builder) if builder.track
+                  else (builder.finish(BUILDER_SECONDS), None))
+    timings["search_words_s"] = round(time.monotonic() - started, 3)
     (last,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
     if top is not None and top == last and _take(conn, builder, stale):
+        started = time.monotonic()
+        with conn:
+            fill_terms(conn)
+            set_watermark(conn, last)
+        timings["search_terms_s"] = round(time.monotonic() - started, 3)
         timings["search_builder_cpu_s"] = builder.cpu_seconds()
         return 2
-    log.warning("the trigram builder's index was not used (built here instead)")
-    fill_search(conn, tick, (TRIGRAM_TABLE,))
+    log.warning("the word-index builder's index was not used (built here instead)")
+    fill_search(conn, tick)
     return 1
 
 
@@ -216,17 +215,17 @@ def _finish_and_check(builder: ParallelBuild) -> tuple[int | None, int | None]:
 
 
 def _take(conn: apsw.Connection, builder: ParallelBuild, stale: int | None = None) -> bool:
-    """The builder's trigram index copied in, in one transaction (the
-    watermark is already at the top: `fill_search` of the word index), on
-    a connection of its own: FTS5 caches an index's structure per
-    connection, and ``conn`` may have read the trigram index since its DDL
+    """The builder's word index copied in, in one transaction (the caller
+    then fills the term table and sets the watermark), on a connection of
+    its own: FTS5 caches an index's structure per connection, and ``conn``
+    may have read the word index since its DDL
     (a take-over that failed empties it on ``conn``). ``stale``: a tracking
     builder's changed rows, counted already (`_finish_and_check`)."""
     try:
         fresh = apsw.Connection(conn.filename, flags=apsw.SQLITE_OPEN_READWRITE
                                 | apsw.SQLITE_OPEN_URI, vfs=conn.vfsname("main"))
     except apsw.Error:
-        log.warning("could not open the output to copy the trigram index", exc_info=True)
+        log.warning("could not open the output to copy the word index", exc_info=True)
         return False
     try:
         fresh.execute("PRAGMA synchronous=OFF")  # as `start` set the loading connection
@@ -235,10 +234,10 @@ def _take(conn: apsw.Connection, builder: ParallelBuild, stale: int | None = Non
             if builder.track and not builder.correct(fresh, stale):
                 raise _Stale()  # rolls the copy back
     except _Stale:
-        log.info("rows changed after the trigram builder read them: built here instead")
+        log.info("rows changed after the word-index builder read them: built here instead")
         return False
     except apsw.Error:
-        log.warning("could not copy the builder's trigram index", exc_info=True)
+        log.warning("could not copy the builder's word index", exc_info=True)
         return False
     finally:
         fresh.close()
@@ -319,9 +318,10 @@ def _recount_sessions(conn: apsw.Connection) -> None:
 
 
 def fill_search(conn: apsw.Connection, tick: Progress,
-                indexes: tuple[str, ...] = INDEXES) -> None:
-    """Both search indexes from the messages, a rowid range per transaction,
-    then the watermark at the top (nothing left for an indexer). While
+                indexes: tuple[str, ...] = TEXT_INDEXES) -> None:
+    """The word index from the messages, a rowid range per transaction,
+    then the term table from its vocabulary and the watermark at the top
+    (nothing left for an indexer). While
     filling, FTS5 keeps a larger pending-terms buffer and does not merge
     segments (`LOAD_SETTINGS`): each batch becomes a few large segments, about
     half the time of merging as it goes, and queries as fast afterwards. The
@@ -346,12 +346,13 @@ def fill_search(conn: apsw.Connection, tick: Progress,
         low = high
     with conn:
         fts_settings(conn, NORMAL_SETTINGS, indexes)
+        fill_terms(conn)
         (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
         set_watermark(conn, top)
 
 
 def fts_settings(conn: apsw.Connection, settings: tuple[tuple[str, int], ...],
-                 indexes: tuple[str, ...] = INDEXES) -> None:
+                 indexes: tuple[str, ...] = TEXT_INDEXES) -> None:
     for table in indexes:
         for key, value in settings:
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES (?, ?)", (key, value))

@@ -297,7 +297,7 @@ class StoreSink(RowSink):
     # -- the end --------------------------------------------------------------
 
     def follow_search(self) -> None:
-        """Start building the trigram index from the rows as they are
+        """Start building the word index from the rows as they are
         written (`bulk.follow_rows`): for a source whose index will be
         rebuilt, not taken over."""
         if self.follower is None:

@@ -1,6 +1,6 @@
 """The recovered store's search index taken over from the source instead of rebuilt.
 
-Tokenizing every message again for both indexes (words and trigrams) is
+Tokenizing every message again for the word index (and its term table) is
 most of a healthy store's recovery; SQLite's ``.recover`` copies the
 index's shadow tables as rows. We do the same, and only when that is
 provably the same result as a rebuild:
@@ -34,7 +34,8 @@ from typing import Any, Callable
 
 import apsw
 
-from sessiondb.recovery_api import (CHANGES, INDEXES, IndexNotCopyable, attach_readonly,
+from sessiondb.recovery_api import (CHANGES, INDEXES, IndexNotCopyable, TERMS_TABLE, TEXT_INDEXES,
+                                    attach_readonly,
                                     copy_search_index, index_batch, one, set_watermark)
 
 from ..inspection import sampled_health
@@ -119,9 +120,10 @@ def rebuild(path: Path, fill: Callable[[apsw.Connection], None]) -> None:
 def _empty(conn: apsw.Connection) -> None:
     """Back to an empty index with nothing logged, for the rebuild."""
     with conn:
-        for table in INDEXES:
+        for table in TEXT_INDEXES:
             q = quote(table)
             conn.execute(f"INSERT INTO {q}({q}) VALUES('delete-all')")
+        conn.execute(f"DELETE FROM {quote(TERMS_TABLE)}")  # it keeps its own terms
         conn.execute(f"DELETE FROM {CHANGES}")
         set_watermark(conn, 0)
 

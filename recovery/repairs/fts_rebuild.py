@@ -18,15 +18,18 @@ from pathlib import Path
 
 import apsw
 
-from sessiondb.recovery_api import CHANGES, INDEX_META_KEYS, INDEXES, TEXT_VIEW, TRIGGERS, one
+from sessiondb.recovery_api import (CHANGES, INDEX_META_KEYS, INDEXES, LEGACY_TRIGRAM_TABLE,
+                                    TEXT_VIEW, TRIGGERS, one)
 
 FTS5_SHADOWS = ("data", "idx", "docsize", "config", "content")
 
 
 def derived_names() -> tuple[str, ...]:
-    """Every schema entry of the search index."""
-    shadows = tuple(f"{t}_{s}" for t in INDEXES for s in FTS5_SHADOWS)
-    return INDEXES + shadows + TRIGGERS + (TEXT_VIEW,)
+    """Every schema entry of the search index (and of the trigram index a
+    file from before m015 has)."""
+    tables = INDEXES + (LEGACY_TRIGRAM_TABLE,)
+    shadows = tuple(f"{t}_{s}" for t in tables for s in FTS5_SHADOWS)
+    return tables + shadows + TRIGGERS + (TEXT_VIEW,)
 
 
 def _tables(conn: apsw.Connection) -> list[str]:

@@ -5,7 +5,7 @@ from .catalog import (BAD_TEXT_KEY, Catalog, ORIGIN_KEY, PARTIAL_KEY, READ_ERROR
 from .formats import (FORMATS, Format, GENERIC, Identification, LLM_RESPONSES, LLM_THREADS, OURS,
                       OUR_STORE, all_layouts, format_layouts, format_named, parse_columns,
                       registry_layout, registry_statements)
-from .layouts import (FTS_SHADOW, KNOWN_LAYOUTS, Layout, SQLITE_SCHEMA, is_derived, is_shadow_name,
+from .layouts import (FTS_SHADOW, FTS_TERMS, KNOWN_LAYOUTS, Layout, SQLITE_SCHEMA, is_derived, is_shadow_name,
                       is_without_rowid, layout_for_schema, layout_from_sql)
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "Catalog",
     "FORMATS",
     "FTS_SHADOW",
+    "FTS_TERMS",
     "Format",
     "GENERIC",
     "Identification",

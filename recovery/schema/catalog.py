@@ -17,7 +17,8 @@ from .formats import (EMPTY, FORMATS, Format, Identification, OURS, OUR_STORE, c
                       schema_version)
 from .layouts import is_shadow_name
 
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
+# (messages_trigram: the trigram index of files before m015)
+DERIVED_PREFIXES = ("messages_fts", "messages_terms", "messages_trigram", "search_changes")
 LEDGER_TABLES = ("migrations",)
 ROWID_KEY = "rowid"  # key of the row id in every row dict a lane returns
 PARTIAL_KEY = "__partial__"  # present in a row dict rebuilt without some columns

@@ -84,6 +84,14 @@ def non_empty(v: Any) -> bool:
     return isinstance(v, str) and v != ""
 
 
+def term_shape(v: Any) -> bool:
+    """A term of the word index as the term table keeps it: 3 or more
+    letters and digits, folded to lower case (a record of an unknown
+    two-column table rarely is one, so it still goes to lost-and-found)."""
+    return (isinstance(v, str) and len(v) >= 3 and v == v.lower()
+            and all(ch.isalnum() for ch in v))
+
+
 def uid_shape(v: Any) -> bool:
     """Text (rows before m010, and uids that are not 32 hex digits) or the
     16 bytes of a hex uid (sessiondb.rows.codec.uid_key)."""
@@ -351,6 +359,10 @@ GRAPH_WRITES = Layout("graph_writes", (
 FTS_SHADOW = Layout("fts_shadow", (C("id", INT, True), C("block", ("blob",), True)),
                     rowid_column="id", ignore=True)
 
+# The term table's ``_content`` (m015): (id INTEGER PRIMARY KEY, one term).
+FTS_TERMS = Layout("fts_terms", (C("id", INT, True), C("term", TEXT, check=term_shape)),
+                   rowid_column="id", ignore=True)
+
 SQLITE_SCHEMA = Layout("sqlite_schema", (
     C("type", TEXT, check=one_of("table", "index", "view", "trigger")),
     C("name", TEXT), C("tbl_name", TEXT), C("rootpage", INT, True), C("sql", TEXT, True),
@@ -358,9 +370,11 @@ SQLITE_SCHEMA = Layout("sqlite_schema", (
 
 KNOWN_LAYOUTS: tuple[Layout, ...] = (SESSIONS, MESSAGES, STATE_META, MIGRATIONS, LEASES,
                                      COMPACTIONS, USAGE_LEDGER, SESSION_FLAGS, GRAPH_CHECKPOINTS,
-                                     GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, SQLITE_SCHEMA)
+                                     GRAPH_BLOBS, GRAPH_WRITES, FTS_SHADOW, FTS_TERMS,
+                                     SQLITE_SCHEMA)
 # Tables derived from canonical rows: pages found, records never mapped.
-DERIVED_PREFIXES = ("messages_fts", "messages_trigram", "search_changes")
+# (messages_trigram: the trigram index of files before m015)
+DERIVED_PREFIXES = ("messages_fts", "messages_terms", "messages_trigram", "search_changes")
 
 
 # The shadow tables each virtual table module keeps (fts5, fts3/4, rtree).

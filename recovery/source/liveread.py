@@ -19,7 +19,8 @@ from typing import Any
 
 import apsw
 
-from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, SearchHealth, StorageError,
+from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, LEGACY_TRIGRAM_TABLE, SearchHealth,
+                                    StorageError,
                                     classify_text, connection_errno, corruption_is_index_only,
                                     from_apsw, health_on, other_holders, pending_migrations,
                                     unknown_migrations)
@@ -33,6 +34,8 @@ SCRATCH_PREFIX = ".hermes-scratch-"
 QUICK_CHECK_BUDGET_S = 20.0
 BUSY_MS = 5000
 CANONICAL = ("sessions", "messages")
+# the search tables, and the trigram index of a file from before m015
+_DERIVED = INDEXES + (LEGACY_TRIGRAM_TABLE,)
 
 
 def open_readonly(db_path: Path) -> apsw.Connection:
@@ -83,7 +86,7 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     # check names the index (or FTS5 ran out of memory on a junk structure
     # record, which stops the check), and every canonical table checks clean.
     if not all(classify_text(line) == Cause.FTS_INDEX or line.startswith("NoMemError")
-               or any(t in line for t in INDEXES) for line in check):
+               or any(t in line for t in _DERIVED) for line in check):
         return True
     rows: list[tuple[Any, ...]] = conn.execute(
         "SELECT name, rootpage, sql FROM sqlite_master WHERE type = 'table'"
@@ -91,7 +94,7 @@ def structural(conn: apsw.Connection, check: list[str]) -> bool:
     virtual = {n for n, root, sql in rows if not root and str(sql or "").upper().startswith(
         "CREATE VIRTUAL")}
     # shadow tables of any virtual table are derived, ours or a foreign file's
-    canonical = [n for n, root, _sql in rows if root and not n.startswith(INDEXES)
+    canonical = [n for n, root, _sql in rows if root and not n.startswith(_DERIVED)
                  and not is_shadow_name(n, virtual)]
     return not all(_table_ok(conn, name) for name in canonical)
 

@@ -22,10 +22,11 @@ indexer finishes it, and a read-only search covers the oldest
 (`ParallelIndex`): before the writing pass, when the store holds no
 messages and its index is empty (today's shape, trusted, watermark 0, no
 change-log entries, no setting that changes the on-disk format), builder
-processes (fts_build.py, one per index) start following the committed
+process (fts_build.py, the word index) starts following the committed
 rows; after the last batch one write transaction, on a fresh connection
-(FTS5's per-connection structure cache), copies their shadow tables over
-the empty ones and moves the watermark. The copy is exact only if the
+(FTS5's per-connection structure cache), copies its shadow tables over
+the empty ones, fills the term table from the word index's vocabulary and
+moves the watermark. The copy is exact only if the
 store's rows are the rows the builders read: the transaction that found
 the store empty read the writer's ``PRAGMA data_version``, and the copy
 reads it again while it holds the write lock; it changes only when
@@ -113,8 +114,9 @@ def catch_up(db: "StoreFace", progress: Progress | None = None) -> tuple[str, in
 
 
 def _index_empty(conn: apsw.Connection) -> bool:
-    """Both indexes in today's shape, trusted, holding nothing, watermark 0,
-    no change-log entries, and no config that changes the on-disk format."""
+    """The search tables in today's shape, trusted, holding nothing,
+    watermark 0, no change-log entries, and no config that changes the
+    on-disk format."""
     if not search_index.has_current_shape(conn):
         return False
     backlog = search_index.backlog(conn)
@@ -126,7 +128,7 @@ def _index_empty(conn: apsw.Connection) -> bool:
             return False
         for shadow in ("idx", "docsize"):
             if shadow not in index_shadows(conn, table):
-                continue  # the trigram index has no _docsize (m011)
+                continue  # the term table has no _docsize
             if conn.execute(f"SELECT 1 FROM {table}_{shadow} LIMIT 1").fetchone():
                 return False
     return True
@@ -139,12 +141,12 @@ def _data_version(conn: apsw.Connection) -> int:
 
 
 class ParallelIndex:
-    """The import's builders (fts_build.ParallelBuild, both indexes,
-    following the rows) and the guarded copy of what they built."""
+    """The import's builder (fts_build.ParallelBuild, the word index,
+    following the rows) and the guarded copy of what it built."""
 
     def __init__(self, db: "StoreFace", core: StoreCore, version: int) -> None:
         self.db, self.core, self.version = db, core, version  # core: db.core, narrowed
-        self.build = ParallelBuild(db.path, search_index.INDEXES, follow=True)
+        self.build = ParallelBuild(db.path, search_index.TEXT_INDEXES, follow=True)
         self.copy_seconds = 0.0
 
     @classmethod
@@ -208,6 +210,7 @@ class ParallelIndex:
                     log.info("the store changed during the import; indexing in batches")
                     return False
                 self.build.copy(conn)
+                search_index.fill_terms(conn)
                 search_index.set_watermark(conn, top)
             return True
         finally:

@@ -5,10 +5,11 @@ from . import search_index
 from .fts_build import ParallelBuild, cores
 from .indexer import Indexer, IndexerStats
 from .search_copy import IndexNotCopyable, attach_readonly, copy_search_index, index_shadows
-from .search_index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, TEXT_CAP, TEXT_VIEW, TOOL_TEXT_CAP,
-                           TRIGGERS, TRIGRAM_TABLE, attach_triggers, corruption_is_index_only,
-                           drop_triggers, fts_structures_damaged, index_batch, set_watermark,
-                           stale_marker, triggers_attached)
+from .search_index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, LEGACY_TRIGRAM_TABLE,
+                           TERMS_TABLE, TEXT_CAP, TEXT_INDEXES, TEXT_VIEW, TOOL_TEXT_CAP,
+                           TRIGGERS, attach_triggers, corruption_is_index_only,
+                           drop_triggers, fill_terms, fts_structures_damaged, index_batch,
+                           set_watermark, stale_marker, triggers_attached)
 
 __all__ = [
     "CHANGES",
@@ -19,17 +20,20 @@ __all__ = [
     "Indexer",
     "IndexerStats",
     "ParallelBuild",
+    "LEGACY_TRIGRAM_TABLE",
+    "TERMS_TABLE",
     "TEXT_CAP",
+    "TEXT_INDEXES",
     "TEXT_VIEW",
     "TOOL_TEXT_CAP",
     "TRIGGERS",
-    "TRIGRAM_TABLE",
     "attach_readonly",
     "attach_triggers",
     "copy_search_index",
     "cores",
     "corruption_is_index_only",
     "drop_triggers",
+    "fill_terms",
     "fts_structures_damaged",
     "index_batch",
     "index_shadows",

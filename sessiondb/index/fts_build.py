@@ -263,7 +263,7 @@ def main(argv: list[str]) -> int:
     """A builder process: ``STORE TABLE SCRATCH [track]`` (see the module docstring)."""
     store, table, scratch = argv[:3]
     track = argv[3:] == ["track"]
-    if table not in search_index.INDEXES:
+    if table not in search_index.TEXT_INDEXES:
         sys.stdout.write(json.dumps({"error": f"not a search index: {table!r}"}) + "\n")
         return 2
     final, stop = threading.Event(), threading.Event()

@@ -1,12 +1,12 @@
 """Copying a store's search index from another store file, as rows.
 
-Both FTS5 indexes live in ordinary shadow tables (``<index>_data`` with
-the segments, ``_idx``, ``_docsize``, ``_config``); an index is a
+Both FTS5 tables live in ordinary shadow tables (``<index>_data`` with
+the segments, ``_idx``, ``_docsize``, ``_config``, and the term table's
+``_content``); an index is a
 function of the text it was built from, so a store whose messages are
 exactly another's (same ids, same text) can take the other's index by
 copying those rows, page for page, instead of tokenizing every message
-again (which, for the word and the trigram index together, costs several
-times as much as writing the messages). The bookkeeping that says what the
+again (which, for the word index, costs more than writing the messages). The bookkeeping that says what the
 index covers travels with it: the watermark and the change log. Whether
 the messages really are the same is the caller's to know (recovery knows
 which rows it wrote and how it read them); this module checks that the two
@@ -39,8 +39,9 @@ from ..base import one
 from .search_index import (CHANGES, CURRENT_TOOL_RULE, INDEXES, LEGACY_TOOL_RULE, STALE_KEY,
                            TEXT_VIEW, WATERMARK_KEY)
 
-# the shadow tables an index may have (an external-content index has no _content)
-SHADOWS = ("data", "idx", "docsize", "config")
+# the shadow tables an index may have (an external-content index has no
+# _content; the term table keeps its terms in one)
+SHADOWS = ("data", "idx", "docsize", "config", "content")
 
 
 @dataclass
@@ -106,7 +107,7 @@ def check_copyable(conn: apsw.Connection, schema: str) -> None:
 
 def index_shadows(conn: apsw.Connection, index: str) -> tuple[str, ...]:
     """The shadow tables ``main``'s ``index`` has (an index made with
-    ``columnsize=0``, the trigram index since m011, has no ``_docsize``)."""
+    ``columnsize=0``, the term table, has no ``_docsize``)."""
     names = {n for (n,) in conn.execute(
         "SELECT name FROM main.sqlite_master WHERE type = 'table'")}
     return tuple(s for s in SHADOWS if f"{index}_{s}" in names)
@@ -121,7 +122,7 @@ def copy_index_tables(conn: apsw.Connection, schema: str, index: str,
     ``shadows`` without ``config`` keeps ``main``'s settings (an index built
     with loading settings, fts_build.py)."""
     q, rows = _quote_ident(schema), {}
-    present = index_shadows(conn, index)  # the trigram index has no _docsize (m011)
+    present = index_shadows(conn, index)  # the term table has no _docsize
     for shadow in [name for name in shadows if name in present]:
         table = _quote_ident(f"{index}_{shadow}")
         conn.execute(f"DELETE FROM main.{table}")

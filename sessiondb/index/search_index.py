@@ -1,10 +1,15 @@
 """The derived full-text indexes: schema, change log, catch-up batches, rebuild.
 
-Two FTS5 external-content indexes read their text from the view
-``messages_search_text``:
+Two derived FTS5 tables:
 
-- ``messages_fts``: word tokens (unicode61, diacritics removed);
-- ``messages_trigram``: trigrams, for substrings and CJK text.
+- ``messages_fts``: word tokens (unicode61, diacritics removed), an
+  external-content index reading its text from the view
+  ``messages_search_text``;
+- ``messages_terms``: the word index's distinct terms of 3 or more
+  characters, each once, with a trigram index over them (m015), which
+  finds the terms holding a substring (docs/search.md). Before m015 a
+  trigram index over every text (``messages_trigram``) served substrings;
+  it was about four times the size.
 
 Every message row is indexed whatever its ``state``; state filters apply at
 query time, so archiving or rewinding a row costs no index work.
@@ -27,7 +32,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import apsw
@@ -38,8 +44,20 @@ from ..base import one
 log = logging.getLogger(__name__)
 
 FTS_TABLE = "messages_fts"
-TRIGRAM_TABLE = "messages_trigram"
-INDEXES = (FTS_TABLE, TRIGRAM_TABLE)
+TERMS_TABLE = "messages_terms"
+# The trigram index over every text, from m004 to m015 (the migrations up to
+# m014 still build and reshape it; m015 drops it).
+LEGACY_TRIGRAM_TABLE = "messages_trigram"
+#: The derived search tables: what a rebuild drops and refills, what index
+#: damage is judged on.
+INDEXES = (FTS_TABLE, TERMS_TABLE)
+#: The tables indexing the text view itself (the term table is fed from the
+#: word index's terms).
+TEXT_INDEXES = (FTS_TABLE,)
+_LEGACY_INDEXES = (FTS_TABLE, LEGACY_TRIGRAM_TABLE)
+# A substring is looked up through its longest run of word characters: runs
+# shorter than a trigram hold no trigram, so shorter terms are not kept.
+MIN_TERM_CHARS = 3
 TEXT_VIEW = "messages_search_text"
 STALE_KEY = "fts_stale"
 # Tool output can be huge (file dumps, logs); only its head is indexed. The
@@ -50,30 +68,33 @@ TOOL_TEXT_CAP = 16_384
 # log would otherwise cost seconds of tokenizing and megabytes of trigrams).
 TEXT_CAP = 262_144
 
+WORD_TOKENIZER = "unicode61 remove_diacritics 2"
+TRIGRAM_TOKENIZER = "trigram remove_diacritics 1"
 TOKENIZERS = {
-    FTS_TABLE: "unicode61 remove_diacritics 2",
-    TRIGRAM_TABLE: "trigram remove_diacritics 1",
+    FTS_TABLE: WORD_TOKENIZER,
+    TERMS_TABLE: TRIGRAM_TOKENIZER,
+    LEGACY_TRIGRAM_TABLE: TRIGRAM_TOKENIZER,
 }
-# The shape of each index (m009, m011). The word index keeps positions (phrases,
-# NEAR, snippets, bm25 with stored sizes). The trigram index is only a
-# candidate filter: ``detail=none`` stores which documents hold a trigram,
-# not where (a position list per trigram per document was ~85% of its size),
-# and ``columnsize=0`` (m011) stores no per-document size table: the only
-# reader of a trigram document's size is bm25 when a substring query ranks,
-# and FTS5 then counts the candidate's trigrams from its text, the same
-# number the table held (docs/search.md, "What is indexed"). A substring query
-# is the AND of its trigrams, and every candidate is verified against the
-# message text (`contains`), so results stay exact (docs/search.md).
+# The shape of each index (m009, m011, m015). The word index keeps positions
+# (phrases, NEAR, snippets, bm25 with stored sizes). The trigram index over
+# the terms is only a candidate filter: ``detail=none`` stores which terms
+# hold a trigram, not where, and ``columnsize=0`` no size per term; each
+# candidate term is checked (`terms_holding`), and each message found
+# through the terms is verified against its text (`contains`), so results
+# stay exact (docs/search.md). The legacy trigram index had the same options.
 OPTIONS = {
     FTS_TABLE: "",
-    TRIGRAM_TABLE: ", detail=none, columnsize=0",
+    TERMS_TABLE: ", detail=none, columnsize=0",
+    LEGACY_TRIGRAM_TABLE: ", detail=none, columnsize=0",
 }
 
 
 def fts_ddl(table: str, content: str = "") -> str:
     """CREATE VIRTUAL TABLE for ``table`` in its indexed shape; ``content``
-    is the external-content clause (empty: the table keeps its own text)."""
-    return (f"CREATE VIRTUAL TABLE {table} USING fts5(text{content},"
+    is the external-content clause (empty: the table keeps its own text).
+    The term table keeps its own terms (its one column is ``term``)."""
+    column = "term" if table == TERMS_TABLE else "text"
+    return (f"CREATE VIRTUAL TABLE {table} USING fts5({column}{content},"
             f" tokenize='{TOKENIZERS[table]}'{OPTIONS[table]})")
 
 
@@ -108,7 +129,7 @@ class Folder:
     itself, one trigram per character."""
 
     def __init__(self, conn: apsw.Connection) -> None:
-        name, *args = TOKENIZERS[TRIGRAM_TABLE].split()
+        name, *args = TRIGRAM_TOKENIZER.split()
         self._tokenize = conn.fts5_tokenizer(name, args)
         self._terms: dict[str, str] = {}  # a query's terms, folded once per search
 
@@ -206,10 +227,11 @@ def text_expr(row: str, *, nul_rule: bool = True) -> str:
             f" THEN {TOOL_TEXT_CAP} ELSE {TEXT_CAP} END)")
 
 
-def _create_tables(conn: apsw.Connection) -> None:
+def _create_tables(conn: apsw.Connection, tables: tuple[str, ...] = INDEXES) -> None:
     conn.execute(_view_sql().replace("CREATE VIEW", "CREATE VIEW IF NOT EXISTS", 1))
-    for table in INDEXES:
-        conn.execute(fts_ddl(table, f", content='{TEXT_VIEW}', content_rowid='id'"))
+    for table in tables:
+        content = "" if table == TERMS_TABLE else f", content='{TEXT_VIEW}', content_rowid='id'"
+        conn.execute(fts_ddl(table, content))
 
 
 def _view_sql() -> str:
@@ -281,11 +303,12 @@ def reindex_nul_text(conn: apsw.Connection) -> int:
         f" AND NOT EXISTS (SELECT 1 FROM {CHANGES} AS c WHERE c.message_id = m.id))"
         f" WHERE old IS NOT new ORDER BY id", (w,)).fetchall()
     try:
+        tables = _present(conn, _LEGACY_INDEXES)  # m014 runs before m015 drops the trigrams
         for mid, before, after in rows:
-            for table in INDEXES:
+            for table in tables:
                 conn.execute(f"INSERT INTO {table}({table}, rowid, text)"
                              " VALUES ('delete', ?, ?)", (mid, before))
-            _put(conn, [(mid, after)])
+            _put_text(conn, [(mid, after)], tables)
     except INDEX_DAMAGE_ERRORS as e:
         mark_stale(conn, f"m014: {type(e).__name__}: {e}", code_of(e))
     return len(rows)
@@ -303,8 +326,9 @@ def _fill(conn: apsw.Connection) -> None:
     """Index every message and move the watermark to the last. FTS5's own
     'rebuild' cannot be used: it reads the content view with virtual tables
     disabled, and the view needs json_each. Recovery and repair code must
-    call `reset` and let the indexer fill, never FTS5's 'rebuild'."""
-    for table in INDEXES:
+    call `reset` and let the indexer fill, never FTS5's 'rebuild'. (Only m004
+    fills this way, before the term table existed.)"""
+    for table in _LEGACY_INDEXES:
         conn.execute(f"INSERT INTO {table}(rowid, text) SELECT id, text FROM {TEXT_VIEW}")
     (top,) = one(conn.execute("SELECT coalesce(max(id), 0) FROM messages"))
     set_watermark(conn, top)
@@ -408,8 +432,9 @@ def install_changelog(conn: apsw.Connection) -> None:
 
 
 def install(conn: apsw.Connection) -> None:
-    """Migration body (m004): view and both indexes, filled from existing rows."""
-    _create_tables(conn)
+    """Migration body (m004): view, word and trigram indexes, filled from
+    existing rows (m015 replaces the trigram index by the term table)."""
+    _create_tables(conn, _LEGACY_INDEXES)
     _fill(conn)
 
 
@@ -455,9 +480,189 @@ def backlog(conn: apsw.Connection) -> Backlog | None:
     return None if w is None else Backlog(w, top, changes, bool(stale))
 
 
-def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
-    for table in INDEXES:
+def _present(conn: apsw.Connection, tables: tuple[str, ...]) -> tuple[str, ...]:
+    names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return tuple(t for t in tables if t in names)
+
+
+def _put_text(conn: apsw.Connection, rows: list[tuple[int, str | None]],
+              tables: tuple[str, ...]) -> None:
+    for table in tables:
         conn.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", rows)
+
+
+def _put(conn: apsw.Connection, rows: list[tuple[int, str | None]]) -> None:
+    """Index ``rows`` (id, text) in the word index and add the terms the term
+    table does not hold to it, in the caller's transaction."""
+    fresh = _unheld_terms(conn, (text for _, text in rows))
+    _put_text(conn, rows, TEXT_INDEXES)
+    conn.executemany(f"INSERT INTO {TERMS_TABLE}(term) VALUES (?)", [(t,) for t in fresh])
+    if fresh:
+        _KNOWN[conn].top = int(one(conn.execute(f"SELECT max(id) FROM {TERMS_TABLE}_content"))[0])
+
+
+# -- the term table ----------------------------------------------------------
+#
+# Every term of MIN_TERM_CHARS or more the word index holds is a row of the
+# term table (terms the index no longer holds may stay: a stale term only
+# brings candidates that verification drops). The indexer adds a batch's new
+# terms in the batch's transaction: the batch's terms (tokenized here the
+# way the word index tokenizes) that the term table does not hold.
+#
+# Which terms it holds is kept per connection (`_KnownTerms`): asking FTS5
+# costs ~30 us a term (an fts5vocab seek, or the term's trigrams), which
+# made a batch of 100 prose messages 7x slower than the word index alone.
+# Terms are only ever appended to the table (rowids grow), so the set is
+# loaded once (all of it, up to KNOWN_TERMS_MAX terms) and then follows
+# the table by rowid: terms above the highest rowid it has seen (another
+# process's batches) are read in before a batch. It is dropped when the
+# schema changes (a rebuild, m015, a copied index: the table is made
+# anew), when the highest rowid goes down (the table was emptied), and
+# when a transaction of the connection rolls back (terms it added are
+# gone). Above KNOWN_TERMS_MAX terms the set is not loaded: terms not in it
+# are looked up in the word index's vocabulary (a term it held before the
+# batch is in the term table), and the set is a bounded cache; a term
+# whose last message went and that comes back may then be added twice,
+# which `terms_holding` reads as once.
+
+KNOWN_TERMS_MAX = 200_000
+
+
+@dataclass
+class _KnownTerms:
+    version: int | None = None
+    top: int = 0  # the highest rowid of the term table read into ``terms``
+    complete: bool = False  # every term of the table is in ``terms``
+    terms: set[str] = field(default_factory=set)
+
+    def forget(self) -> None:
+        self.version, self.top, self.complete = None, 0, False
+        self.terms.clear()
+
+
+_KNOWN: "weakref.WeakKeyDictionary[apsw.Connection, _KnownTerms]" = weakref.WeakKeyDictionary()
+
+
+def _known_terms(conn: apsw.Connection) -> _KnownTerms:
+    known = _KNOWN.get(conn)
+    if known is None:
+        known = _KNOWN[conn] = _KnownTerms()
+        conn.set_rollback_hook(known.forget)
+    (version,) = one(conn.execute("PRAGMA schema_version"))
+    (top,) = one(conn.execute(f"SELECT coalesce(max(id), 0) FROM {TERMS_TABLE}_content"))
+    if known.version != version or top < known.top:
+        known.forget()
+        known.version = int(version)
+        known.complete = top <= KNOWN_TERMS_MAX
+    if top > known.top:
+        if known.complete:  # (the content table's rows: c0 is the term)
+            known.terms.update(t for (t,) in conn.execute(
+                f"SELECT c0 FROM {TERMS_TABLE}_content WHERE id > ?", (known.top,)))
+            known.complete = len(known.terms) <= KNOWN_TERMS_MAX
+        known.top = int(top)
+    return known
+
+VOCAB = "temp.hermes_word_vocab"
+
+
+def word_tokens(conn: apsw.Connection, text: str) -> list[str]:
+    """``text``'s terms as the word index folds and splits them."""
+    name, *args = WORD_TOKENIZER.split()
+    tokenize = conn.fts5_tokenizer(name, args)
+    return cast("list[str]", tokenize(text.encode("utf-8", "surrogatepass"),
+                                      apsw.FTS5_TOKENIZE_DOCUMENT, None,
+                                      include_offsets=False, include_colocated=False))
+
+
+def _vocabulary(conn: apsw.Connection) -> str:
+    """The word index's vocabulary (fts5vocab, a per-connection temp table)."""
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {VOCAB} USING"
+                 f" fts5vocab(main, {FTS_TABLE}, 'row')")
+    return VOCAB
+
+
+def _unheld_terms(conn: apsw.Connection, texts: Any) -> list[str]:
+    """The terms of ``texts`` the term table may not hold (before they are
+    indexed: the vocabulary then still says what the word index held)."""
+    terms: set[str] = set()
+    for text in texts:
+        if isinstance(text, str) and text:
+            terms.update(t for t in word_tokens(conn, text) if len(t) >= MIN_TERM_CHARS)
+    known = _known_terms(conn)
+    terms -= known.terms
+    if terms and not known.complete:
+        held = f"SELECT 1 FROM {_vocabulary(conn)} WHERE term = ?"
+        found = {t for t in terms if conn.execute(held, (t,)).fetchone() is not None}
+        terms -= found
+        _remember(known, found)
+    _remember(known, terms)  # (added by the caller in this transaction)
+    return sorted(terms)
+
+
+def _remember(known: _KnownTerms, terms: set[str]) -> None:
+    if len(known.terms) + len(terms) > KNOWN_TERMS_MAX:
+        known.terms.clear()
+        known.complete = False
+    known.terms.update(terms)
+
+
+def trigram_match(term: str) -> str:
+    """The AND of ``term``'s distinct trigrams (at most 16, spread over it,
+    first and last included), as FTS5 strings."""
+    grams = list(dict.fromkeys(term[i:i + 3] for i in range(len(term) - 2)))
+    if len(grams) > 16:
+        step = (len(grams) - 1) / 15
+        grams = list(dict.fromkeys(grams[round(i * step)] for i in range(16)))
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
+
+
+def terms_holding(conn: apsw.Connection, run: str, cap: int) -> list[str] | None:
+    """The terms of the term table holding ``run`` (folded as the word index
+    folds, MIN_TERM_CHARS or more); None when more than ``cap`` do."""
+    found = list(dict.fromkeys(t for (t,) in conn.execute(
+        f"SELECT term FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND instr(term, ?) > 0"
+        f" LIMIT {int(cap) + 1}", (trigram_match(run), run))))
+    return None if len(found) > cap else found
+
+
+def terms_missing(conn: apsw.Connection) -> int:
+    """How many terms of MIN_TERM_CHARS or more the word index holds that
+    the term table does not (0 for a term table in step)."""
+    (n,) = one(conn.execute(
+        f"SELECT count(*) FROM {_vocabulary(conn)} WHERE length(term) >= {MIN_TERM_CHARS}"
+        f" AND term NOT IN (SELECT term FROM {TERMS_TABLE})"))
+    return int(n)
+
+
+def fill_terms(conn: apsw.Connection) -> int:
+    """The term table made anew from the word index's vocabulary, in the
+    caller's transaction; how many terms it holds."""
+    conn.execute(f"DROP TABLE IF EXISTS {TERMS_TABLE}")
+    conn.execute(fts_ddl(TERMS_TABLE))
+    conn.execute(f"INSERT INTO {TERMS_TABLE}(term) SELECT term FROM {_vocabulary(conn)}"
+                 f" WHERE length(term) >= {MIN_TERM_CHARS}")
+    return conn.changes()
+
+
+def terms_from_trigrams(conn: apsw.Connection) -> int:
+    """Migration body (m015): the trigram index over every text goes, the
+    term table comes, filled from the word index's vocabulary (which covers
+    every row the index holds, logged old texts included); how many terms.
+    A stale index gets an empty term table (the rebuild fills both); an
+    index that turns out damaged here is marked stale, so the store still
+    opens and search scans until `repair`."""
+    conn.execute(f"DROP TABLE IF EXISTS {LEGACY_TRIGRAM_TABLE}")
+    conn.execute(f"DROP TABLE IF EXISTS {TERMS_TABLE}")
+    conn.execute(fts_ddl(TERMS_TABLE))
+    if watermark(conn) is None or stale_marker(conn) is not None:
+        return 0
+    try:
+        return fill_terms(conn)
+    except INDEX_DAMAGE_ERRORS as e:
+        mark_stale(conn, f"m015: {type(e).__name__}: {e}", code_of(e))
+        conn.execute(f"DROP TABLE IF EXISTS {TERMS_TABLE}")
+        conn.execute(fts_ddl(TERMS_TABLE))
+        return 0
 
 
 def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
@@ -465,7 +670,7 @@ def _apply_changes(conn: apsw.Connection, w: int, limit: int) -> int:
         f"SELECT id, message_id, indexed, old_text FROM {CHANGES}" " ORDER BY id LIMIT ?", (limit,)).fetchall()
     for eid, mid, indexed, old in entries:
         if indexed:
-            for table in INDEXES:
+            for table in TEXT_INDEXES:
                 conn.execute(f"INSERT INTO {table}({table}, rowid, text) VALUES ('delete', ?, ?)",
                              (mid, old))
         row = conn.execute(f"SELECT text FROM {TEXT_VIEW} WHERE id = ?", (mid,)).fetchone()
@@ -580,18 +785,20 @@ def is_index_scoped(conn: apsw.Connection, exc: BaseException) -> bool:
 
 # -- rebuild -----------------------------------------------------------------
 
-def has_current_shape(conn: apsw.Connection) -> bool:
-    """Whether both indexes exist as `fts_ddl` creates them today."""
+def has_current_shape(conn: apsw.Connection, tables: tuple[str, ...] = INDEXES) -> bool:
+    """Whether the search tables exist as `fts_ddl` creates them today."""
+    marks = ",".join("?" * len(tables))
     rows = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"
-                             f" AND name IN ('{FTS_TABLE}', '{TRIGRAM_TABLE}')"))
+                             f" AND name IN ({marks})", tables))
     return all(" ".join((rows.get(t) or "").split()).endswith(
-        f"tokenize='{TOKENIZERS[t]}'{OPTIONS[t]})") for t in INDEXES)
+        f"tokenize='{TOKENIZERS[t]}'{OPTIONS[t]})") for t in tables)
 
 
 def reshape(conn: apsw.Connection) -> None:
-    """Migration body (m009): `reset` unless the indexes have today's shape."""
-    if not has_current_shape(conn):
-        reset(conn)
+    """Migration body (m009): `reset` of the word and trigram indexes of
+    that time unless they have that shape."""
+    if not has_current_shape(conn, _LEGACY_INDEXES):
+        reset(conn, _LEGACY_INDEXES)
 
 
 def reshape_trigram(conn: apsw.Connection) -> None:
@@ -601,20 +808,22 @@ def reshape_trigram(conn: apsw.Connection) -> None:
     both: every row up to the watermark that the change log does not hold,
     with its text, and each logged row whose old text is indexed, with that
     text (the indexer later deletes it by that text). The word index is
-    left as it is. A stale or otherwise reshaped store is `reset` instead."""
-    if has_current_shape(conn):
+    left as it is. A stale or otherwise reshaped store is `reset` instead.
+    (m015 later replaces this index by the term table.)"""
+    if has_current_shape(conn, _LEGACY_INDEXES):
         return
     w = watermark(conn)
     if w is None or stale_marker(conn) is not None or not _word_index_current(conn):
-        reset(conn)
+        reset(conn, _LEGACY_INDEXES)
         return
-    conn.execute(f"DROP TABLE IF EXISTS {TRIGRAM_TABLE}")
-    conn.execute(fts_ddl(TRIGRAM_TABLE, f", content='{TEXT_VIEW}', content_rowid='id'"))
+    trigrams = LEGACY_TRIGRAM_TABLE
+    conn.execute(f"DROP TABLE IF EXISTS {trigrams}")
+    conn.execute(fts_ddl(trigrams, f", content='{TEXT_VIEW}', content_rowid='id'"))
     conn.execute(
-        f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT id, text FROM {TEXT_VIEW} AS v"
+        f"INSERT INTO {trigrams}(rowid, text) SELECT id, text FROM {TEXT_VIEW} AS v"
         f" WHERE v.id <= ? AND NOT EXISTS (SELECT 1 FROM {CHANGES} AS c"
         f" WHERE c.message_id = v.id) ORDER BY v.id", (w,))
-    conn.execute(f"INSERT INTO {TRIGRAM_TABLE}(rowid, text) SELECT message_id, old_text"
+    conn.execute(f"INSERT INTO {trigrams}(rowid, text) SELECT message_id, old_text"
                  f" FROM {CHANGES} WHERE indexed = 1 ORDER BY message_id")
 
 
@@ -657,14 +866,15 @@ def _varint(block: bytes, table: str) -> int:
     raise apsw.CorruptError(f"{table}: the averages record is truncated")
 
 
-def reset(conn: apsw.Connection) -> dict[str, int]:
-    """Drop and recreate both indexes empty, watermark 0, change log empty,
-    marker cleared, in the caller's transaction; the indexer then fills them
-    from canonical rows (`index_batch`)."""
-    for table in INDEXES:
+def reset(conn: apsw.Connection, tables: tuple[str, ...] = INDEXES) -> dict[str, int]:
+    """Drop and recreate the search tables empty, watermark 0, change log
+    empty, marker cleared, in the caller's transaction; the indexer then
+    fills them from canonical rows (`index_batch`). ``tables``: the set of
+    an older migration (m009's word and trigram indexes)."""
+    for table in INDEXES + _LEGACY_INDEXES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
     conn.execute(f"DROP VIEW IF EXISTS {TEXT_VIEW}")  # the text rules may have changed
-    _create_tables(conn)
+    _create_tables(conn, tables)
     install_changelog(conn)
     conn.execute(f"DELETE FROM {CHANGES}")
     set_watermark(conn, 0)

@@ -2,8 +2,8 @@
 
 Only reads. The full-text index size is measured with SQLite's ``dbstat``
 virtual table (bytes of every page of the ``messages_fts*`` and
-``messages_trigram*`` tables and their indexes: the word and the trigram
-index); where ``dbstat`` is not compiled in, the size is reported
+``messages_terms*`` tables and their indexes: the word index and the term
+table); where ``dbstat`` is not compiled in, the size is reported
 as unknown (``method = "unavailable"``) next to the whole file's page
 counts, rather than guessed.
 """
@@ -22,7 +22,7 @@ from ..rows import usage
 if TYPE_CHECKING:  # for type hints only
     from ..engine import StoreCore
 
-# Both full-text indexes (word and trigram) and their shadow tables.
+# The word index and the term table, and their shadow tables.
 FTS_PREFIXES = INDEXES
 STATES = tuple(s.value for s in MessageState)
 

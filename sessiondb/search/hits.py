@@ -12,9 +12,16 @@ Bounded work, by design (documented in docs/search.md):
 - a ``session_id`` filter bounds FTS5 to the session's rowid range.
 - ``order="newest"``/``"oldest"`` follow storage order (message id), which
   FTS5 streams without sorting.
-- Scans (queries shorter than a trigram, and the fallback while the index
-  is stale) look at the ``SCAN_WINDOW`` most recent rows that pass the
-  filters and match them with LIKE (ASCII case-insensitive substrings).
+- Substrings go through the word index's terms: the terms holding the
+  query's longest run of word characters (the term table), then the rows
+  holding any of them, each verified against its text. A run held by more
+  than ``TERM_CAP`` terms (a common fragment: ``ing``), or a query with no
+  run of 3 word characters (``:::``, ``a.b``), is answered by the scan.
+- Scans (queries shorter than a trigram, substrings as above, and the
+  fallback while the index is stale) look at the ``SCAN_WINDOW`` most
+  recent rows that pass the filters and match them with LIKE (ASCII
+  case-insensitive substrings); a substring's terms of 3+ characters are
+  verified as the indexed path verifies them.
 """
 from __future__ import annotations
 
@@ -30,7 +37,7 @@ from ..base import (Cause, InvalidInput, InvalidQuery, MessageState, SearchIndex
 from ..index import search_index
 from ..rows import ROLE_CODES, role_key, role_text
 from . import search_tail
-from .search_query import Plan, like_pattern, plan as make_plan
+from .search_query import Plan, fts_string, like_pattern, plan as make_plan
 
 if TYPE_CHECKING:
     from ..engine import StoreCore
@@ -40,6 +47,10 @@ log = logging.getLogger(__name__)
 RANK_WINDOW = 5_000
 SCAN_WINDOW = 50_000
 SCAN_BUDGET_S = 0.5  # a scan past this returns what it found, flagged partial
+# A substring run held by more terms than this goes to the scan: the word
+# index's OR over the terms costs ~25-35 us a term, while a common fragment
+# is found in the newest rows at once (docs/row-format.md).
+TERM_CAP = 500
 MAX_LIMIT = 1_000
 ORDERS = ("rank", "newest", "oldest")
 MARK_OPEN, MARK_CLOSE, ELLIPSIS = "**", "**", "…"
@@ -53,8 +64,10 @@ _COLS = "m.id, m.session_id, m.role, m.timestamp, m.state, s.title"
 @dataclass(frozen=True)
 class SearchHit:
     """One matching message. ``via`` says which path found it: ``fts``
-    (word index), ``trigram``, ``scan`` (bounded scan for very short
-    queries) or ``fallback`` (bounded scan while the index is stale)."""
+    (word index), ``terms`` (a substring, through the word index's terms),
+    ``scan`` (bounded scan: very short queries, substrings without a word
+    run or held by too many terms) or ``fallback`` (bounded scan while the
+    index is stale). (PostgreSQL stores answer substrings with ``trigram``.)"""
 
     session_id: str
     message_id: int
@@ -202,7 +215,7 @@ def _window_floor(conn: apsw.Connection, table: str, match: str | None) -> int |
 
 
 def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
-                   rows: list[tuple]) -> list[tuple]:
+                   rows: list[tuple], snippet: str | None = None) -> list[tuple]:
     """Snippets for the final page only (a ranked query would build one for
     every row it sorts). One pass over the page's rowid range, so a prefix
     or trigram expression is expanded once, not once per hit."""
@@ -211,7 +224,7 @@ def _with_snippets(conn: apsw.Connection, table: str, match: str | None,
     wanted = [r[0] for r in rows]
     marks = ",".join("?" * len(wanted))
     found = dict(conn.execute(
-        f"SELECT rowid, {_snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
+        f"SELECT rowid, {snippet or _snippet_sql(table)} FROM {table} WHERE {table} MATCH ?"
         f" AND rowid BETWEEN ? AND ? AND +rowid IN ({marks})",
         (match, min(wanted), max(wanted), *wanted)))
     return [(*r[:6], found.get(r[0], ""), r[6]) for r in rows]
@@ -228,15 +241,9 @@ def _rank_unjoined(conn: apsw.Connection, table: str, p: Plan, filters: Filters,
     is enough whenever enough of them pass the state filter (nearly always:
     few rows are not active); otherwise the joined query ranks the window."""
     want = offset + limit
-    # The trigram index keeps no document sizes (m011): bm25 counts them from
-    # the text, so a document whose text is out of date (a logged edit or
-    # delete the indexer has not applied; the tail searches those rows) is
-    # never scored: its row may be gone, which FTS5 reports as corruption.
-    skip = (f" AND rowid NOT IN (SELECT message_id FROM {search_index.CHANGES})"
-            if filters.exclude_changed and table == search_index.TRIGRAM_TABLE else "")
     best = list(conn.execute(
         f"SELECT id, score FROM (SELECT rowid AS id, bm25({table}) AS score FROM {table}"
-        f" WHERE {table} MATCH ?{skip} ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
+        f" WHERE {table} MATCH ? ORDER BY rowid DESC LIMIT {RANK_WINDOW})"
         f" ORDER BY score, id DESC LIMIT {int(2 * want)}", (p.match,)))
     if len(best) <= offset:
         return None if not best else []
@@ -289,6 +296,42 @@ def _rank_joined(conn: apsw.Connection, table: str, base: str, params: list[Any]
     return list(conn.execute(sql, params))
 
 
+def _at_most(conn: apsw.Connection, table: str, match: str | None, n: int) -> bool:
+    """Whether the index holds at most ``n`` documents for ``match``."""
+    (count,) = one(conn.execute(f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {table}"
+                                f" MATCH ? LIMIT {int(n) + 1})", (match,)))
+    return int(count) <= n
+
+
+def _rank_checking_best_first(conn: apsw.Connection, table: str, match: str | None,
+                              filters: Filters, checks: tuple[str, list[Any]], limit: int,
+                              offset: int) -> list[tuple]:
+    """A ranked substring page when the index holds no more matches than the
+    window: every match is scored on the index alone, then joined, filtered
+    and checked in score order until the page is full. The same page as
+    `_rank_joined` (the window is every match that passes), but the text
+    of a candidate is read and verified only until the page is full, not
+    for every match (a common fragment has thousands)."""
+    want = offset + limit
+    ranked = list(conn.execute(f"SELECT rowid, bm25({table}) AS score FROM {table}"
+                               f" WHERE {table} MATCH ? ORDER BY score, rowid DESC", (match,)))
+    where, args = filters.sql(coded_roles=True)
+    sql_checks, check_args = checks
+    kept: list[tuple] = []
+    step = max(2 * want, 50)
+    for at in range(0, len(ranked), step):
+        chunk = ranked[at:at + step]
+        marks = ",".join("?" * len(chunk))
+        found = {r[0]: r for r in conn.execute(
+            f"SELECT {_COLS}, char(0) FROM messages AS m JOIN sessions AS s"
+            f" ON s.id = m.session_id WHERE m.id IN ({marks}) AND {where}{sql_checks}",
+            (*[c[0] for c in chunk], *args, *check_args))}
+        kept += [(*found[rid], score) for rid, score in chunk if rid in found]
+        if len(kept) >= want:
+            break
+    return kept[offset:want]
+
+
 def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] | None:
     """The rowid range a session's messages occupy, so FTS5 seeks inside it
     instead of walking every match of a common term to find the session's
@@ -299,7 +342,8 @@ def _session_bounds(conn: apsw.Connection, session_id: str) -> tuple[int, int] |
 
 
 def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
-             limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
+             limit: int, offset: int, text_sql: str | None = None,
+             via: str = "fts") -> list[SearchHit] | None:
     """One page of hits from ``table``; None when the ranked path saw that
     the index holds no match for ``p.match`` at all."""
     where, args = filters.sql(coded_roles=True)
@@ -313,26 +357,34 @@ def _indexed(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order
         span = " AND f.rowid BETWEEN ? AND ?"
     text = text_sql or search_index.text_expr('m')
     likes = "".join(f" AND {text} LIKE ? ESCAPE '\\'" for _ in p.likes)
-    # The trigram index only names candidates: each long term is verified
+    # A substring's terms only name candidates: each long term is verified
     # in the text (after the cheaper filters, so only candidates are folded).
     likes += "".join(f" AND {search_index.CONTAINS_FUNCTION}({text}, ?)" for _ in p.verify)
     base = (f" FROM {table} AS f JOIN messages AS m ON m.id = f.rowid"
             f" JOIN sessions AS s ON s.id = m.session_id"
             f" WHERE f.{table} MATCH ?{span} AND {where}{likes}")
     params = [p.match, *bounds, *args, *p.likes, *p.verify]
-    via = "trigram" if table == search_index.TRIGRAM_TABLE else "fts"
+    # A substring's snippet marks the substring in the text (`scan_snippet`),
+    # not the whole terms holding it that FTS5 would mark.
+    snippet = "char(0)" if via == "terms" else _snippet_sql(table)
     rows: list[tuple[Any, ...]] | None
     if order == "rank":
-        if filters.narrowing or p.likes or p.verify:
+        checks = (likes, [*p.likes, *p.verify])
+        if via == "terms" and not filters.narrowing and _at_most(conn, table, p.match,
+                                                                  RANK_WINDOW):
+            rows = _rank_checking_best_first(conn, table, p.match, filters, checks,
+                                             limit, offset)
+        elif filters.narrowing or p.likes or p.verify:
             rows = _with_snippets(conn, table, p.match,
-                                  _rank_joined(conn, table, base, params, limit, offset))
+                                  _rank_joined(conn, table, base, params, limit, offset),
+                                  snippet)
         else:
             rows = _rank_unjoined(conn, table, p, filters, base, params, limit, offset)
             if rows is None:
                 return None
     else:
         direction = "DESC" if order == "newest" else "ASC"
-        sql = (f"SELECT {_COLS}, {_snippet_sql(table)}, NULL{base}"
+        sql = (f"SELECT {_COLS}, {snippet}, NULL{base}"
                f" ORDER BY f.rowid {direction}{_page_sql(limit, offset)}")
         rows = list(conn.execute(sql, params))
     rows = _long_snippets(conn, rows, p.terms, text_sql)
@@ -361,15 +413,17 @@ def _scan(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: i
     within SCAN_BUDGET_S: past it, SQLite is interrupted and the hits found
     so far (newest first) come back flagged partial."""
     where, args = filters.sql(coded_roles=True)
-    likes = " AND ".join("body LIKE ? ESCAPE '\\'" for _ in p.likes) or "1"
+    checks = ([f"body LIKE ? ESCAPE '\\'" for _ in p.likes]
+              + [f"{search_index.CONTAINS_FUNCTION}(body, ?)" for _ in p.verify])
+    likes = " AND ".join(checks) or "1"
     inner = (f"SELECT {_COLS}, {search_index.text_expr('m')} AS body"
              f" FROM messages AS m JOIN sessions AS s ON s.id = m.session_id WHERE {where}"
              f" ORDER BY m.id DESC LIMIT {SCAN_WINDOW}")
     if order == "oldest":  # the whole window must be matched before the first page
         sql = f"SELECT * FROM ({inner}) WHERE {likes} ORDER BY id ASC LIMIT ? OFFSET ?"
-        params: tuple = (*args, *p.likes, limit, offset)
+        params: tuple = (*args, *p.likes, *p.verify, limit, offset)
     else:  # streams newest first: stops at the page's end
-        sql, params = f"SELECT * FROM ({inner}) WHERE {likes}", (*args, *p.likes)
+        sql, params = f"SELECT * FROM ({inner}) WHERE {likes}", (*args, *p.likes, *p.verify)
     rows: list[tuple] = []
     reason = None
     deadline = time.monotonic() + SCAN_BUDGET_S
@@ -426,6 +480,10 @@ class SearchResults(list):
 
 def _on(conn: apsw.Connection, p: Plan, table: str, filters: Filters, order: str,
         limit: int, offset: int, text_sql: str | None = None) -> list[SearchHit] | None:
+    if p.kind == "substring":
+        if not p.match:  # no term holds the substring's run
+            return []
+        return _indexed(conn, p, table, filters, order, limit, offset, text_sql, "terms")
     try:
         return _indexed(conn, p, table, filters, order, limit, offset, text_sql)
     except apsw.SQLError as e:
@@ -443,12 +501,14 @@ def _order_key(order: str):  # type: ignore[no-untyped-def]
 
 
 def _merged(conn: apsw.Connection, tail: search_tail.Tail, p: Plan, table: str,
-            filters: Filters, order: str, limit: int, offset: int) -> list[SearchHit] | None:
+            filters: Filters, order: str, limit: int, offset: int,
+            tail_plan: Plan | None = None) -> list[SearchHit] | None:
     """The page over the index (without changed rows) and the tail together:
-    the best ``offset + limit`` of each, merged in the query's order."""
+    the best ``offset + limit`` of each, merged in the query's order.
+    ``tail_plan``: the tail's own plan (a substring's terms differ there)."""
     want = offset + limit
     main = _on(conn, p, table, replace(filters, exclude_changed=tail.changed), order, want, 0)
-    extra = _on(tail.conn, p, table, filters, order, want, 0, "m.body")
+    extra = _on(tail.conn, tail_plan or p, table, filters, order, want, 0, "m.body")
     if main is None and not extra:
         return None
     hits = sorted([*(main or []), *(extra or [])], key=_order_key(order))
@@ -468,7 +528,9 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
     """Execute ``p`` on a healthy index (plus the not-yet-indexed ``tail``)."""
     if p.kind == "scan":
         return _scan(conn, p, filters, order, limit, offset, "scan")
-    table = search_index.TRIGRAM_TABLE if p.kind == "substring" else search_index.FTS_TABLE
+    if p.kind == "substring":
+        return _substring(conn, p, filters, order, limit, offset, tail)
+    table = search_index.FTS_TABLE
     if tail is None:
         hits = _on(conn, p, table, filters, order, limit, offset)
     else:
@@ -480,6 +542,35 @@ def run(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int
             conn, tail, p.match)):
         return run(conn, p.alt, filters, order, limit, offset, tail)
     return hits or []
+
+
+def _terms_match(terms: list[str]) -> str:
+    return " OR ".join(fts_string(t) for t in terms)
+
+
+def substring_run(conn: apsw.Connection, p: Plan) -> str | None:
+    """The longest run of word characters of ``p``'s long terms, folded as the
+    word index folds terms; None when no run has MIN_TERM_CHARS."""
+    runs = [t for piece in p.verify for t in search_index.word_tokens(conn, piece)]
+    best = max(runs, key=len, default="")
+    return best if len(best) >= search_index.MIN_TERM_CHARS else None
+
+
+def _substring(conn: apsw.Connection, p: Plan, filters: Filters, order: str, limit: int,
+               offset: int, tail: search_tail.Tail | None) -> list[SearchHit]:
+    """A substring through the word index's terms: the terms holding its
+    longest word run, the rows holding any of them (each verified against
+    its text); the scan when there is no such run or too many terms hold it."""
+    run_ = substring_run(conn, p)
+    terms = None if run_ is None else search_index.terms_holding(conn, run_, TERM_CAP)
+    if terms is None or run_ is None:
+        return _scan(conn, p, filters, order, limit, offset, "scan")
+    main = replace(p, match=_terms_match(terms))
+    table = search_index.FTS_TABLE
+    if tail is None:
+        return _on(conn, main, table, filters, order, limit, offset) or []
+    extra = replace(p, match=_terms_match(search_tail.terms_holding(tail, run_)))
+    return _merged(conn, tail, main, table, filters, order, limit, offset, extra) or []
 
 
 def _too_long(backlog: search_index.Backlog | None) -> bool:

@@ -125,10 +125,13 @@ def _integrity(conn: apsw.Connection, table: str) -> str:
     every message up to the watermark and not in the change log has exactly
     one document in the index, and no other document is there. (FTS5's
     comparison against the content, rank=1, cannot read a view that uses
-    json_each.) An index without a size table (the trigram index since
-    m011) has no list of its documents to compare, only their number."""
+    json_each.) The term table is checked against the word index's
+    vocabulary instead (`_term_coverage`); an index without a size table
+    has no list of its documents to compare, only their number."""
     try:
         conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+        if table == search_index.TERMS_TABLE:
+            return _term_coverage(conn)
         if not _has_docsize(conn, table):
             return _count_coverage(conn, table)
         top, logged = _covered(conn)
@@ -149,6 +152,13 @@ def _integrity(conn: apsw.Connection, table: str) -> str:
 def _has_docsize(conn: apsw.Connection, table: str) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                         (f"{table}_docsize",)).fetchone() is not None
+
+
+def _term_coverage(conn: apsw.Connection) -> str:
+    """Every term of MIN_TERM_CHARS or more the word index holds is in the
+    term table (terms it no longer holds may stay there: harmless)."""
+    missing = search_index.terms_missing(conn)
+    return "ok" if not missing else f"term table out of step: {missing} terms missing"
 
 
 def _count_coverage(conn: apsw.Connection, table: str) -> str:
@@ -209,12 +219,26 @@ def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | Non
                          (probe,)).fetchall()
             return "ok"
         rid, word, sub = target
+        if table == search_index.TERMS_TABLE:
+            return _probe_term(conn, rid, word)
         needle = word if table == search_index.FTS_TABLE else sub
         found = conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
                              ('"' + needle.replace('"', '""') + '"', rid)).fetchone()
         return "ok" if found else f"message {rid} is missing from the index"
     except apsw.Error as e:
         return f"{type(e).__name__}: {e}"
+
+
+def _probe_term(conn: apsw.Connection, rid: int, word: str) -> str:
+    """The probe word of message ``rid`` (ASCII letters and digits: one term
+    of the word index, lower-cased) must be a term of the term table."""
+    term = word.lower()
+    if len(term) < search_index.MIN_TERM_CHARS:
+        search_index.terms_holding(conn, "pro", 1)
+        return "ok"
+    found = search_index.terms_holding(conn, term, 10_000)
+    held = found is None or term in found  # (None: held by too many to list)
+    return "ok" if held else f"term {term!r} of message {rid} is missing from the term table"
 
 
 def health(core: "StoreCore") -> SearchHealth:

@@ -12,11 +12,13 @@ The plan picks one of:
 - ``words``: the word index (``messages_fts``), terms AND-ed; when the
   index holds no match at all, the same terms run as a substring plan
   (so ``onnectio`` finds "connection");
-- ``substring``: the trigram index (``messages_trigram``) for CJK text and
-  for queries with no word characters: the trigrams of every term of 3+
-  characters AND-ed pick candidates (the index keeps no positions), each
-  such term is then verified in the candidate's text (``verify``), shorter
-  terms are checked with LIKE;
+- ``substring``: for CJK text and for queries with no word characters:
+  the query's longest run of word characters picks the word index's terms
+  holding it (the term table, ``messages_terms``), the word index gives
+  the rows holding any of them, and each term of 3+ characters is then
+  verified in the candidate's text (``verify``), shorter terms are checked
+  with LIKE (sessiondb/search/hits.py; a run held by too many terms, or no
+  run of 3 word characters, goes to the bounded scan with the same checks);
 - ``scan``: a bounded LIKE scan over the most recent rows, for queries
   whose every term is shorter than a trigram (e.g. ``a``, ``中文``);
 - ``raw``: the caller's FTS5 expression on the word index.
@@ -50,7 +52,7 @@ class Plan:
     """How a query runs: which index, with what expression and LIKE patterns."""
 
     kind: str                       # words | substring | scan | raw
-    match: str | None = None        # FTS5 expression for the chosen index
+    match: str | None = None        # FTS5 expression for the chosen index (substring: set at run)
     likes: list[str] = field(default_factory=list)   # LIKE patterns checked on candidates
     verify: list[str] = field(default_factory=list)  # substrings checked on candidates
     terms: list[str] = field(default_factory=list)   # plain terms, for scan snippets
@@ -156,7 +158,8 @@ def trigrams(term: str) -> list[str]:
 
 
 def trigram_match(terms: list[str]) -> str:
-    """The candidate filter for substrings: AND of every term's trigrams."""
+    """AND of every term's trigrams (the PostgreSQL mapping and the bench
+    scripts build trigram filters with it)."""
     return " AND ".join(fts_string(g) for t in terms for g in trigrams(t))
 
 
@@ -166,8 +169,7 @@ def _substring_plan(pieces: list[str]) -> Plan:
     if not long:
         return Plan("scan", likes=likes, terms=pieces)
     short = [like_pattern(p) for p in pieces if len(p) < 3]
-    return Plan("substring", match=trigram_match(long), likes=short,
-                verify=[p for p in long if len(p) > 3], terms=pieces)
+    return Plan("substring", likes=short, verify=long, terms=pieces)
 
 
 def plan(query: object, *, raw: bool = False) -> Plan:

@@ -4,8 +4,9 @@ The indexer runs after the commit (sessiondb/index/indexer.py), so at any moment
 the index may lack the newest rows (ids above the watermark) and hold old
 text for rows in the change log. For each search that meets such a backlog,
 those rows are copied into a private in-memory SQLite database with the
-same two FTS5 tables (same tokenizers, same indexed text) and the same
-columns the search SQL reads, and the query runs there too; rows of the
+same word index (same tokenizer, same indexed text) and the same
+columns the search SQL reads, and the query runs there too (a substring
+through the terms of the tail's own vocabulary that hold its run); rows of the
 change log are left out of the main index's answer. So every match a full
 re-index would return is returned, with the same snippet.
 
@@ -35,7 +36,8 @@ _SCHEMA = (
     "CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT, source TEXT);"
     "CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT,"
     " timestamp REAL, state TEXT, body TEXT);"
-    + "".join(search_index.fts_ddl(t) + ";" for t in search_index.INDEXES))
+    + "".join(search_index.fts_ddl(t) + ";" for t in search_index.TEXT_INDEXES)
+    + f"CREATE VIRTUAL TABLE tail_vocab USING fts5vocab({search_index.FTS_TABLE}, 'row');")
 
 
 @dataclass
@@ -82,9 +84,15 @@ def load(conn: apsw.Connection, backlog: search_index.Backlog) -> Tail | None:
                                          f" ({','.join('?' * len(chunk))})", chunk).fetchall())
         mem.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?)", rows)
         docs = [(r[0], r[5]) for r in rows]
-        for table in search_index.INDEXES:
+        for table in search_index.TEXT_INDEXES:
             mem.executemany(f"INSERT INTO {table}(rowid, text) VALUES (?, ?)", docs)
     except BaseException:
         mem.close()
         raise
     return Tail(mem, len(rows), backlog.changes > 0, partial)
+
+
+def terms_holding(tail: Tail, run: str) -> list[str]:
+    """The tail's terms holding ``run`` (folded as the word index folds)."""
+    return [t for (t,) in tail.conn.execute(
+        "SELECT term FROM tail_vocab WHERE instr(term, ?) > 0", (run,))]

@@ -12,6 +12,7 @@ import apsw
 import pytest
 
 from sessiondb import SessionDB
+from sessiondb.index import search_index
 from sessiondb.index.search_index import watermark
 from sessiondb.search.search_maintenance import health_on
 
@@ -36,7 +37,7 @@ def test_append_floor_index_is_exactly_the_rows_index(tmp_path, small):
         assert watermark(conn) == N
         health = health_on(conn)
         assert [(i.name, i.integrity, i.probe) for i in health.indexes] == \
-            [(t, "ok", "ok") for t in sqlite_floor.INDEXES]
+            [(t, "ok", "ok") for t in search_index.INDEXES]
         assert health.pending == 0
         # the rows are in the store's own stored form (m012), as an append writes them
         assert conn.execute("SELECT DISTINCT role, meta, kind FROM messages ORDER BY 1"

@@ -128,17 +128,17 @@ def test_stats_json_keys_and_values(three):
     assert doc["pages"]["page_size"] * doc["pages"]["page_count"] <= doc["files"]["db"] + \
         (doc["files"]["wal"] or 0)
     assert set(doc["fts"]) == {"tables", "bytes", "method"}
-    # m004 gives every store both indexes: word (messages_fts) and trigram.
-    assert {"messages_fts_data", "messages_trigram_data"} <= set(doc["fts"]["tables"])
+    # every store has the word index (messages_fts) and its term table (m015).
+    assert {"messages_fts_data", "messages_terms_data"} <= set(doc["fts"]["tables"])
 
 
 def test_stats_measures_both_search_indexes(three):
-    """fts.bytes covers every page of the word and the trigram index (and of
-    nothing else), as SQLite's own dbstat counts them."""
+    """fts.bytes covers every page of the word index and the term table (and
+    of nothing else), as SQLite's own dbstat counts them."""
     doc = json.loads(run("sessions", "stats", "--json").stdout)["fts"]
     with SessionDB.open() as db, db._read() as conn:
         by_family = {}
-        for prefix in ("messages_fts", "messages_trigram"):
+        for prefix in ("messages_fts", "messages_terms"):
             (size,) = conn.execute(
                 "SELECT sum(pgsize) FROM dbstat WHERE aggregate = 1 AND name IN"
                 " (SELECT name FROM sqlite_master WHERE type IN ('table', 'index')"
@@ -146,9 +146,9 @@ def test_stats_measures_both_search_indexes(three):
                 (prefix, prefix)).fetchone()
             by_family[prefix] = size
     assert doc["method"] == "dbstat"
-    assert by_family["messages_trigram"] > 0 and by_family["messages_fts"] > 0
-    assert doc["bytes"] == by_family["messages_fts"] + by_family["messages_trigram"]
-    assert all(t.startswith(("messages_fts", "messages_trigram")) for t in doc["tables"])
+    assert by_family["messages_terms"] > 0 and by_family["messages_fts"] > 0
+    assert doc["bytes"] == by_family["messages_fts"] + by_family["messages_terms"]
+    assert all(t.startswith(("messages_fts", "messages_terms")) for t in doc["tables"])
 
 
 def test_stats_measures_an_fts_index_with_dbstat(three):

@@ -26,7 +26,7 @@ from tests.helpers.stores import fill_home
 
 TRIALS = 100
 INDEX_TABLES = ("messages_fts_data", "messages_fts_idx", "messages_fts_docsize",
-                "messages_trigram_data", "messages_trigram_idx")
+                "messages_terms_data", "messages_terms_idx")
 QUERIES = ("alpha", "charlie delta", '"echo foxtrot"', "gol*", "n12", "zz", "hello")
 
 

@@ -9,7 +9,7 @@ import apsw
 
 from sessiondb.index import search_index
 
-FTS_TABLES = ("messages_fts", "messages_trigram")
+FTS_TABLES = ("messages_fts", "messages_terms")
 
 
 def _conn(path: Path) -> apsw.Connection:
@@ -40,7 +40,8 @@ def fts_integrity(conn: apsw.Connection) -> list[str]:
     change log does not name, plus the old text of logged rows it indexed;
     rows above the watermark wait for the indexer. Skipped while the store
     carries the durable ``fts_stale`` marker: the index is known stale then
-    and a guarded rebuild is due."""
+    and a guarded rebuild is due. The term table holds terms, not
+    messages: every term of the word index must be in it."""
     tables = fts_tables(conn)
     if not tables or _meta(conn, "fts_stale") is not None:
         return []
@@ -49,6 +50,11 @@ def fts_integrity(conn: apsw.Connection) -> list[str]:
     for name in tables:
         try:
             conn.execute(f"INSERT INTO {name}({name}) VALUES('integrity-check')")
+            if name == search_index.TERMS_TABLE:
+                missing = search_index.terms_missing(conn)
+                if missing:
+                    out.append(f"{name}: {missing} terms of the word index missing")
+                continue
             docs = _documents(conn, name)
         except apsw.Error as e:
             out.append(f"{name} integrity-check: {e}")
@@ -60,8 +66,8 @@ def fts_integrity(conn: apsw.Connection) -> list[str]:
 
 def _documents(conn: apsw.Connection, name: str) -> int:
     """Documents an index holds: its size table's rows, or, for an index
-    without one (the trigram index since m011, ``columnsize=0``), the count
-    FTS5 keeps in its averages record."""
+    without one (``columnsize=0``), the count FTS5 keeps in its averages
+    record."""
     if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?",
                     (f"{name}_docsize",)).fetchone():
         return conn.execute(f"SELECT count(*) FROM {name}_docsize").fetchone()[0]

@@ -75,7 +75,7 @@ def _schema_pages(path: Path) -> set[int]:
 def _canonical_pages(path: Path) -> set[int]:
     """Pages of everything but the derived full-text tables (read before damage)."""
     rows = sql(path, "SELECT pageno, name FROM dbstat")
-    return {p for p, name in rows if not name.startswith(("messages_fts", "messages_trigram"))}
+    return {p for p, name in rows if not name.startswith(("messages_fts", "messages_terms"))}
 
 
 def healthy(c: Ctx, work: Path) -> Expect:

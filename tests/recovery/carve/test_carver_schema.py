@@ -17,16 +17,17 @@ from tests.helpers.carving import build_store, carved_by_key, message, read_trut
 
 @pytest.fixture(scope="module")
 def fts_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Our store with the FTS5 indexes m004 keeps in sync: both word and
-    trigram shadows hold data, the WITHOUT ROWID ones (``_idx``, ``_config``,
-    index b-trees) included."""
+    """Our store with its FTS5 tables: the word index's and the term table's
+    shadows hold data, the WITHOUT ROWID ones (``_idx``, ``_config``, index
+    b-trees) included, and the term table's ``_content`` (a rowid table of
+    terms)."""
     path = tmp_path_factory.mktemp("fts") / "state.db"
     build_store(path, sessions=3, per_session=120, big_every=8)
     conn = apsw.Connection(str(path))
     try:
-        # the trigram index has no _docsize since m011 (columnsize=0)
+        # the term table has no _docsize (columnsize=0)
         for index, shadows in (("messages_fts", ("data", "idx", "docsize", "config")),
-                               ("messages_trigram", ("data", "idx", "config"))):
+                               ("messages_terms", ("data", "idx", "config", "content"))):
             for shadow in shadows:
                 n = conn.execute(f"SELECT count(*) FROM {index}_{shadow}").fetchone()[0]
                 assert n > 0, f"{index}_{shadow} is empty"
@@ -189,7 +190,7 @@ def test_without_rowid_trees_are_walked_as_index_trees(fts_store: Path, tmp_path
     conn = apsw.Connection(str(fts_store))
     try:
         root = conn.execute("SELECT rootpage FROM sqlite_schema"
-                            " WHERE name='messages_trigram_idx'").fetchone()[0]
+                            " WHERE name='messages_terms_idx'").fetchone()[0]
     finally:
         conn.close()
     data = fts_store.read_bytes()[(root - 1) * truth.page_size:root * truth.page_size]

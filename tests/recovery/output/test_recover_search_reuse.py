@@ -110,13 +110,13 @@ def test_damaged_source_index_is_rebuilt(tmp_path):
     src, out = tmp_path / "state.db", tmp_path / "out.db"
     _corpus(src)
     _smash(src, [damage.pages_of(src, name, "leaf")[0]
-                 for name in ("messages_fts_data", "messages_trigram_data")])
+                 for name in ("messages_fts_data", "messages_terms_data")])
     report = _recover(src, out)
     assert report["search_index"]["method"] == "rebuilt"
     assert "not sound" in report["search_index"]["reason"]
     assert report["tables"]["messages"]["recovered"] == 4 * 32
-    # on two cores the trigram index came from a second process: the same answers
-    # as both indexes built in this one
+    # on two cores the word index came from a second process: the same answers
+    # as one built in this one
     assert report["search_index"]["processes"] == (2 if cores() >= 2 else 1)
     assert not list(tmp_path.glob(PREFIX + "*"))  # the builder's scratch is gone
     assert _answers(out) == _answers_via_rebuild(out, tmp_path)
@@ -130,7 +130,7 @@ def test_take_over_refuses_an_unreadable_index_and_leaves_it_empty(tmp_path):
     src, out = tmp_path / "state.db", tmp_path / "out.db"
     _corpus(src)
     _recover(src, out)
-    _smash(src, damage.pages_of(src, "messages_trigram_data", "leaf"))
+    _smash(src, damage.pages_of(src, "messages_fts_data", "leaf"))
     conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
     try:
         reason = take_over(conn, src, WriteStats(), lambda *_: None)
@@ -141,8 +141,9 @@ def test_take_over_refuses_an_unreadable_index_and_leaves_it_empty(tmp_path):
 
 
 def damage_free(conn: apsw.Connection) -> bool:
-    """Both indexes empty, nothing logged, the watermark at 0."""
-    rows = [search_index.document_count(conn, t) for t in ("messages_fts", "messages_trigram")]
+    """The word index and the term table empty, nothing logged, the watermark at 0."""
+    rows = [search_index.document_count(conn, "messages_fts"),
+            conn.execute("SELECT count(*) FROM messages_terms").fetchone()[0]]
     w = conn.execute("SELECT value FROM state_meta WHERE key = 'fts_watermark'").fetchone()[0]
     logged = conn.execute("SELECT count(*) FROM search_changes").fetchone()[0]
     return rows == [0, 0] and str(w) == "0" and logged == 0
@@ -188,17 +189,17 @@ def _answers_via_rebuild(out: Path, tmp_path: Path) -> dict[str, list[int]]:
 
 def _rebuilt_with_builder(out: Path, *, kill: bool) -> tuple[int, dict[str, float]]:
     """The output's index emptied on a connection (as a failed take-over
-    does) and rebuilt by recover's path there, with a trigram builder
+    does) and rebuilt by recover's path there, with a word-index builder
     (sessiondb.index.fts_build, shared with the import), killed -9 or not."""
     import os
     import signal
     from hstate_recovery.output import bulk, search_reuse
     from sessiondb.index.fts_build import ParallelBuild
-    from sessiondb.index.search_index import TRIGRAM_TABLE
+    from sessiondb.index.search_index import FTS_TABLE
     conn = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
     try:
-        search_reuse._empty(conn)  # this connection has now read both indexes
-        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=False) as builder:
+        search_reuse._empty(conn)  # this connection has now read both search tables
+        with ParallelBuild(out, (FTS_TABLE,), follow=False) as builder:
             if kill:
                 for p in builder.procs.values():
                     os.kill(p.pid, signal.SIGKILL)  # our own child, by its pid
@@ -217,8 +218,9 @@ def test_recover_rebuild_with_a_builder_or_a_killed_one_answers_like_a_rebuild(t
     assert processes == 2 and timings["search_builder_cpu_s"] > 0
     assert _answers(out) == expected
     integrity = apsw.Connection(str(out))
-    for table in ("messages_fts", "messages_trigram"):
+    for table in ("messages_fts", "messages_terms"):
         integrity.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
+    assert search_index.terms_missing(integrity) == 0
     integrity.close()
     processes, timings = _rebuilt_with_builder(out, kill=True)
     assert processes == 1 and "search_builder_cpu_s" not in timings  # built here instead
@@ -254,7 +256,7 @@ def test_a_refused_take_over_rebuilds_with_a_builder_and_leaves_no_scratch(tmp_p
 def test_a_damaged_source_is_indexed_by_a_builder_following_the_lanes(tmp_path):
     """A source whose messages and index pages are damaged: the lanes write
     rows out of id order (bisection, then the carver below), and the
-    trigram builder that followed them gives a rebuild's answers."""
+    word-index builder that followed them gives a rebuild's answers."""
     src, out = tmp_path / "state.db", tmp_path / "out.db"
     _corpus(src)
     leaves = damage.pages_of(src, "messages", "leaf")
@@ -276,7 +278,7 @@ def _insert_rows(conn: apsw.Connection, rows: list[tuple], cols: list[str]) -> N
 
 def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(tmp_path):
     from sessiondb.index.fts_build import ParallelBuild
-    from sessiondb.index.search_index import TRIGRAM_TABLE
+    from sessiondb.index.search_index import FTS_TABLE
     src, out = tmp_path / "state.db", tmp_path / "out.db"
     _corpus(src)
     shutil.copy(src, out)
@@ -286,10 +288,10 @@ def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(t
     search_index.drop_triggers(conn)  # rows come and go as the lanes write them
     with conn:
         conn.execute("DELETE FROM messages")
-        conn.execute(f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES ('delete-all')")
+        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')")
     expected = {q: ids for q, ids in _answers_via_rebuild(src, tmp_path).items()}
     for changed in (False, True):
-        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=True, track=True) as builder:
+        with ParallelBuild(out, (FTS_TABLE,), follow=True, track=True) as builder:
             # the tail and the head in one commit, read before the middle comes
             for part in (rows[-20:] + rows[:40], rows[40:-20]):
                 _insert_rows(conn, part, cols)
@@ -304,7 +306,7 @@ def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(t
             fresh = apsw.Connection(str(out), flags=apsw.SQLITE_OPEN_READWRITE
                                     | apsw.SQLITE_OPEN_URI)
             with builder.attached(fresh), fresh:
-                (read,) = fresh.execute(f"SELECT count(*) FROM built_{TRIGRAM_TABLE}.indexed"
+                (read,) = fresh.execute(f"SELECT count(*) FROM built_{FTS_TABLE}.indexed"
                                         ).fetchone()
                 assert read == len(rows)  # every row by the builder, none left to correct
                 builder.copy(fresh)
@@ -313,14 +315,15 @@ def test_a_following_builder_reads_rows_in_any_order_and_refuses_a_changed_one(t
             fresh.close()
         assert corrected is not changed
         if not changed:
-            search_index.set_watermark(conn, rows[-1][0])
+            with conn:
+                search_index.fill_terms(conn)
+                search_index.set_watermark(conn, rows[-1][0])
             got = _answers(out)
             assert {q: got[q] for q in ("dep", "libfoo", "deadbeef", "東京")} == \
                 {q: expected[q] for q in ("dep", "libfoo", "deadbeef", "東京")}
             with conn:
                 conn.execute("DELETE FROM messages")
-                conn.execute(f"INSERT INTO {TRIGRAM_TABLE}({TRIGRAM_TABLE}) VALUES "
-                             "('delete-all')")
+                conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')")
     conn.close()
 
 
@@ -372,12 +375,12 @@ def _wait_until_reading(builder, timeout: float = 30.0) -> None:
 def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_word_index(
         tmp_path):
     """recover's `_rebuild`: the builder is told the rows are final and its rows
-    are checked on another thread while the word index fills; a row changed
-    after the builder read it (as linking may quarantine one) is counted
-    there, so the builder's index is refused and both are built in place."""
+    are checked; a row changed after the builder read it (as linking may
+    quarantine one) is counted there, so the builder's index is refused and
+    the word index is built in place."""
     from hstate_recovery.output.bulk import _rebuild
     from sessiondb.index.fts_build import ParallelBuild
-    from sessiondb.index.search_index import FTS_TABLE, TRIGRAM_TABLE
+    from sessiondb.index.search_index import FTS_TABLE
     if cores() < 2:
         pytest.skip("recover starts no search builder on one core: nothing to check")
     src, out = tmp_path / "state.db", tmp_path / "out.db"
@@ -387,11 +390,11 @@ def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_
     conn = apsw.Connection(str(out))
     search_index.drop_triggers(conn)
     with conn:
-        for table in (FTS_TABLE, TRIGRAM_TABLE):
-            conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+        conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')")
+        conn.execute("DELETE FROM messages_terms")
     for changed in (False, True):
         search_index.drop_triggers(conn)  # (opening the store to search put them back)
-        with ParallelBuild(out, (TRIGRAM_TABLE,), follow=True, track=True) as builder:
+        with ParallelBuild(out, (FTS_TABLE,), follow=True, track=True) as builder:
             _wait_until_reading(builder)  # (a first read after the change below would
             # index the changed text: nothing stale, and the changed case would fail)
             if changed:
@@ -408,6 +411,6 @@ def test_a_row_changed_after_the_following_builder_read_it_is_caught_beside_the_
             assert 7 in expected["libfoo"]
         assert _answers(out) == expected
         with conn:
-            for table in (FTS_TABLE, TRIGRAM_TABLE):
-                conn.execute(f"INSERT INTO {table}({table}) VALUES ('delete-all')")
+            conn.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')")
+            conn.execute("DELETE FROM messages_terms")
     conn.close()

@@ -220,9 +220,9 @@ def test_fts_shadow_damage_is_fts_only_and_rebuilt(pristine, store, tmp_path):
     insp = hstate_recovery.inspect(store)
     assert insp.verdict == "fts_only"
     assert insp.quick_check["derived_only"] is True
-    # only the word index was hit; the trigram index checks clean
+    # only the word index was hit; the term table checks clean
     assert {f.name: f.integrity_ok for f in insp.fts} == {"messages_fts": False,
-                                                         "messages_trigram": True}
+                                                         "messages_terms": True}
     report = recover_checked(store, tmp_path)
     assert (report.outcome, report.exit_code) == ("recovered", 0)
     assert message_ids(tmp_path / "new.db") == set(truth.messages)

@@ -19,7 +19,7 @@ def store(tmp_path: Path) -> Path:
 def test_sound_store_with_fts_verifies(store):
     v = verify_output(store, {"sessions": 3, "messages": 120}, {"messages": 120})
     assert v.ok, v.findings
-    assert [f["name"] for f in v.checks["fts"]] == ["messages_fts", "messages_trigram"]
+    assert [f["name"] for f in v.checks["fts"]] == ["messages_fts", "messages_terms"]
     assert all(f["integrity_ok"] and f["probe_ok"] for f in v.checks["fts"])
 
 

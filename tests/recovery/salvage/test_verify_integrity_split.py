@@ -77,12 +77,12 @@ CASES = {
     "index leaf destroyed": [_smash("messages_in_order")],
     "row missing from its indexes": ["flip"],
     "word index segment cut": [_cut_blob("messages_fts")],
-    "trigram index segment cut": [_cut_blob("messages_trigram")],
+    "term table segment cut": [_cut_blob("messages_terms")],
     "word index page destroyed": [_smash("messages_fts_data")],
-    "trigram index page destroyed": [_smash("messages_trigram_data")],
+    "term table page destroyed": [_smash("messages_terms_data")],
     "rows and word index both": ["flip", _cut_blob("messages_fts")],
-    "index page and trigram index both": [_smash("messages_in_order"),
-                                          _cut_blob("messages_trigram")],
+    "index page and term table both": [_smash("messages_in_order"),
+                                          _cut_blob("messages_terms")],
 }
 
 
@@ -121,7 +121,7 @@ def test_two_failing_search_indexes_give_both_lines(pristine, tmp_path):
     path = tmp_path / "out.db"
     shutil.copyfile(pristine.path, path)
     _cut_blob("messages_fts")(path)
-    _cut_blob("messages_trigram")(path)
+    _cut_blob("messages_terms")(path)
     want = statement(path)
     assert isinstance(want, list) and len(want) == 2
     assert sorted(split(path)) == sorted(want)
@@ -133,12 +133,12 @@ def test_each_part_checks_only_its_share(pristine, tmp_path):
     is made twice, and none is left out (the cases above)."""
     path = tmp_path / "out.db"
     shutil.copyfile(pristine.path, path)
-    _cut_blob("messages_trigram")(path)
+    _cut_blob("messages_terms")(path)
     line = 'fts5: corruption found reading blob'
     assert _part(path, None, 20, None) == ["ok"]
     assert _part(path, "messages_fts", 20, None) == ["ok"]
-    (got,) = _part(path, "messages_trigram", 20, None)
-    assert got.startswith(line) and "messages_trigram" in got
+    (got,) = _part(path, "messages_terms", 20, None)
+    assert got.startswith(line) and "messages_terms" in got
 
 
 def test_a_file_without_virtual_tables(tmp_path):

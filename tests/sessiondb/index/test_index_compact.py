@@ -1,7 +1,8 @@
 """The compact index shapes of m011: ``messages_in_order`` without the id
 stored twice, and the trigram index without its per-document size table
-(``columnsize=0``). Search answers, snippets and bm25 scores are what the
-m010 shapes gave, and an m010 store is upgraded in place."""
+(``columnsize=0``; m015 then replaced it by the term table, which has none
+either). Search answers, snippets and bm25 scores are what the m010 shapes
+gave, and an m010 store is upgraded in place."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,7 @@ import apsw
 
 from sessiondb import SessionDB
 from sessiondb.index import search_index
-from sessiondb.search.search_query import trigram_match
+from tests.helpers import legacy_index
 
 M010_TRIGRAM = ("CREATE VIRTUAL TABLE messages_trigram USING fts5(text,"
                 " content='messages_search_text', content_rowid='id',"
@@ -43,7 +44,9 @@ def _answers(db: SessionDB) -> dict:
 def _as_m010(path: Path) -> None:
     """Turn a store back into what m010 left: the trigram index with its size
     table (filled, current) and the three-column order index, no m011 in the
-    ledger. Raw apsw on a closed store (what a previous release wrote)."""
+    ledger (nor m015). Raw apsw on a closed store (what a previous release
+    wrote)."""
+    legacy_index.as_m014(path)
     conn = apsw.Connection(str(path))
     conn.execute("DROP TABLE messages_trigram")
     conn.execute(M010_TRIGRAM)
@@ -68,7 +71,7 @@ def test_a_new_store_has_the_compact_shapes(tmp_path: Path, open_store) -> None:
     db = open_store(tmp_path / "s.db")
     with db._read() as conn:
         tables = _tables(conn)
-        assert "messages_trigram_docsize" not in tables
+        assert "messages_terms_docsize" not in tables and "messages_trigram" not in tables
         assert "messages_fts_docsize" in tables  # the word index keeps its sizes
         assert _order_columns(conn) == ["session_id", "position"]
         assert search_index.has_current_shape(conn)
@@ -90,26 +93,23 @@ def test_order_plans_use_the_index_without_sorting(tmp_path: Path, open_store) -
             assert "messages_in_order" in plan and "TEMP B-TREE" not in plan, plan
 
 
-def test_trigram_scores_equal_an_index_that_stores_sizes(tmp_path: Path, open_store) -> None:
-    """bm25 over the trigram index counts a candidate's trigrams from its
-    text; the scores are exactly those of the same index with a size table."""
+def test_substring_scores_are_the_word_index_bm25_over_the_terms(tmp_path: Path,
+                                                                  open_store) -> None:
+    """A ranked substring is scored by the word index's bm25 over the terms
+    holding its run (m015; the trigram index's bm25 before)."""
     db = open_store(tmp_path / "s.db", background_index=False)
     _corpus(db)
     db.catch_up_index()
-    ref = apsw.Connection(":memory:")
-    ref.execute(M010_TRIGRAM.replace("messages_trigram", "ref").replace(
-        " content='messages_search_text', content_rowid='id',", ""))
-    with db._read() as conn:
-        ref.executemany("INSERT INTO ref(rowid, text) VALUES (?, ?)",
-                        conn.execute("SELECT id, text FROM messages_search_text").fetchall())
     for q in ("reconn", "torm", "東京の"):
         hits = db.search(q, limit=50)
-        assert hits and all(h.via == "trigram" for h in hits)
-        expr = trigram_match([q])
-        want = dict(ref.execute("SELECT rowid, bm25(ref) FROM ref WHERE ref MATCH ?", (expr,)))
+        assert hits and all(h.via == "terms" for h in hits)
+        with db._read() as conn:
+            terms = search_index.terms_holding(conn, q.lower(), 500)
+            expr = " OR ".join(f'"{t}"' for t in terms)
+            want = dict(conn.execute("SELECT rowid, bm25(messages_fts) FROM messages_fts"
+                                     " WHERE messages_fts MATCH ?", (expr,)))
         assert {h.message_id: h.score for h in hits} == {rid: want[rid] for rid in
                                                           (h.message_id for h in hits)}
-    ref.close()
 
 
 def test_m011_upgrades_an_m010_store_and_answers_stay_the_same(tmp_path: Path,
@@ -137,11 +137,10 @@ def test_m011_upgrades_an_m010_store_and_answers_stay_the_same(tmp_path: Path,
     assert db.pending_migrations() == []
     db.catch_up_index()
     with db._read() as conn:
-        assert "messages_trigram_docsize" not in _tables(conn)
+        assert "messages_trigram" not in _tables(conn)  # (m015 followed)
         assert _order_columns(conn) == ["session_id", "position"]
         assert search_index.has_current_shape(conn)
-        (docs,) = conn.execute("SELECT count(*) FROM messages_fts_docsize").fetchone()
-        assert search_index.document_count(conn, "messages_trigram") == docs
+        assert search_index.terms_missing(conn) == 0
     assert db.search_health().ok and db.index_backlog().empty
     assert _answers(db) == want
     db.rebuild_search_index(force=True)
@@ -168,10 +167,9 @@ def test_m011_resets_a_stale_index(tmp_path: Path, open_store) -> None:
 def test_a_ranked_substring_search_over_logged_rows_stays_on_the_index(tmp_path: Path,
                                                                        open_store) -> None:
     """A deleted or edited row the indexer has not applied is still a document
-    of the trigram index; bm25 would read its text to count its trigrams and
-    FTS5 would report the missing row as corruption. Such rows are left out
-    of the ranked window (the tail answers for them): the index stays
-    trusted and the answer is the one after catching up."""
+    of the word index (and its old terms stay in the term table). Such rows
+    are left out of the ranked window (the tail answers for them): the index
+    stays trusted and the answer is the one after catching up."""
     db = open_store(tmp_path / "s.db", background_index=False)
     ids = _corpus(db)
     db.catch_up_index()
@@ -179,9 +177,9 @@ def test_a_ranked_substring_search_over_logged_rows_stays_on_the_index(tmp_path:
     with db.atomic() as conn:
         conn.execute("DELETE FROM messages WHERE id = ?", (ids[0],))
         conn.execute("UPDATE messages SET content = 'calm reconnection' WHERE id = ?", (ids[1],))
-    for q in ("onn", "reconn"):  # a trigram ranks on the index alone, a longer term joined
+    for q in ("onn", "reconn"):
         hits = db.search(q)
-        assert {h.via for h in hits} == {"trigram"}, q
+        assert {h.via for h in hits} == {"terms"}, q
         found = [h.message_id for h in hits]
         assert ids[0] not in found and ids[1] in found, q
     with db._read() as conn:

@@ -174,7 +174,7 @@ def test_m011_store_is_rewritten_by_m012_and_reads_back_identically(tmp_path: Pa
     # the view still precedes the indexes that read it (quick_check, update_text_view)
     assert order.index("messages_search_text") < order.index("messages_fts")
     conn = apsw.Connection(str(path))
-    for table in ("messages_fts", "messages_trigram"):  # the index matches the view's text
+    for table in ("messages_fts", "messages_terms"):  # the index matches the view's text
         conn.execute(f"INSERT INTO {table}({table}) VALUES ('integrity-check')")
     conn.close()
 

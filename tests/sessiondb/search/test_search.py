@@ -7,8 +7,7 @@ import pytest
 
 from sessiondb import InvalidInput, InvalidQuery, SessionDB, StorageError
 from sessiondb.base.errors import Cause
-from sessiondb.index.search_index import TEXT_CAP, TOOL_TEXT_CAP
-from sessiondb.search.search_query import trigram_match
+from sessiondb.index.search_index import TEXT_CAP, TOOL_TEXT_CAP, terms_holding, word_tokens
 
 # The contract's tests run on PostgreSQL too (sessiondb/pg/search.py); those
 # that read FTS5 itself are marked.
@@ -19,16 +18,26 @@ def ids(hits):
     return [h.message_id for h in hits]
 
 
-def trigram_ids(db, substring):
-    """What the trigram index itself holds, once the indexer caught up: its
-    candidates for ``substring`` (no positions: the AND of its trigrams),
-    verified against the indexed text as search does."""
+# How a substring hit is found: through the word index's terms on SQLite,
+# through pg_trgm on PostgreSQL.
+SUBSTRING_VIA = {"sqlite": "terms", "postgres": "trigram"}
+
+
+def term_ids(db, substring):
+    """What the term table and the word index themselves hold, once the
+    indexer caught up: the rows holding a term that holds ``substring``'s
+    longest word run, verified against the indexed text as search does."""
     db.catch_up_index()
     with db._read() as conn:
+        run = max(word_tokens(conn, substring), key=len)
+        terms = terms_holding(conn, run, 1000)
+        if not terms:
+            return []
+        match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
         return [r[0] for r in conn.execute(
-            "SELECT f.rowid FROM messages_trigram AS f JOIN messages_search_text AS t"
-            " ON t.id = f.rowid WHERE messages_trigram MATCH ? AND hermes_contains(t.text, ?)",
-            (trigram_match([substring]), substring))]
+            "SELECT f.rowid FROM messages_fts AS f JOIN messages_search_text AS t"
+            " ON t.id = f.rowid WHERE messages_fts MATCH ? AND hermes_contains(t.text, ?)",
+            (match, substring))]
 
 
 @pytest.fixture
@@ -178,10 +187,10 @@ def test_raw_fts5_syntax_for_experts(db, corpus):
         db.search("nosuchcolumn:foo", raw=True)
 
 
-def test_cjk_and_substrings(db, corpus):
+def test_cjk_and_substrings(db, corpus, backend):
     cjk = corpus["cjk"]
     hits = db.search("東京タワー")
-    assert ids(hits) == [cjk] and hits[0].via == "trigram"
+    assert ids(hits) == [cjk] and hits[0].via == SUBSTRING_VIA[backend]
     assert hits[0].snippet == "**東京タワー**の近くのホテル"
     short = db.search("東京")
     assert ids(short) == [cjk] and short[0].via == "scan"
@@ -205,15 +214,15 @@ def test_archived_and_rewound_rows(db, corpus):
     assert hits[corpus["dense"]].to_dict()["archived"] is True
 
 
-@pytest.mark.sqlite_only('reads the FTS5 trigram table itself')
+@pytest.mark.sqlite_only('reads the FTS5 term table itself')
 def test_triggers_follow_content_edits_deletes_and_cascades(db, corpus):
     with db.atomic() as conn:
         conn.execute("UPDATE messages SET content = 'entirely new words' WHERE id = ?",
                      (corpus["cafe"],))
     assert db.search("cafe") == []
     assert ids(db.search("entirely")) == [corpus["cafe"]]
-    assert trigram_ids(db, "ntirel") == [corpus["cafe"]]     # the trigram index follows too
-    assert trigram_ids(db, "café") == []
+    assert term_ids(db, "ntirel") == [corpus["cafe"]]     # the term table follows too
+    assert term_ids(db, "café") == []
     with db.atomic() as conn:
         conn.execute("UPDATE messages SET content_kind = 'json', content = ? WHERE id = ?",
                      (json.dumps([{"type": "text", "text": "blockified"}]), corpus["cafe"]))
@@ -259,7 +268,7 @@ def test_migration_indexes_existing_rows(tmp_path):
         db.create_session("s", source="t")
         db.append_message("s", {"role": "user", "content": "preexisting words"})
     conn = apsw.Connection(str(path))
-    for table in ("messages_fts", "messages_trigram"):
+    for table in ("messages_fts", "messages_terms"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("DROP VIEW messages_search_text")
     for name in ("messages_search_log_ai", "messages_search_log_ad", "messages_search_log_au"):
@@ -267,7 +276,7 @@ def test_migration_indexes_existing_rows(tmp_path):
     conn.execute("DROP TABLE search_changes")
     conn.execute("DELETE FROM state_meta WHERE key = 'fts_watermark'")
     conn.execute("DELETE FROM migrations WHERE name IN ('m004_search_index',"
-                 " 'm006_index_watermark')")
+                 " 'm006_index_watermark', 'm015_term_trigrams')")
     conn.close()
     with SessionDB(path) as db:
         assert db.pending_migrations() == []
@@ -275,14 +284,14 @@ def test_migration_indexes_existing_rows(tmp_path):
             assert "m004_search_index" in migrations.applied(conn)
         # served by the rebuilt indexes themselves, not by the fallback scan
         assert [h.via for h in db.search("preexisting")] == ["fts"]
-        assert [h.via for h in db.search("reexistin")] == ["trigram"]
+        assert [h.via for h in db.search("reexistin")] == ["terms"]
         assert db.search_index_stale() is None and db.search_health().ok
 
 
-def test_word_fragments_fall_back_to_substrings(db, corpus):
+def test_word_fragments_fall_back_to_substrings(db, corpus, backend):
     hits = db.search("onnectio")
     assert {h.message_id for h in hits} == {corpus["dense"], corpus["tool"], corpus["old"]}
-    assert {h.via for h in hits} == {"trigram"}
+    assert {h.via for h in hits} == {SUBSTRING_VIA[backend]}
     assert ids(db.search("onnectio", session_id="trip")) == [corpus["dense"]]
     assert set(ids(db.search('"tion refu"'))) == {corpus["dense"], corpus["tool"]}
     assert db.search("connection zzzqqq") == []      # every substring must match too
@@ -319,13 +328,13 @@ def test_health_catches_an_index_out_of_step(db, corpus):
         set_watermark(conn, rid)     # bookkeeping that claims the row is indexed
     health = db.search_health()
     assert not health.ok and not health.triggers_attached and health.stale is None
-    # the word index lists its documents; the trigram index (no size table
-    # since m011) can only count them
-    expect = {"messages_fts": "index out of step: 1 messages not indexed, 0 stale documents",
-              "messages_trigram": "index out of step: it holds 8 documents, 9 expected"}
-    for index in health.indexes:
-        assert index.integrity == expect[index.name]
-        assert index.probe.startswith("message ") and index.probe.endswith("missing from the index")
+    # the word index lists its documents; the term table holds terms, not
+    # messages: its check is FTS5's own, and its probe looks for a term
+    (words,) = [i for i in health.indexes if i.name == "messages_fts"]
+    assert words.integrity == "index out of step: 1 messages not indexed, 0 stale documents"
+    assert words.probe.startswith("message ") and words.probe.endswith("missing from the index")
+    (terms,) = [i for i in health.indexes if i.name == "messages_terms"]
+    assert terms.integrity == "ok" and terms.probe.startswith("term ")
     assert health.to_dict()["ok"] is False
     db.rebuild_search_index()
     assert db.search_health().ok
@@ -345,7 +354,7 @@ def test_rank_when_the_best_matches_are_mostly_archived(db, sid):
     assert all(h.snippet.startswith("**topic**") for h in top)
 
 
-def test_words_the_index_holds_never_switch_to_substrings(db, sid):
+def test_words_the_index_holds_never_switch_to_substrings(db, sid, backend):
     """The substring fallback is for words the index holds nowhere; an empty
     page (past the last hit, or filtered out) must stay empty."""
     word = db.append_message(sid, {"role": "user", "content": "the connection dropped"})
@@ -355,4 +364,4 @@ def test_words_the_index_holds_never_switch_to_substrings(db, sid):
     assert db.search("connection", role="assistant") == []
     assert db.search("connection", order="newest", role="assistant") == []
     assert ids(db.search("reconnection")) == [longer]            # the fallback itself
-    assert [h.via for h in db.search("onnections")] == ["trigram"]
+    assert [h.via for h in db.search("onnections")] == [SUBSTRING_VIA[backend]]

@@ -269,10 +269,10 @@ def test_content_edit_on_a_damaged_index_marks_it_stale(tmp_path, open_store):
     assert [h.message_id for h in db.search("zebra")] == [first]
 
 
-def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
+def test_term_table_damage_alone_also_fails_open(tmp_path, open_store):
     path = tmp_path / "s.db"
     fill(path, 40)
-    assert junk_fts_blocks(path, table="messages_trigram") > 0
+    assert junk_fts_blocks(path, table="messages_terms") > 0
     db = open_store(path)
     rid = db.append_message("shared", {"role": "user", "content": "東京タワー after damage"})
     db.catch_up_index()
@@ -280,7 +280,7 @@ def test_trigram_damage_alone_also_fails_open(tmp_path, open_store):
     hits = db.search("東京タワー")
     assert [(h.message_id, h.via) for h in hits] == [(rid, "fallback")]
     db.rebuild_search_index()
-    assert [(h.message_id, h.via) for h in db.search("東京タワー")] == [(rid, "trigram")]
+    assert [(h.message_id, h.via) for h in db.search("東京タワー")] == [(rid, "terms")]
 
 
 def _damage(path, kind: str) -> None:

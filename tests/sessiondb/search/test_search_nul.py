@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from hstate_cli.main import cli
 from sessiondb import SessionDB
 from sessiondb.index import search_index
+from tests.helpers import legacy_index
 from tests.helpers.damage import sql_read
 from tests.helpers.stores import mark_stale
 
@@ -68,7 +69,10 @@ def fts_integrity(path: Path) -> None:
     holds (what the indexer will delete them by), and so do its totals."""
     conn = apsw.Connection(str(path))
     try:
-        for table in search_index.INDEXES:
+        if search_index.TERMS_TABLE in {n for (n,) in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}:
+            assert search_index.terms_missing(conn) == 0  # every term of the word index
+        for table in legacy_index.text_tables(conn):
             conn.execute(f"INSERT INTO {table}({table}, rank) VALUES ('integrity-check', 0)")
             ddl = search_index.fts_ddl(table).replace(f"TABLE {table}", "TABLE temp.fresh")
             conn.execute(ddl)
@@ -126,9 +130,11 @@ def test_editing_and_deleting_nul_rows_keeps_the_index_true(tmp_path: Path) -> N
 # -- m014 on a store the previous schema wrote --------------------------------
 
 def as_m013(path: Path) -> None:
-    """Put a store back the way m013 left it: the text view and change-log
-    triggers cut text at a NUL, both indexes hold that text for the NUL
-    rows, and no m014 in the ledger."""
+    """Put a store back the way m013 left it: the trigram index instead of
+    the term table, the text view and change-log triggers cut text at a
+    NUL, both indexes hold that text for the NUL rows, and no m014 (nor
+    m015) in the ledger."""
+    legacy_index.as_m014(path)
     old, new = (search_index.text_expr("m", nul_rule=False), search_index.text_expr("m"))
     conn = apsw.Connection(str(path))
     with conn:
@@ -136,7 +142,7 @@ def as_m013(path: Path) -> None:
                             f" WHERE {old} IS NOT {new}").fetchall()
         assert len(rows) == len(NUL_MESSAGES)
         for mid, before, after in rows:
-            for t in search_index.INDEXES:
+            for t in legacy_index.text_tables(conn):
                 conn.execute(f"INSERT INTO {t}({t}, rowid, text) VALUES ('delete', ?, ?)",
                              (mid, after))
                 conn.execute(f"INSERT INTO {t}(rowid, text) VALUES (?, ?)", (mid, before))

@@ -4,7 +4,8 @@ The contract (docs/search.md, "Bounded ranking"): bm25 over the
 RANK_WINDOW most recently stored matches (on the index alone without
 narrowing filters; among rows passing the filters with them), then the
 state filter, ordered by score and then newest first, one page; each hit's
-snippet is FTS5's for that row. The reference computes exactly that in
+snippet is FTS5's for that row (a substring's: the text around it, marked).
+A substring ranks by the word index's bm25 over the terms holding it. The reference computes exactly that in
 Python from unranked FTS5 rows, so every shortcut search.py takes (one-pass
 window, joining only the best rows, snippets for the page only, the joined
 re-rank when most of the best rows are archived) must give the same page.
@@ -16,6 +17,7 @@ import random
 import pytest
 
 from sessiondb import SessionDB
+from sessiondb.index import search_index
 from sessiondb.search import hits as search_mod
 from sessiondb.rows.codec import role_text
 
@@ -76,7 +78,7 @@ def reference(db, table, match, *, limit, offset, include_archived=False, role=N
             f"SELECT f.rowid, bm25({table}), m.state, m.role FROM {table} AS f"
             f" JOIN messages AS m ON m.id = f.rowid WHERE {table} MATCH ?"
             f" ORDER BY f.rowid DESC", (match,)).fetchall()
-        if substring is not None:  # the trigram index names candidates; the text decides
+        if substring is not None:  # the terms name candidates; the text decides
             text = dict(conn.execute("SELECT id, text FROM messages_search_text"))
             rows = [r for r in rows if substring in text[r[0]].lower()]
     passes = [include_archived or r[2] == "active" for r in rows]
@@ -111,10 +113,17 @@ CASES = [
     ("alpha", '"alpha"', "messages_fts", {"limit": 5}),           # best rows archived
     ("epsilon", '"epsilon"', "messages_fts", {"limit": 5}),       # best rows archived
     ("epsilon", '"epsilon"', "messages_fts", {"limit": 5, "include_archived": True}),
-    ("lph", '"lph"', "messages_trigram", {"limit": 10}),          # substring: trigram index
-    ("appa", '"app" AND "ppa"', "messages_trigram", {"limit": 3, "offset": 2,
-                                                     "substring": "appa"}),
+    # substrings: the word index over the terms holding them (match: None)
+    ("lph", None, "messages_fts", {"limit": 10}),
+    ("appa", None, "messages_fts", {"limit": 3, "offset": 2, "substring": "appa"}),
 ]
+
+
+def terms_match(db, run):
+    with db._read() as conn:
+        terms = search_index.terms_holding(conn, run, search_mod.TERM_CAP)
+    assert terms
+    return " OR ".join(f'"{t}"' for t in terms)
 
 
 @pytest.mark.parametrize("query,match,table,opts", CASES)
@@ -122,10 +131,18 @@ def test_ranked_page_equals_the_reference(store, query, match, table, opts):
     db, _ = store
     kw = {"limit": 20, "offset": 0, **opts}
     hits = db.search(query, **{k: v for k, v in kw.items() if k != "substring"})
+    substring = match is None
+    match = terms_match(db, query) if substring else match
     want = reference(db, table, match, **kw)
     assert want, "the case must have matches"
     assert [(h.message_id, h.score) for h in hits] == want
-    assert all(h.snippet == snippet_of(db, table, match, h.message_id) for h in hits)
+    if substring:
+        with db._read() as conn:
+            text = dict(conn.execute("SELECT id, text FROM messages_search_text"))
+        assert all(h.snippet == search_mod.scan_snippet(text[h.message_id], [query])
+                   for h in hits)
+    else:
+        assert all(h.snippet == snippet_of(db, table, match, h.message_id) for h in hits)
     with db._read() as conn:
         for h in hits:
             sid, role, ts, state, title = conn.execute(
