@@ -2,11 +2,19 @@
 text instead of the term table (for the tests of m014 and m015)."""
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import apsw
 
 from sessiondb.index import search_index
+from tests.helpers.damage import sql_read
+
+ROOT = Path(__file__).resolve().parents[2]
+_SCHEMA = "SELECT type, name, sql FROM sqlite_master ORDER BY rowid"
 
 TRIGRAMS = search_index.LEGACY_TRIGRAM_TABLE
 
@@ -40,3 +48,15 @@ def text_tables(conn: apsw.Connection) -> list[str]:
     in a store before m015)."""
     names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     return [t for t in (*search_index.TEXT_INDEXES, TRIGRAMS) if t in names]
+
+
+def killed_inside(path: Path, script: str, migration: str) -> None:
+    """Run ``script`` on ``path`` in a process that kills itself with SIGKILL
+    inside ``migration``; the file must then hold the old layout whole (the
+    same schema, the migration not in the ledger)."""
+    schema = sql_read(path, _SCHEMA)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script), str(path)],
+                          cwd=ROOT, capture_output=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert sql_read(path, _SCHEMA) == schema
+    assert not sql_read(path, "SELECT 1 FROM migrations WHERE name = ?", (migration,))

@@ -6,10 +6,6 @@ the migration leaves the old layout or the new one."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import apsw
@@ -22,7 +18,6 @@ from sessiondb.search.search_query import trigram_match
 from tests.helpers import legacy_index
 from tests.helpers.damage import sql_read
 
-ROOT = Path(__file__).resolve().parents[3]
 
 ROWS = [
     {"role": "system", "content": "You are terse. Reconnection policies matter."},
@@ -198,12 +193,7 @@ def test_a_kill_during_m015_leaves_the_old_layout_and_the_next_open_finishes(
     build(path)
     legacy_index.as_m014(path)
     want = trigram_answers(path)
-    schema = sql_read(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid")
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(_KILLED_IN_M015), str(path)],
-                          cwd=ROOT, capture_output=True)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert sql_read(path, "SELECT type, name, sql FROM sqlite_master ORDER BY rowid") == schema
-    assert not sql_read(path, "SELECT 1 FROM migrations WHERE name = 'm015_term_trigrams'")
+    legacy_index.killed_inside(path, _KILLED_IN_M015, "m015_term_trigrams")
     assert trigram_answers(path) == want  # the old index, whole
     with SessionDB(path, background_index=False) as db:
         assert db.pending_migrations() == []
