@@ -47,7 +47,8 @@ import search as search_bench  # noqa: E402
 from layout_whatif import DICT_BYTES, TRIGRAM, WORD, sizes  # noqa: E402
 from sessiondb.index import search_index  # noqa: E402
 from sessiondb.search import scan_snippet  # noqa: E402
-from sessiondb.search.search_query import fts_string, trigram_match  # noqa: E402
+from sessiondb.index.search_index import trigram_match  # noqa: E402
+from sessiondb.search.search_query import fts_string  # noqa: E402
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 SNIP = "snippet({t}, 0, '**', '**', '…', 16)"

@@ -606,14 +606,24 @@ def _remember(known: _KnownTerms, terms: set[str]) -> None:
     known.terms.update(terms)
 
 
-def trigram_match(term: str) -> str:
-    """The AND of ``term``'s distinct trigrams (at most 16, spread over it,
-    first and last included), as FTS5 strings."""
+#: A long term is filtered by at most this many of its trigrams (spread over
+#: it, first and last included); checking each candidate makes any subset exact.
+MAX_TRIGRAMS = 16
+
+
+def trigrams(term: str) -> list[str]:
+    """The distinct trigrams a candidate for ``term`` must hold (by code
+    point, as the trigram tokenizer splits; it folds case itself)."""
     grams = list(dict.fromkeys(term[i:i + 3] for i in range(len(term) - 2)))
-    if len(grams) > 16:
-        step = (len(grams) - 1) / 15
-        grams = list(dict.fromkeys(grams[round(i * step)] for i in range(16)))
-    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
+    if len(grams) <= MAX_TRIGRAMS:
+        return grams
+    step = (len(grams) - 1) / (MAX_TRIGRAMS - 1)
+    return list(dict.fromkeys(grams[round(i * step)] for i in range(MAX_TRIGRAMS)))
+
+
+def trigram_match(terms: list[str]) -> str:
+    """The AND of every term's trigrams, as FTS5 strings."""
+    return " AND ".join('"' + g.replace('"', '""') + '"' for t in terms for g in trigrams(t))
 
 
 def terms_holding(conn: apsw.Connection, run: str, cap: int) -> list[str] | None:
@@ -621,7 +631,7 @@ def terms_holding(conn: apsw.Connection, run: str, cap: int) -> list[str] | None
     folds, MIN_TERM_CHARS or more); None when more than ``cap`` do."""
     found = list(dict.fromkeys(t for (t,) in conn.execute(
         f"SELECT term FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND instr(term, ?) > 0"
-        f" LIMIT {int(cap) + 1}", (trigram_match(run), run))))
+        f" LIMIT {int(cap) + 1}", (trigram_match([run]), run))))
     return None if len(found) > cap else found
 
 

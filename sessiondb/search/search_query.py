@@ -142,27 +142,6 @@ def _words_plan(terms: list[Term]) -> Plan:
     return Plan("words", match=" AND ".join(parts), terms=[t.text for t in words])
 
 
-#: A long term is filtered by at most this many of its trigrams (spread over
-#: it, first and last included); verification makes any subset exact.
-MAX_TRIGRAMS = 16
-
-
-def trigrams(term: str) -> list[str]:
-    """The distinct trigrams a candidate for ``term`` must hold (by code
-    point, as the trigram tokenizer splits; it folds case itself)."""
-    grams = list(dict.fromkeys(term[i:i + 3] for i in range(len(term) - 2)))
-    if len(grams) <= MAX_TRIGRAMS:
-        return grams
-    step = (len(grams) - 1) / (MAX_TRIGRAMS - 1)
-    return list(dict.fromkeys(grams[round(i * step)] for i in range(MAX_TRIGRAMS)))
-
-
-def trigram_match(terms: list[str]) -> str:
-    """AND of every term's trigrams (the PostgreSQL mapping and the bench
-    scripts build trigram filters with it)."""
-    return " AND ".join(fts_string(g) for t in terms for g in trigrams(t))
-
-
 def _substring_plan(pieces: list[str]) -> Plan:
     long = [p for p in pieces if len(p) >= 3]
     likes = [like_pattern(p) for p in pieces]

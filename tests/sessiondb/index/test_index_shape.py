@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from sessiondb import SessionDB
 from sessiondb.index import search_index
-from sessiondb.search.search_query import trigram_match
+from sessiondb.index.search_index import trigram_match
 from tests.helpers import legacy_index
 
 OLD_TRIGRAM = ("CREATE VIRTUAL TABLE messages_trigram USING fts5(text,"

@@ -13,8 +13,8 @@ import pytest
 
 from sessiondb import SessionDB
 from sessiondb.index import search_index
+from sessiondb.index.search_index import trigram_match
 from sessiondb.search import hits as search_mod
-from sessiondb.search.search_query import trigram_match
 from tests.helpers import legacy_index
 from tests.helpers.damage import sql_read
 

@@ -85,7 +85,7 @@ def test_substring_alternative_of_word_plans():
 
 
 def test_long_terms_are_filtered_by_a_bounded_spread_of_their_trigrams():
-    from sessiondb.search.search_query import MAX_TRIGRAMS, trigrams
+    from sessiondb.index.search_index import MAX_TRIGRAMS, trigrams
     term = "".join(chr(0x4E00 + i) for i in range(60))
     grams = trigrams(term)
     assert len(grams) == MAX_TRIGRAMS and grams[0] == term[:3] and grams[-1] == term[-3:]
