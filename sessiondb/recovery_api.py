@@ -28,10 +28,10 @@ from .base import (Cause, FILE_MODE, HOME_MODE, InvalidInput, MessageState,
                    private_output, profile_dir, publish, resolve_home, sqlite_library_version,
                    validate_profile)
 # index: the derived search index's tables and triggers, and what recover does with them:
-# fill a new store's index once, take the source's index over, build the trigram index apart
+# fill a new store's index once, take the source's index over, build the word index apart
 from .index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, IndexNotCopyable,
                     ParallelBuild, TEXT_VIEW, TRIGGERS, TERMS_TABLE, LEGACY_TRIGRAM_TABLE,
-                    TEXT_INDEXES, fill_terms, attach_readonly,
+                    TEXT_INDEXES, fill_terms, term_held, attach_readonly,
                     attach_triggers, copy_search_index, cores, corruption_is_index_only,
                     drop_triggers, index_batch, set_watermark, stale_marker, triggers_attached)
 # rows: the row formats (roles and their codes, fingerprints, the compact stored forms)
@@ -82,7 +82,7 @@ __all__ = [
     "OutputError", "fsync_dir", "private_output", "publish",
     "in_wal_reset_band", "sqlite_library_version", "one", "MessageState",
     # index
-    "FTS_TABLE", "TERMS_TABLE", "LEGACY_TRIGRAM_TABLE", "TEXT_INDEXES", "fill_terms", "INDEXES", "TEXT_VIEW", "TRIGGERS", "CHANGES",
+    "FTS_TABLE", "TERMS_TABLE", "LEGACY_TRIGRAM_TABLE", "TEXT_INDEXES", "fill_terms", "term_held", "INDEXES", "TEXT_VIEW", "TRIGGERS", "CHANGES",
     "INDEX_META_KEYS",
     "stale_marker", "triggers_attached", "corruption_is_index_only",
     "attach_triggers", "drop_triggers", "set_watermark", "index_batch",

@@ -32,7 +32,7 @@ import apsw
 
 from sessiondb.recovery_api import (Cause, FTS_TABLE, INDEXES, StorageError, TEXT_VIEW,
                                     TERMS_TABLE, classify, one, pending_migrations, stale_marker,
-                                    triggers_attached, unknown_migrations)
+                                    term_held, triggers_attached, unknown_migrations)
 
 from ..base import Severity
 from ..schema import is_without_rowid
@@ -211,14 +211,6 @@ def _probe_word(text: str) -> str | None:
     return next((w for w in words if len(w) >= 3), None)
 
 
-def _term_held(conn: apsw.Connection, term: str) -> bool:
-    """Whether the term table holds ``term`` (its trigrams, then the term)."""
-    grams = " AND ".join('"' + term[i:i + 3].replace('"', '""') + '"'
-                         for i in range(len(term) - 2))
-    return conn.execute(f"SELECT 1 FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND term = ?",
-                        (grams, term)).fetchone() is not None
-
-
 def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
                   rng: random.Random | None = None) -> list[Finding]:
     """The stale marker, the sync triggers, and MATCH probes of the word
@@ -251,7 +243,7 @@ def sample_search(t: Target, conn: apsw.Connection, *, probes: int = 16,
             if conn.execute(f"SELECT 1 FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH ? AND rowid = ?",
                             ('"' + word.replace('"', '""') + '"', row[0])).fetchone() is None:
                 bad.append(f"{FTS_TABLE}: message {row[0]} is missing")
-            elif TERMS_TABLE in tables and word.isascii() and not _term_held(conn, word.lower()):
+            elif TERMS_TABLE in tables and word.isascii() and not term_held(conn, word.lower()):
                 bad.append(f"{TERMS_TABLE}: the term {word.lower()!r} is missing")
     except apsw.Error as e:
         bad.append(f"{type(e).__name__}: {e}")

@@ -9,7 +9,7 @@ from .search_index import (CHANGES, FTS_TABLE, INDEXES, INDEX_META_KEYS, LEGACY_
                            TERMS_TABLE, TEXT_CAP, TEXT_INDEXES, TEXT_VIEW, TOOL_TEXT_CAP,
                            TRIGGERS, attach_triggers, corruption_is_index_only,
                            drop_triggers, fill_terms, fts_structures_damaged, index_batch,
-                           set_watermark, stale_marker, triggers_attached)
+                           set_watermark, stale_marker, term_held, triggers_attached)
 
 __all__ = [
     "CHANGES",
@@ -40,5 +40,6 @@ __all__ = [
     "search_index",
     "set_watermark",
     "stale_marker",
+    "term_held",
     "triggers_attached",
 ]

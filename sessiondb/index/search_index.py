@@ -635,6 +635,13 @@ def terms_holding(conn: apsw.Connection, run: str, cap: int) -> list[str] | None
     return None if len(found) > cap else found
 
 
+def term_held(conn: apsw.Connection, term: str) -> bool:
+    """Whether the term table holds ``term`` (of MIN_TERM_CHARS or more,
+    folded as the word index folds): its trigrams, then the term itself."""
+    return conn.execute(f"SELECT 1 FROM {TERMS_TABLE} WHERE {TERMS_TABLE} MATCH ? AND term = ?",
+                        (trigram_match([term]), term)).fetchone() is not None
+
+
 def terms_missing(conn: apsw.Connection) -> int:
     """How many terms of MIN_TERM_CHARS or more the word index holds that
     the term table does not (0 for a term table in step)."""

@@ -191,8 +191,8 @@ def _covered(conn: apsw.Connection) -> tuple[int, str]:
                " WHERE c.message_id = %s)")
 
 
-def _probe_words(conn: apsw.Connection) -> tuple[int, str, str] | None:
-    """A recent indexed message and a word and a substring it contains."""
+def _probe_words(conn: apsw.Connection) -> tuple[int, str] | None:
+    """A recent indexed message and a word it contains."""
     top, logged = _covered(conn)
     row = conn.execute(f"SELECT id, text FROM {search_index.TEXT_VIEW} WHERE id = "
                        f"(SELECT max(m.id) FROM messages AS m WHERE m.id <= ?"
@@ -204,13 +204,10 @@ def _probe_words(conn: apsw.Connection) -> tuple[int, str, str] | None:
     # a token character (marks, some scripts), which made the probe report
     # an indexed message as missing.
     word = next((w for w in row[1].split() if w.isascii() and w.isalnum()), None)
-    text = row[1].strip()
-    if word is None or len(text) < 3:
-        return None
-    return row[0], word, text[:3]
+    return None if word is None else (row[0], word)
 
 
-def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | None) -> str:
+def _probe(conn: apsw.Connection, table: str, target: tuple[int, str] | None) -> str:
     """Run a real MATCH; with a target row, it must come back."""
     try:
         if target is None:
@@ -218,12 +215,11 @@ def _probe(conn: apsw.Connection, table: str, target: tuple[int, str, str] | Non
             conn.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT 1",
                          (probe,)).fetchall()
             return "ok"
-        rid, word, sub = target
+        rid, word = target
         if table == search_index.TERMS_TABLE:
             return _probe_term(conn, rid, word)
-        needle = word if table == search_index.FTS_TABLE else sub
         found = conn.execute(f"SELECT 1 FROM {table} WHERE {table} MATCH ? AND rowid = ?",
-                             ('"' + needle.replace('"', '""') + '"', rid)).fetchone()
+                             ('"' + word.replace('"', '""') + '"', rid)).fetchone()
         return "ok" if found else f"message {rid} is missing from the index"
     except apsw.Error as e:
         return f"{type(e).__name__}: {e}"
@@ -233,12 +229,12 @@ def _probe_term(conn: apsw.Connection, rid: int, word: str) -> str:
     """The probe word of message ``rid`` (ASCII letters and digits: one term
     of the word index, lower-cased) must be a term of the term table."""
     term = word.lower()
-    if len(term) < search_index.MIN_TERM_CHARS:
+    if len(term) < search_index.MIN_TERM_CHARS:  # not a term: the table is still read
         search_index.terms_holding(conn, "pro", 1)
         return "ok"
-    found = search_index.terms_holding(conn, term, 10_000)
-    held = found is None or term in found  # (None: held by too many to list)
-    return "ok" if held else f"term {term!r} of message {rid} is missing from the term table"
+    if search_index.term_held(conn, term):
+        return "ok"
+    return f"term {term!r} of message {rid} is missing from the term table"
 
 
 def health(core: "StoreCore") -> SearchHealth:
